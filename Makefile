@@ -1,0 +1,27 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    creates .venv, installs multihead, and runs `multihead explain` on its embedded default
+#   make test   creates .venv, installs multihead with its test and model extras, and runs the test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+run: $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[cli]"
+	$(BIN)/multihead explain
+
+test: $(BIN)/python
+	bash scripts/install-test-deps.sh $(BIN)/python
+	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[cli]"
+	$(BIN)/multihead bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

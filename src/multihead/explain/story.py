@@ -1,0 +1,60 @@
+"""A story: what a walkthrough step or a topic says, as data, before anyone renders it.
+
+Topics and steps only *fill* a Story; the terminal (rich) and HTML renderers only *draw* one.
+Every claim is computed on live tensors and checked when it is told (`Story.check`), so a
+demonstration that stopped being true shows up as a failed check, never as a quiet lie.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LANGS = ("en", "zh")
+
+
+@dataclass
+class Block:
+    """One piece of a story. kind: heading | text | code | tensor | table | check | figure."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Story:
+    """An ordered list of blocks in one language, plus the outcome of every check told."""
+
+    lang: str = "en"
+    blocks: list[Block] = field(default_factory=list)
+
+    def _pick(self, en: str, zh: str) -> str:
+        return zh if self.lang == "zh" else en
+
+    def heading(self, en: str, zh: str) -> None:
+        self.blocks.append(Block("heading", {"text": self._pick(en, zh)}))
+
+    def text(self, en: str, zh: str) -> None:
+        self.blocks.append(Block("text", {"text": self._pick(en, zh)}))
+
+    def code(self, source: str) -> None:
+        self.blocks.append(Block("code", {"source": source.strip("\n")}))
+
+    def tensor(self, label: str, value, *, layout: bool = False) -> None:
+        """Show a tensor; with layout=True also its strides and whether it is contiguous."""
+        self.blocks.append(Block("tensor", {"label": label, "value": value.detach(), "layout": layout}))
+
+    def table(self, columns: list[str], rows: list[list[Any]], title: str = "") -> None:
+        self.blocks.append(Block("table", {"columns": columns, "rows": rows, "title": title}))
+
+    def figure(self, label: str, weights) -> None:
+        """Attention heatmaps: weights (H, Lq, Lk) or (Lq, Lk). Renderers that cannot draw skip it."""
+        self.blocks.append(Block("figure", {"label": label, "weights": weights.detach()}))
+
+    def check(self, en: str, zh: str, ok: bool, detail: str = "") -> bool:
+        """State a claim together with its live verdict; a false claim is recorded as failed."""
+        self.blocks.append(Block("check", {"claim": self._pick(en, zh), "ok": bool(ok), "detail": detail}))
+        return bool(ok)
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [b.data["claim"] for b in self.blocks if b.kind == "check" and not b.data["ok"]]
