@@ -39,21 +39,32 @@ class Story:
     def code(self, source: str) -> None:
         self.blocks.append(Block("code", {"source": source.strip("\n")}))
 
-    def tensor(self, label: str, value, *, layout: bool = False) -> None:
-        """Show a tensor; with layout=True also its strides and whether it is contiguous."""
-        self.blocks.append(Block("tensor", {"label": label, "value": value.detach(), "layout": layout}))
+    def tensor(self, label: str, value, *, layout: bool = False, rows: list[str] | None = None) -> None:
+        """Show a tensor; with layout=True also its strides and whether it is contiguous.
+
+        rows: optional names for the rows of each 2-D slice (e.g. the tokens).
+        """
+        self.blocks.append(Block("tensor", {"label": label, "value": value.detach(), "layout": layout,
+                                            "rows": rows}))
 
     def table(self, columns: list[str], rows: list[list[Any]], title: str = "") -> None:
         self.blocks.append(Block("table", {"columns": columns, "rows": rows, "title": title}))
 
-    def figure(self, label: str, weights) -> None:
-        """Attention heatmaps: weights (H, Lq, Lk) or (Lq, Lk). Renderers that cannot draw skip it."""
-        self.blocks.append(Block("figure", {"label": label, "weights": weights.detach()}))
+    def figure(self, label: str, weights, *, tokens: list[str] | None = None) -> None:
+        """Attention heatmaps: weights (H, Lq, Lk) or (Lq, Lk); tokens label both axes (Lq == Lk).
+
+        The HTML report draws them with matplotlib; the terminal draws small shaded grids.
+        """
+        self.blocks.append(Block("figure", {"label": label, "weights": weights.detach(), "tokens": tokens}))
 
     def check(self, en: str, zh: str, ok: bool, detail: str = "") -> bool:
         """State a claim together with its live verdict; a false claim is recorded as failed."""
         self.blocks.append(Block("check", {"claim": self._pick(en, zh), "ok": bool(ok), "detail": detail}))
         return bool(ok)
+
+    @property
+    def checks(self) -> list[Block]:
+        return [b for b in self.blocks if b.kind == "check"]
 
     @property
     def failed_checks(self) -> list[str]:

@@ -1,0 +1,58 @@
+"""Which language `multihead explain` speaks, and the few words its renderers print themselves.
+
+Everything a step or topic says comes through `Story.heading/text/check(en, zh)`; this module only
+holds the renderers' own labels (check marks, summaries, table headers) and the locale rule.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from multihead.errors import AttentionError
+from multihead.explain.story import LANGS
+
+LOCALE_VARS = ("LC_ALL", "LC_MESSAGES", "LANG")  # POSIX precedence: the first one set wins
+
+
+def resolve_lang(choice: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """`choice` if given ("en" or "zh"), else "zh" when the locale says Chinese, else "en"."""
+    if choice is not None:
+        if choice not in LANGS:
+            raise AttentionError(f"--lang must be one of {LANGS}; got {choice!r}.")
+        return choice
+    environ = os.environ if environ is None else environ
+    for var in LOCALE_VARS:
+        value = environ.get(var, "")
+        if value:
+            return "zh" if value.lower().startswith("zh") else "en"
+    return "en"
+
+
+UI: dict[str, tuple[str, str]] = {
+    "ok": ("ok", "通过"),
+    "failed": ("FAILED", "未通过"),
+    "summary_ok": ("All {n} checks passed.", "全部 {n} 项检查都通过了。"),
+    "summary_failed": ("{k} of {n} checks FAILED:", "{n} 项检查中有 {k} 项未通过："),
+    "shape": ("shape", "形状"),
+    "stride": ("stride", "步幅"),
+    "contiguous": ("contiguous", "连续"),
+    "yes": ("yes", "是"),
+    "no": ("no", "否"),
+    "showing": ("showing {shown} of {total}", "只显示 {total} 个中的 {shown} 个"),
+    "head": ("head", "头"),
+    "topics_title": ("Topics: multihead explain --topic NAME", "专题：multihead explain --topic 名称"),
+    "topic_col": ("name", "名称"),
+    "doc_col": ("doc", "文档"),
+    "question_col": ("question", "问题"),
+    "no_topics": ("No topics are installed yet.", "还没有可用的专题。"),
+    "unknown_topic": ("Unknown topic {name!r}. Known: {known}.", "没有名为 {name!r} 的专题。可选：{known}。"),
+    "wrote_html": ("Wrote the HTML report to {path}", "HTML 报告已写入 {path}"),
+    "report_title": ("multihead explain", "multihead explain：多头注意力逐步讲解"),
+    "question": ("Question from document {doc}", "文档 {doc} 中的问题"),
+}
+
+
+def ui(key: str, lang: str, **values) -> str:
+    """The renderer label `key` in `lang`, with {placeholders} filled from `values`."""
+    en, zh = UI[key]
+    return (zh if lang == "zh" else en).format(**values)
