@@ -15,7 +15,7 @@ from multihead.explain.lang import ui
 
 MAX_SLICES = 4   # 2-D slices shown for a tensor with leading dims (e.g. B*H of them)
 MAX_ROWS = 8
-MAX_COLS = 6
+MAX_COLS = 7
 ELLIPSIS = "…"
 
 
@@ -39,10 +39,10 @@ def number(x: float) -> str:
 
 
 def _cut(n: int, limit: int) -> list[int | None]:
-    """Indices to show out of n: all if n <= limit, else the first limit-1, None (…), the last."""
+    """Indices to show out of n: all if n <= limit, else limit of them: the first ones, None (…), the last."""
     if n <= limit:
         return list(range(n))
-    return list(range(limit - 1)) + [None, n - 1]
+    return list(range(limit - 2)) + [None, n - 1]
 
 
 def layout_line(value: torch.Tensor, lang: str, layout: bool) -> str:

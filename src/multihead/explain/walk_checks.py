@@ -1,0 +1,30 @@
+"""The numeric comparisons behind the walkthrough's checks: float64 differences, one tolerance rule."""
+from __future__ import annotations
+
+import torch
+
+RTOL = 1e-5  # float32 results of the same math in a different order differ by a few ulps
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest absolute difference, computed in float64 (0.0 for empty tensors)."""
+    if a.numel() == 0:
+        return 0.0
+    return (a.detach().double() - b.detach().double()).abs().max().item()
+
+
+def tolerance(reference: torch.Tensor) -> float:
+    """RTOL scaled by the reference's magnitude (at least RTOL)."""
+    finite = reference.detach().double()
+    finite = finite[torch.isfinite(finite)]
+    return RTOL * max(1.0, finite.abs().max().item() if finite.numel() else 1.0)
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape and equal up to `tolerance(b)`."""
+    return a.shape == b.shape and max_diff(a, b) <= tolerance(b)
+
+
+def diff_text(a: torch.Tensor, b: torch.Tensor) -> str:
+    """`max |diff| = 1.2e-07` for a check's detail line."""
+    return f"max |diff| = {max_diff(a, b):.1e}" if a.shape == b.shape else f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"

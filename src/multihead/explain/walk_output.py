@@ -1,0 +1,119 @@
+"""Walkthrough steps 9-11: merge the heads, the output projection, and the check against the fused path.
+
+Shapes: B batch, H heads, L tokens, D head dim, O output features.
+"""
+from __future__ import annotations
+
+import multihead as mh
+from multihead.explain.story import Story
+from multihead.explain.walk_checks import close, diff_text, max_diff, tolerance
+
+
+def step_merge(story: Story, p) -> None:
+    """(B, H, L, D) -transpose-> (B, L, H, D) -contiguous().view-> (B, L, H*D)."""
+    B, L, H, D = p.dims
+    ctx = p.t["ctx"]
+    story.code(
+        "ctx = ctx.transpose(1, 2)      # (B, H, L, D) -> (B, L, H, D): not contiguous\n"
+        "ctx.view(B, L, H * D)          # RuntimeError: view needs compatible strides\n"
+        "merged = ctx.contiguous().view(B, L, H * D)   # copy into row order, then view\n"
+        "# the same as ctx.reshape(B, L, H * D), which copies only when it must"
+    )
+    ctx_t = ctx.transpose(1, 2)  # (B, L, H, D)
+    story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True)
+    error = None
+    try:
+        ctx_t.view(B, L, H * D)
+    except RuntimeError as exc:
+        error = exc
+    packed = ctx_t.contiguous()  # (B, L, H, D), row order
+    merged = packed.view(B, L, H * D)  # (B, L, H*D)
+    story.tensor("merged", merged, layout=True, rows=p.setup.tokens)
+    story.text(
+        "Why: merging undoes the split, putting the heads back side by side in the last dimension; "
+        "view can only do that once the numbers lie in row order, which is what contiguous() makes.",
+        "为什么：合并多头是拆分的逆操作，把各个头重新并排放进最后一维；只有数据在内存中按行排列时 view "
+        "才能做到，contiguous() 正是负责把它变成连续的。",
+    )
+    split_heads_apart = L > 1 and H > 1
+    story.check(
+        "view on the transposed tensor raises RuntimeError (its strides cannot be merged).",
+        "直接对转置后的张量调用 view 会抛出 RuntimeError（它的步幅无法合并）。",
+        error is not None or not split_heads_apart,
+        str(error).splitlines()[0][:70] if error else "",
+    )
+    story.check(
+        "contiguous() made a copy in new memory; reshape gives exactly the same merged tensor.",
+        "contiguous() 在新的内存里复制了一份；reshape 得到完全相同的合并结果。",
+        (packed.data_ptr() != ctx_t.data_ptr() or not split_heads_apart)
+        and max_diff(ctx_t.reshape(B, L, H * D), merged) == 0.0,
+    )
+    worst = max(max_diff(merged[..., h * D:(h + 1) * D], ctx[:, h]) for h in range(H))
+    story.check(
+        "Head h's output sits in columns h*D..(h+1)*D-1 of merged, the same columns it came from.",
+        "头 h 的输出位于 merged 的第 h*D..(h+1)*D-1 列，正是它拆分前所在的那几列。",
+        worst == 0.0, f"max |diff| = {worst:.1e}",
+    )
+    p.t["merged"] = merged
+
+
+def step_out_proj(story: Story, p) -> None:
+    """out (B, L, O) = out_proj(merged)."""
+    m, merged = p.setup.module, p.t["merged"]
+    story.code("out = attn.out_proj(merged)   # (B, L, H*D) -> (B, L, O)")
+    out = m.out_proj(merged)  # (B, L, O)
+    story.tensor("out", out, rows=p.setup.tokens)
+    story.text(
+        "Why: the output projection mixes the heads' results, so every output feature can draw on every head.",
+        "为什么：输出投影把各个头的结果混合起来，让每个输出特征都能用上所有头的信息。",
+    )
+    W, b = m.out_proj.weight, m.out_proj.bias
+    by_hand = merged @ W.T + (0 if b is None else b)
+    story.check(
+        "out_proj(merged) is exactly merged @ Wo.T (+ bias).",
+        "out_proj(merged) 就是 merged @ Wo.T（再加偏置）。",
+        close(out, by_hand), diff_text(out, by_hand),
+    )
+    expected = p.setup.expected
+    if expected is not None:
+        en, zh = p.setup.expected_from
+        worst = max_diff(out, expected.expand_as(out))
+        story.check(
+            f"The output matches {en} (to their 4 decimals).",
+            f"输出与{zh}一致（精确到它给出的 4 位小数）。",
+            worst <= 5e-5 + 1e-6, f"max |diff| = {worst:.1e}",
+        )
+    p.t["out"] = out
+
+
+def step_verify(story: Story, p) -> None:
+    """The same numbers from mh.attention (SDPA) and from the whole module in one call."""
+    m, x, causal = p.setup.module, p.t["x"], p.setup.causal
+    q, k, v = p.t["q_heads"], p.t["k_heads"], p.t["v_heads"]
+    story.code(
+        f"fused = mh.attention(q, k, v, causal={causal}, backend=\"sdpa\")   # steps 4-8 in one kernel\n"
+        f"y = attn(x, causal={causal})                                       # steps 2-10 in one call"
+    )
+    fused = mh.attention(q, k, v, causal=causal, backend="sdpa")  # (B, H, L, D)
+    y = m(x, causal=causal)  # (B, L, O)
+    rows = [
+        ["mh.attention(..., backend=\"sdpa\")", "ctx", f"{max_diff(fused, p.t['ctx']):.2e}"],
+        ["mh.MultiHeadAttention", "out", f"{max_diff(y, p.t['out']):.2e}"],
+    ]
+    story.table(["fused path", "vs", "max |diff|"], rows)
+    story.text(
+        "Why: the fused kernel never stores the (L, L) weights it does not need to, so it is the one to "
+        "use; the step-by-step path above is how it is defined.",
+        "为什么：融合内核不必把 (L, L) 的权重矩阵存下来，实际使用时应该用它；上面逐步计算的过程就是它的定义。",
+    )
+    story.check(
+        f"mh.attention with SDPA gives the same ctx as steps 4-8 (tolerance {tolerance(p.t['ctx']):.0e}).",
+        f"用 SDPA 的 mh.attention 与第 4–8 步得到的 ctx 相同（容差 {tolerance(p.t['ctx']):.0e}）。",
+        close(fused, p.t["ctx"]), diff_text(fused, p.t["ctx"]),
+    )
+    story.check(
+        f"mh.MultiHeadAttention with the same weights gives the same output (tolerance {tolerance(p.t['out']):.0e}).",
+        f"同样权重的 mh.MultiHeadAttention 给出相同的输出（容差 {tolerance(p.t['out']):.0e}）。",
+        close(y, p.t["out"]), diff_text(y, p.t["out"]),
+    )
+    p.t.update(fused=fused, y=y)

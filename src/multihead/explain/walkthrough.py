@@ -1,0 +1,148 @@
+"""The walkthrough: one forward pass of multi-head attention, step by step, on live tensors.
+
+`default_setup()` is the embedded default: document 001's six-token, 3-dim input
+("Your journey starts with one step") and the weights its `torch.manual_seed(123)` creates,
+dim_in 3 -> dim_out 4 with 2 heads and a causal mask. `tell(story, setup)` runs every step,
+filling the story with code, shapes, tensors, one reason per step, and live checks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+import multihead as mh
+from multihead.explain.story import Story
+from multihead.explain.walk_attend import step_mask, step_scale, step_scores, step_softmax, step_weighted_sum
+from multihead.explain.walk_output import step_merge, step_out_proj, step_verify
+from multihead.explain.walk_project import step_input, step_project, step_split
+
+# Document 001's `inputs` (from its attention_v1.py): one 3-dim embedding per token.
+DOC001_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
+DOC001_INPUTS = [
+    [0.43, 0.15, 0.89],
+    [0.55, 0.87, 0.66],
+    [0.57, 0.85, 0.64],
+    [0.22, 0.58, 0.33],
+    [0.77, 0.25, 0.10],
+    [0.05, 0.80, 0.55],
+]
+# What document 001 printed for `MultiHeadAttention(3, 4, 6, 0.0, 2)` after torch.manual_seed(123)
+# (each batch row; its batch held the same sentence twice).
+DOC001_OUTPUT = [
+    [0.1184, 0.3120, -0.0847, -0.5774],
+    [0.0178, 0.3221, -0.0763, -0.4225],
+    [-0.0147, 0.3259, -0.0734, -0.3721],
+    [-0.0116, 0.3138, -0.0708, -0.3624],
+    [-0.0117, 0.2973, -0.0698, -0.3543],
+    [-0.0132, 0.2990, -0.0689, -0.3490],
+]
+
+
+@dataclass
+class Setup:
+    """What the walkthrough runs on: x (B, L, E), a module, the token names, and the mask kind."""
+
+    x: torch.Tensor
+    module: mh.MultiHeadAttention
+    tokens: list[str]
+    causal: bool
+    input_code: str                      # how x was made, shown in step 1
+    about: tuple[str, str]               # (en, zh) one sentence on where x and the weights come from
+    expected: torch.Tensor | None = None  # an independently known output (B, L, O), if any
+    expected_from: tuple[str, str] = ("", "")
+
+
+@dataclass
+class Pass:
+    """The tensors of one forward pass, filled in as the steps run (names as in the shown code)."""
+
+    setup: Setup
+    t: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        """(B, L, H, D) of this pass."""
+        B, L, _ = self.setup.x.shape
+        m = self.setup.module
+        return B, L, m.num_heads, m.head_dim
+
+
+def doc001_module() -> mh.MultiHeadAttention:
+    """Document 001's weights: under manual_seed(123) it builds Wq, Wk, Wv (no bias), then Wo."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(123)
+        wq, wk, wv = (nn.Linear(3, 4, bias=False) for _ in range(3))
+        wo = nn.Linear(4, 4)
+    attn = mh.MultiHeadAttention(3, 2, head_dim=2, out_dim=4, bias={"q": False, "k": False, "v": False},
+                                 backend="math")
+    with torch.no_grad():
+        for proj, src in ((attn.q_proj, wq), (attn.k_proj, wk), (attn.v_proj, wv), (attn.out_proj, wo)):
+            proj.weight.copy_(src.weight)
+            if src.bias is not None:
+                proj.bias.copy_(src.bias)
+    return attn.eval()
+
+
+def default_setup() -> Setup:
+    """The embedded default: document 001's sentence and seed-123 weights, batch of 1, causal."""
+    return Setup(
+        x=torch.tensor(DOC001_INPUTS)[None],  # (B=1, L=6, E=3)
+        module=doc001_module(),
+        tokens=list(DOC001_TOKENS),
+        causal=True,
+        input_code=(
+            "x = torch.tensor([[0.43, 0.15, 0.89],   # Your\n"
+            "                  [0.55, 0.87, 0.66],   # journey\n"
+            "                  ...                   # starts with one step\n"
+            "                  [0.05, 0.80, 0.55]])[None]   # (B=1, L=6, E=3)\n"
+            "torch.manual_seed(123)   # document 001's weights: Wq, Wk, Wv, Wo\n"
+            "attn = mh.MultiHeadAttention(3, num_heads=2, head_dim=2, out_dim=4, ...)"
+        ),
+        about=(
+            "The input is document 001's sentence \"Your journey starts with one step\": six tokens, "
+            "three numbers each; the weights are the ones its torch.manual_seed(123) creates.",
+            "输入是文档 001 里的句子 “Your journey starts with one step”：6 个词元，每个 3 维；"
+            "权重就是它用 torch.manual_seed(123) 生成的那一组。",
+        ),
+        expected=torch.tensor(DOC001_OUTPUT)[None],
+        expected_from=("the numbers document 001 printed", "文档 001 打印出的数字"),
+    )
+
+
+STEPS = [
+    (step_input, "The input", "输入"),
+    (step_project, "Q, K, V projections", "Q、K、V 投影"),
+    (step_split, "Split into heads: view, then transpose", "拆分多头：先 view，再转置"),
+    (step_scores, "Attention scores: Q @ Kᵀ", "注意力分数：Q @ Kᵀ"),
+    (step_scale, "Scale by √D", "缩放：除以 √D"),
+    (step_mask, "The mask", "掩码"),
+    (step_softmax, "Softmax: attention weights", "softmax：注意力权重"),
+    (step_weighted_sum, "Weighted sum of the values", "对 V 加权求和"),
+    (step_merge, "Merge the heads", "合并多头"),
+    (step_out_proj, "Output projection", "输出投影"),
+    (step_verify, "Check against the fused path", "与融合实现对照"),
+]
+
+
+def tell(story: Story, setup: Setup | None = None) -> Pass:
+    """Run every step on `setup` (default: document 001's) and tell it in `story`."""
+    setup = default_setup() if setup is None else setup
+    B, L, E = setup.x.shape
+    m = setup.module
+    story.heading(
+        f"One forward pass of multi-head attention (B={B}, L={L}, E={E}, H={m.num_heads}, D={m.head_dim})",
+        f"多头注意力的一次前向传播（B={B}，L={L}，E={E}，H={m.num_heads}，D={m.head_dim}）",
+    )
+    story.text(*setup.about)
+    story.text(
+        "Shape letters: B batch, L tokens, E input features, H heads, D features per head.",
+        "形状里的字母：B 批量大小，L 词元个数，E 输入特征数，H 头数，D 每个头的维度。",
+    )
+    p = Pass(setup)
+    with torch.no_grad():
+        for number, (step, en, zh) in enumerate(STEPS, start=1):
+            story.heading(f"Step {number} · {en}", f"第 {number} 步 · {zh}")
+            step(story, p)
+    return p
