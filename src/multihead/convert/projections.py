@@ -1,0 +1,126 @@
+"""What every converter shares: finding projections and the head count, then building the module.
+
+A projection is a linear layer, `y = x @ weight.T + bias`: weight (out_features, in_features), bias
+(out_features,) or None. Shapes: E query features, kdim/vdim key/value features, H heads, Hkv kv
+heads, D head dim, O output features.
+
+    q   (H*D, E)      k (Hkv*D, kdim)      v (Hkv*D, vdim)      out (O, H*D), or None = identity
+
+Also here: reading a head count or a dropout probability from a module's attributes, and finding
+linear layers by dotted name (`"query.linear"`), so that each converter states only its naming.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.parameter import UninitializedParameter
+
+from multihead.convert.registry import describe_linears, linears_to_module
+from multihead.errors import AttentionError, shape_str
+from multihead.module import MultiHeadAttention
+
+# Attribute names that hold a head count, in the order they are tried (labml: heads, Annotated
+# Transformer: h, nanoGPT: n_head, HF: num_attention_heads / config.num_attention_heads).
+HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "heads", "h")
+CONFIG_HEAD_COUNT_NAMES = ("num_attention_heads", "n_head", "num_heads")
+
+
+def submodule(module: nn.Module, path: str) -> nn.Module | None:
+    """The submodule at dotted `path` (e.g. "self.query"), or None when any step is missing."""
+    for name in path.split("."):
+        module = module._modules.get(name) if isinstance(module, nn.Module) else None
+        if module is None:
+            return None
+    return module
+
+
+def linear_at(module: nn.Module, path: str) -> nn.Linear | None:
+    """The nn.Linear (LazyLinear included) at dotted `path`, or None when there is none."""
+    found = submodule(module, path)
+    return found if isinstance(found, nn.Linear) else None
+
+
+def weight_and_bias(layer, role: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight (out, in), bias (out,) or None) of a linear layer or of a (weight, bias) pair.
+
+    A LazyLinear that has not seen an input yet has no weights: raise, asking for one forward first.
+    """
+    if isinstance(layer, nn.Module):
+        weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
+    elif isinstance(layer, (tuple, list)) and len(layer) == 2:
+        weight, bias = layer
+    else:
+        raise AttentionError(
+            f"the {role} projection must be a linear layer or a (weight, bias) pair; got {type(layer).__name__}."
+        )
+    if isinstance(weight, UninitializedParameter) or isinstance(bias, UninitializedParameter):
+        raise AttentionError(
+            f"the {role} projection is an uninitialised LazyLinear: its input size is not known yet. "
+            "Run the module forward once on an example input, then convert it."
+        )
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        got = shape_str(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise AttentionError(f"the {role} projection needs a 2-D weight (out_features, in_features); got {got}.")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != weight.shape[:1]):
+        got = shape_str(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise AttentionError(f"the {role} projection's bias must have shape ({weight.shape[0]},); got {got}.")
+    return weight, bias
+
+
+def find_head_count(hints: dict, *owners: nn.Module | None) -> int | None:
+    """The `num_heads` hint, else the first int head-count attribute on `owners` or their `config`."""
+    if hints.get("num_heads") is not None:
+        return hints["num_heads"]
+    for owner in owners:
+        if owner is None:
+            continue
+        for name in HEAD_COUNT_NAMES:
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        config = getattr(owner, "config", None)
+        for name in CONFIG_HEAD_COUNT_NAMES:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def require_head_count(module: nn.Module, hints: dict, style: str, *owners: nn.Module | None) -> int:
+    """find_head_count(hints, module, *owners), or AttentionError naming what was found."""
+    num_heads = find_head_count(hints, module, *owners)
+    if num_heads is None:
+        tried = ", ".join(HEAD_COUNT_NAMES)
+        raise AttentionError(
+            f"{type(module).__name__} looks like {style} (found {describe_linears(module)}) but it does not say how "
+            f"many heads it has (no int attribute among {tried}, nor config.num_attention_heads). "
+            "Pass it: MultiHeadAttention.from_module(m, num_heads=...)."
+        )
+    return num_heads
+
+
+def find_dropout(module: nn.Module, *paths: str) -> float:
+    """The probability of the first nn.Dropout found at `paths` (dropout on attention weights), else 0."""
+    for path in paths:
+        found = submodule(module, path)
+        if isinstance(found, nn.Dropout):
+            return float(found.p)
+    return 0.0
+
+
+def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv_heads: int | None = None,
+                    dropout: float = 0.0, training: bool = False) -> MultiHeadAttention:
+    """A MultiHeadAttention computing exactly what the given projections compute (weights copied).
+
+    q, k, v, out: linear layers or (weight, bias) pairs with the shapes in the module docstring;
+    out=None means the heads' concatenation is the output (an identity out_proj). training: the
+    source's mode, so that an eval-mode source gives an eval-mode (dropout-free) result.
+    """
+    if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
+        raise AttentionError(f"num_heads must be a positive int; got {num_heads!r}.")
+    pairs = [weight_and_bias(layer, role) for layer, role in ((q, "query"), (k, "key"), (v, "value"))]
+    pairs.append(None if out is None else weight_and_bias(out, "output"))
+    pairs = [None if pair is None else tuple(None if t is None else t.detach() for t in pair) for pair in pairs]
+    mod = linears_to_module(*pairs, num_heads=num_heads, num_kv_heads=num_kv_heads, batch_first=batch_first,
+                            dropout=dropout)
+    return mod.train(training)
