@@ -1,0 +1,171 @@
+"""Shared test helpers. Each block is a clearly named function; append new ones, do not copy."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+# --- core attention references (used by test_core_attention.py) -----------------------------------
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| compared in float64 (0.0 for empty tensors)."""
+    if a.numel() == 0:
+        return 0.0
+    return (a.detach().to(torch.float64) - b.detach().to(torch.float64)).abs().max().item()
+
+
+def reference_attention(q, k, v, keep=None, bias=None, *, scale=None, compute_dtype=torch.float64):
+    """Plain softmax attention computed in ``compute_dtype`` (differentiable).
+
+    q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv), H % Hkv == 0 (kv heads repeated).
+    keep: bool broadcastable to (B, H, Lq, Lk), True = may attend, or None. bias: float added to the
+    scaled scores (-inf blocks), or None. Fully blocked query rows give exact zeros.
+    Returns (B, H, Lq, Dv) in ``compute_dtype``.
+    """
+    q, k, v = (t.to(compute_dtype) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, Hkv, Lk, D) -> (B, H, Lk, D)
+    v = v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
+    if bias is not None:
+        scores = scores + bias.to(compute_dtype)
+    if keep is not None:
+        scores = scores.masked_fill(~keep.bool(), float("-inf"))
+    row_max = scores.detach().amax(-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    e = torch.exp(scores - row_max)  # blocked -> exactly 0
+    total = e.sum(-1, keepdim=True)
+    weights = e / torch.where(total == 0, torch.ones_like(total), total)
+    return weights @ v  # (B, H, Lq, Dv)
+
+
+def drift_tolerance(ref, inputs, dtype):
+    """Run ``ref(*leaves, compute_dtype=...)`` in float64 and in ``dtype``; tolerances are 2x the drift.
+
+    Returns ((out64, grads64), (tol, grad_tols)): the float64 output and its input gradients (for an
+    upstream gradient of ones), and 2x the same-dtype reference's max error (with a small floor), for
+    the output and for each input's gradient.
+    """
+    def run(compute_dtype):
+        leaves = [t.detach().to(compute_dtype).requires_grad_() for t in inputs]
+        out = ref(*leaves, compute_dtype=compute_dtype)
+        grads = torch.autograd.grad(out, leaves, torch.ones_like(out), allow_unused=True)
+        grads = [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads)]
+        return out.detach(), [g.detach() for g in grads]
+
+    out64, grads64 = run(torch.float64)
+    out_lo, grads_lo = run(dtype)
+    floor = 4 * torch.finfo(dtype).eps
+    tol = 2 * max_abs_diff(out_lo, out64) + floor
+    grad_tols = [2 * max_abs_diff(g, g64) + floor * max(1.0, max_abs_diff(g64, torch.zeros_like(g64)))
+                 for g, g64 in zip(grads_lo, grads64)]
+    return (out64, grads64), (tol, grad_tols)
+
+
+# --- plain-math multi-head attention (float64 reference) ------------------------------------------
+
+def reference_mha(x_q, x_k, x_v, *, wq, wk, wv, num_heads, wo=None, bq=None, bk=None, bv=None,
+                  bo=None, keep_mask=None, scale=None):
+    """Multi-head attention written as plain loops in float64, batch-first.
+
+    x_q (B, Lq, Eq), x_k (B, Lk, Ek), x_v (B, Lk, Ev). Weights are nn.Linear-style (out, in):
+    wq, wk (H*D, E*), wv (H*Dv, Ev), wo (out, H*Dv) or None for no output projection; biases or None.
+    Head h owns rows [h*D, (h+1)*D) of wq/wk/wv. keep_mask: bool broadcastable to (B, H, Lq, Lk),
+    True = may attend (every query must keep at least one key). scale defaults to 1/sqrt(D).
+    Returns (B, Lq, out) in float64.
+    """
+    f64 = lambda t: None if t is None else t.detach().to(torch.float64)  # noqa: E731
+    x_q, x_k, x_v, wq, wk, wv, wo = map(f64, (x_q, x_k, x_v, wq, wk, wv, wo))
+    bq, bk, bv, bo = map(f64, (bq, bk, bv, bo))
+    B, Lq, Lk = x_q.shape[0], x_q.shape[1], x_k.shape[1]
+    D, Dv = wq.shape[0] // num_heads, wv.shape[0] // num_heads
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    keep = None if keep_mask is None else torch.broadcast_to(keep_mask.bool(), (B, num_heads, Lq, Lk))
+
+    def project(x, w, b, rows):
+        out = x @ w[rows].T
+        return out if b is None else out + b[rows]
+
+    heads = []
+    for h in range(num_heads):
+        q = project(x_q, wq, bq, slice(h * D, (h + 1) * D))  # (B, Lq, D)
+        k = project(x_k, wk, bk, slice(h * D, (h + 1) * D))  # (B, Lk, D)
+        v = project(x_v, wv, bv, slice(h * Dv, (h + 1) * Dv))  # (B, Lk, Dv)
+        out_h = torch.zeros(B, Lq, Dv, dtype=torch.float64)
+        for b in range(B):
+            for i in range(Lq):
+                scores = torch.stack([(q[b, i] * k[b, j]).sum() * scale for j in range(Lk)])
+                allowed = torch.ones(Lk, dtype=torch.bool) if keep is None else keep[b, h, i]
+                weights = torch.where(allowed, torch.exp(scores - scores[allowed].max()), 0.0)
+                weights = weights / weights.sum()
+                out_h[b, i] = (weights[:, None] * v[b]).sum(0)
+        heads.append(out_h)
+    out = torch.cat(heads, dim=-1)  # (B, Lq, H*Dv), head h in columns [h*Dv, (h+1)*Dv)
+    if wo is not None:
+        out = out @ wo.T + (0 if bo is None else bo)
+    return out
+
+
+def linear_params(linear, prefix: str) -> dict:
+    """{prefix + 'w': weight, prefix + 'b': bias or None} of an nn.Linear, for reference_mha(**...)."""
+    return {f"w{prefix}": linear.weight, f"b{prefix}": linear.bias}
+
+
+# --- attention core reference (B, H, L, D) and the drift tolerance rule ---------------------------
+# The tolerance rule (as in PyTorch's SDPA tests and flash-attn): run the *same* reference in the
+# low-precision dtype, measure how far it drifts from float64, and allow the implementation under
+# test twice that drift (plus a tiny floor) instead of a hand-picked atol.
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def reference_attention(q, k, v, keep=None, bias=None, scale=None, compute_dtype=torch.float64):
+    """softmax(q k^T * scale + bias, blocked -> -inf) v, written independently of multihead.
+
+    q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); keep bool / bias float broadcastable to
+    (B, H, Lq, Lk). Rows with no kept key give 0. Computed and returned in `compute_dtype`.
+    """
+    q, k, v = (t.to(compute_dtype) for t in (q, k, v))
+    H, Hkv = q.shape[1], k.shape[1]
+    head_of = torch.arange(H) // (H // Hkv)  # query head h reads kv head h // group
+    k, v = k[:, head_of], v[:, head_of]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if bias is not None:
+        scores = scores + bias.to(compute_dtype)
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # fully masked rows: NaN -> 0
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v)
+
+
+def drift_tolerance(reference_fn, inputs, dtype, floor=1e-6):
+    """2x the max drift of `reference_fn` run in `dtype` against float64 (values and input grads),
+    plus one rounding step of `dtype` at the result's magnitude.
+
+    reference_fn(*tensors, compute_dtype=...) -> Tensor.
+    Returns ((out64, grads64), (tol_out, [tol_grad per input])).
+    """
+    def run(compute_dtype):
+        leaves = [t.detach().to(dtype).to(compute_dtype).requires_grad_() for t in inputs]
+        out = reference_fn(*leaves, compute_dtype=compute_dtype)
+        grads = torch.autograd.grad(out, leaves, torch.ones_like(out), allow_unused=True)
+        grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves)]
+        return out.double(), [g.double() for g in grads]
+
+    out64, grads64 = run(torch.float64)
+    out_lp, grads_lp = run(dtype)
+    eps = torch.finfo(dtype).eps  # plus one rounding step of the result dtype at the result's size
+    tol = 2 * max_abs_diff(out_lp, out64) + eps * out64.abs().max().item() + floor
+    grad_tols = [2 * max_abs_diff(a, b) + eps * b.abs().max().item() + floor for a, b in zip(grads_lp, grads64)]
+    return (out64, grads64), (tol, grad_tols)
+
+
+def max_abs_diff(a, b) -> float:
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
