@@ -29,8 +29,12 @@ class Problem:
     def gqa(self) -> bool:
         return self.k.shape[1] != self.q.shape[1]
 
-    def dense_mask(self, dtype=torch.float32):
-        """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask."""
+    def dense_mask(self, dtype=None):
+        """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask.
+
+        bias is in `dtype`, by default the softmax dtype: the input dtype promoted to at least float32.
+        """
         if self.mask is None:
             return None, None
+        dtype = dtype or torch.promote_types(self.q.dtype, torch.float32)
         return self.mask.materialize(*self.dims, device=self.q.device, dtype=dtype)

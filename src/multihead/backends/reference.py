@@ -23,9 +23,10 @@ def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) over keys, float32, blocked entries exactly 0. (B, H, Lq, Lk)."""
+    """softmax(q k^T * scale + bias) over keys in (at least) float32, blocked entries exactly 0. (B, H, Lq, Lk)."""
     k = repeat_kv(k, q.shape[1])
-    scores = (q @ k.transpose(-2, -1)).float() * scale  # (B, H, Lq, Lk)
+    scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # at least float32
     if bias is not None:
         scores = scores + bias
     if keep is not None:
