@@ -169,3 +169,59 @@ def drift_tolerance(reference_fn, inputs, dtype, floor=1e-6):
 
 def max_abs_diff(a, b) -> float:
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+# --- two modules with the same weights: same outputs and same gradients ---------------------------
+
+def assert_same_forward_and_grads(ours, theirs, inputs, call, *, seed=None, atol=0.0, rtol=0.0):
+    """Run ``call(module, *leaves)`` on both modules with fresh copies of ``inputs``; assert equal.
+
+    Compares the outputs, the gradients of every floating input, and the gradients of every parameter
+    with the same name, for one random upstream gradient. ``seed`` reseeds torch before each forward
+    (so dropout draws the same masks). Default tolerance 0: the same operations in the same order.
+    """
+    def run(module):
+        leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor)
+                  else t for t in inputs]
+        module.zero_grad(set_to_none=True)
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = call(module, *leaves)
+        upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
+        out.backward(upstream)
+        input_grads = [t.grad for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+        param_grads = {n: p.grad for n, p in module.named_parameters()}
+        return out.detach(), input_grads, param_grads
+
+    out_a, in_a, par_a = run(ours)
+    out_b, in_b, par_b = run(theirs)
+    torch.testing.assert_close(out_a, out_b, atol=atol, rtol=rtol, msg=lambda m: f"outputs differ: {m}")
+    for i, (ga, gb) in enumerate(zip(in_a, in_b)):
+        torch.testing.assert_close(ga, gb, atol=atol, rtol=rtol, msg=lambda m: f"input {i} grad differs: {m}")
+    assert par_a.keys() == par_b.keys(), f"parameter names differ: {sorted(par_a)} vs {sorted(par_b)}"
+    for name in par_a:
+        torch.testing.assert_close(par_a[name], par_b[name], atol=atol, rtol=rtol,
+                                   msg=lambda m: f"grad of {name} differs: {m}")
+    return out_a
+
+
+# --- converted modules: same forward and backward as their source ---------------------------------
+
+def assert_same_forward_backward(run_source, run_converted, inputs, *, atol=1e-10, rtol=1e-10):
+    """run_source(*inputs) and run_converted(*inputs) agree in output and in every input's gradient.
+
+    inputs: tensors (float64 recommended); fresh leaf copies requiring grad are passed to each run.
+    The gradient is taken of (output * fixed random weights).sum(), so every output element counts.
+    """
+    def run(fn):
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        out = fn(*leaves)
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=out.dtype)
+        grads = torch.autograd.grad((out * weights).sum(), leaves)
+        return out.detach(), grads
+
+    out_source, grads_source = run(run_source)
+    out_converted, grads_converted = run(run_converted)
+    torch.testing.assert_close(out_converted, out_source, atol=atol, rtol=rtol)
+    for index, (got, expected) in enumerate(zip(grads_converted, grads_source)):
+        torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, msg=lambda m: f"input {index} grad: {m}")
