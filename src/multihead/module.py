@@ -95,7 +95,7 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        unbatched = query.dim() == 2
+        unbatched = isinstance(query, torch.Tensor) and query.dim() == 2
         query, key, value = self._batch_first_view(query, key, value, unbatched)
         B, Lq, _ = query.shape
         Lk = key.shape[1]
