@@ -1,0 +1,113 @@
+"""How to call the learner's forward: its inputs, layout and mask argument, read from its signature.
+
+``CallSpec`` records what was found; ``invoke`` calls the module with batch-first tensors and a
+canonical keep pattern, converting both to the module's own conventions, and returns its output
+batch first. Anything the learner's code raises is wrapped in ``LearnerError``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+_LENGTH_WORDS = ("valid_len", "lens", "length", "seq_len")
+
+
+class LearnerError(Exception):
+    """The learner's forward raised; ``error`` is the original exception, ``where`` its source line."""
+
+    def __init__(self, error: BaseException, where: str):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+        self.where = where
+
+
+@dataclass
+class CallSpec:
+    """What the learner's forward takes and how (found from its signature, then by behaviour)."""
+
+    args: list[str]  # the tensor parameters, in order
+    inputs: str  # "x" (self-attention), "qkv", or "q_kv" (query, and keys = values)
+    mask_param: str | None = None
+    mask_kind: str | None = None  # "mask" or "lengths" (from the parameter's name)
+    required_none: list[str] = field(default_factory=list)  # required extras we pass as None
+    layout: str = "batch"  # or "seq"
+    causal: bool = False
+    causal_buffer: str | None = None
+    encoding: object = None  # masks.Encoding once detected
+    cross_lengths: bool = True  # accepts Lq != Lk
+
+
+def read_signature(forward) -> CallSpec:
+    """Classify the forward's parameters: tensors, the mask or lengths argument, other extras."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].name == "self":
+        params = params[1:]
+    tensors, mask_param, mask_kind, extras = [], None, None, []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        low = p.name.lower()
+        if mask_param is None and ("mask" in low or any(w in low for w in _LENGTH_WORDS)):
+            mask_param, mask_kind = p.name, "mask" if "mask" in low else "lengths"
+        elif p.default is p.empty and p.kind != p.KEYWORD_ONLY and len(tensors) < 3:
+            tensors.append(p.name)
+        elif p.default is p.empty:
+            extras.append(p.name)
+        elif len(tensors) < 3 and p.kind != p.KEYWORD_ONLY and low in ("key", "value", "k", "v", "keys",
+                                                                        "values", "context", "kv"):
+            tensors.append(p.name)  # forward(query, key=None, value=None): we pass them all
+    if not tensors and any(p.kind == p.VAR_POSITIONAL for p in params):
+        tensors = ["*args"]
+    inputs = {1: "x", 2: "q_kv"}.get(len(tensors), "qkv")
+    return CallSpec(args=tensors, inputs=inputs, mask_param=mask_param, mask_kind=mask_kind,
+                    required_none=extras)
+
+
+def learner_frame(error: BaseException, source_file: str | None) -> str:
+    """``file.py:23: scores = q @ k`` for the deepest frame of the learner's file (or outside torch)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if source_file and f.filename == source_file]
+    if not own:
+        own = [f for f in frames if "torch" not in f.filename and "multihead/check" not in f.filename]
+    if not own:
+        return ""
+    frame = own[-1]
+    return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}: {(frame.line or '').strip()}"
+
+
+def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """Batch-first (B, L, E) -> the module's layout; also the way back (a transpose is its own inverse)."""
+    return t.transpose(0, 1) if layout == "seq" else t
+
+
+def first_tensor(output):
+    """The output tensor (many modules return ``(output, attention_weights)``)."""
+    while isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"forward returned {type(output).__name__}, expected a tensor")
+    return output
+
+
+def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None, source_file=None):
+    """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output batch first."""
+    xk = xq if xk is None else xk
+    xv = xk if xv is None else xv
+    tensors = {"x": [xq], "q_kv": [xq, xk], "qkv": [xq, xk, xv]}[spec.inputs]
+    args = [to_layout(t, spec.layout) for t in tensors]
+    kwargs = {name: None for name in spec.required_none}
+    if spec.mask_param is not None:
+        kwargs[spec.mask_param] = None if keep is None else spec.encoding.encode(keep, xq.dtype)
+    try:
+        out = first_tensor(module(*args, **kwargs))
+    except Exception as error:
+        raise LearnerError(error, learner_frame(error, source_file)) from error
+    return to_layout(out, spec.layout)

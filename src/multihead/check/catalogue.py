@@ -1,0 +1,127 @@
+"""The bug catalogue: multi-head attention written out plainly, and the known ways learners get it wrong.
+
+``reference_variant(xq, xk, xv, weights, keep, num_heads, causal=..., mistake=...)`` is multi-head
+attention in plain torch, step by step. With ``mistake=None`` it is correct; every other value of
+``mistake`` is one *form* of one known bug, and changes exactly one step. The checker runs every form
+on the learner's inputs and weights and names the bug whose outputs the learner's module reproduces.
+
+Shapes: xq (B, Lq, Eq), xk (B, Lk, Ek), xv (B, Lk, Ev), batch first; keep: bool broadcastable to
+(B, 1, Lq, Lk), True = may attend, or None; output (B, Lq, O).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from multihead.check.roles import Weights
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One catalogue entry: its id, the ``multihead explain`` topic that teaches it, and its forms."""
+
+    id: str
+    topic: str
+    forms: tuple[str, ...]  # values of ``mistake`` that reproduce it; () = found by inspection only
+
+
+BUGS: tuple[Bug, ...] = (
+    Bug("reshape-without-transpose", "reshape-transpose", ("split-by-reshape",)),
+    Bug("merge-without-transpose", "reshape-transpose", ("merge-by-reshape",)),
+    Bug("softmax-wrong-axis", "softmax-axis", ("softmax-over-queries", "softmax-over-heads")),
+    Bug("missing-scale", "scale", ("no-scale",)),
+    Bug("scale-by-embed-dim", "scale", ("scale-by-embed",)),
+    Bug("scale-after-softmax", "scale", ("scale-after-softmax",)),
+    Bug("mask-after-softmax", "masked-fill", ("mask-weights-with-zero", "mask-weights-with-fill")),
+    Bug("no-output-projection", "output-projection", ("skip-output-projection",)),
+    Bug("causal-off-by-one", "causal-mask", ("causal-blocks-diagonal", "causal-sees-next-token")),
+    Bug("keys-used-as-values", "query-key-value", ("weights-times-keys",)),
+    Bug("scores-without-key-transpose", "key-transpose", ("scores-q-times-k",)),
+    Bug("view-on-non-contiguous", "view-contiguous", ("merge-by-view",)),
+    Bug("forward-misspelled", "forward-method", ()),
+)
+BUG_BY_ID = {bug.id: bug for bug in BUGS}
+BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
+# Forms that only differ from the correct maths when some key is masked (by a mask or causally).
+NEEDS_MASK = {"mask-weights-with-zero", "mask-weights-with-fill"}
+NEEDS_CAUSAL = {"causal-blocks-diagonal", "causal-sees-next-token"}
+
+BLOCKED_FILL = -1e9  # the finite fill learners use; the correct maths uses -inf
+
+
+def _project(x: torch.Tensor, proj) -> torch.Tensor:
+    """x (B, L, E_in) -> (B, L, E_out) with ``proj = (weight, bias or None)``."""
+    weight, bias = proj
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def _split(t: torch.Tensor, num_heads: int, mistake: str | None) -> torch.Tensor:
+    """(B, L, H*D) -> (B, H, L, D)."""
+    B, L, HD = t.shape
+    if mistake == "split-by-reshape":
+        return t.reshape(B, num_heads, L, HD // num_heads)  # (B, H, L, D) in the wrong memory order
+    return t.reshape(B, L, num_heads, HD // num_heads).transpose(1, 2)  # (B, H, L, D)
+
+
+def _merge(out: torch.Tensor, mistake: str | None) -> torch.Tensor:
+    """(B, H, Lq, D) -> (B, Lq, H*D)."""
+    B, H, Lq, D = out.shape
+    if mistake == "merge-by-reshape":
+        return out.reshape(B, Lq, H * D)  # heads and positions mixed up
+    if mistake == "merge-by-view":
+        return out.transpose(1, 2).view(B, Lq, H * D)  # raises: view on a non-contiguous tensor
+    return out.transpose(1, 2).reshape(B, Lq, H * D)  # (B, Lq, H*D)
+
+
+def _causal_keep(Lq: int, Lk: int, mistake: str | None, device) -> torch.Tensor:
+    """(Lq, Lk) bool, True = may attend; query i sees keys j <= i (top-left aligned)."""
+    offset = {"causal-blocks-diagonal": -1, "causal-sees-next-token": 1}.get(mistake, 0)
+    return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril(offset)
+
+
+def reference_variant(xq, xk, xv, weights: Weights, keep, num_heads: int, *, causal: bool = False,
+                      mistake: str | None = None, fill: float = -math.inf) -> torch.Tensor:
+    """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become."""
+    q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
+    k = _split(_project(xk, weights.k), num_heads, mistake)  # (B, H, Lk, D)
+    v = _split(_project(xv, weights.v), num_heads, mistake)  # (B, H, Lk, D)
+    D, Lq, Lk = q.shape[-1], q.shape[-2], k.shape[-2]
+
+    scores = q @ k if mistake == "scores-q-times-k" else q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    if mistake not in ("no-scale", "scale-after-softmax"):
+        scores = scores / math.sqrt(num_heads * D if mistake == "scale-by-embed" else D)
+
+    if causal:
+        causal_keep = _causal_keep(Lq, Lk, mistake, scores.device)
+        keep = causal_keep if keep is None else keep & causal_keep
+    if keep is not None and mistake not in NEEDS_MASK:
+        scores = scores.masked_fill(~keep, fill)
+
+    axis = {"softmax-over-queries": -2, "softmax-over-heads": 1}.get(mistake, -1)
+    attn = torch.softmax(scores, dim=axis)  # (B, H, Lq, Lk)
+    if mistake == "scale-after-softmax":
+        attn = attn / math.sqrt(D)
+    if keep is not None and mistake in NEEDS_MASK:
+        attn = attn.masked_fill(~keep, 0.0 if mistake == "mask-weights-with-zero" else fill)
+
+    out = attn @ (k if mistake == "weights-times-keys" else v)  # (B, H, Lq, D)
+    out = _merge(out, mistake)  # (B, Lq, H*D)
+    if weights.o is None or mistake == "skip-output-projection":
+        return out
+    return _project(out, weights.o)  # (B, Lq, O)
+
+
+def forms_to_try(has_mask: bool, causal: bool) -> list[str]:
+    """Every form whose outputs can differ from the correct maths in this setting."""
+    forms = []
+    for bug in BUGS:
+        for form in bug.forms:
+            if form in NEEDS_MASK and not (has_mask or causal):
+                continue
+            if form in NEEDS_CAUSAL and not causal:
+                continue
+            forms.append(form)
+    return forms

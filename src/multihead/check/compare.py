@@ -1,0 +1,87 @@
+"""Compare the learner's module with ``multihead.MultiHeadAttention`` carrying the same weights.
+
+The reference module is called through ``torch.func.functional_call`` with the learner's own parameter
+tensors (sliced and stacked by the role assignment), so one backward pass gives gradients on the
+learner's parameters from both sides: forward outputs, input gradients and parameter gradients are
+compared case by case.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.func import functional_call
+
+from multihead.check.calling import CallSpec, invoke
+from multihead.check.roles import RoleAssignment, Weights
+from multihead.masks import Mask
+from multihead.module import MultiHeadAttention
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max |got - want| / max |want|; NaN where both are NaN counts as equal, elsewhere as infinite."""
+    if got.shape != want.shape:
+        return float("inf")
+    got, want = got.detach().double(), want.detach().double()
+    nan_got, nan_want = torch.isnan(got), torch.isnan(want)
+    if not torch.equal(nan_got, nan_want):
+        return float("inf")
+    got, want = got.masked_fill(nan_got, 0.0), want.masked_fill(nan_want, 0.0)
+    scale = float(want.abs().max()) if want.numel() else 0.0
+    return float((got - want).abs().max()) / max(scale, 1e-6) if got.numel() else 0.0
+
+
+def reference_parameters(weights: Weights) -> tuple[MultiHeadAttention, dict]:
+    """A MultiHeadAttention shaped like ``weights`` and the parameter dict to call it with."""
+    wq, bq = weights.q
+    inner = wq.shape[0]
+    wo, bo = weights.o if weights.o is not None else (torch.eye(inner, dtype=wq.dtype), None)
+    biases = {"q": bq is not None, "k": weights.k[1] is not None, "v": weights.v[1] is not None,
+              "out": bo is not None}
+    reference = MultiHeadAttention(wq.shape[1], weights.num_heads, kdim=weights.k[0].shape[1],
+                                   vdim=weights.v[0].shape[1], head_dim=weights.head_dim,
+                                   out_dim=wo.shape[0], bias=biases, dtype=wq.dtype)
+    params = {}
+    for name, (w, b) in (("q_proj", weights.q), ("k_proj", weights.k), ("v_proj", weights.v),
+                         ("out_proj", (wo, bo))):
+        params[f"{name}.weight"] = w
+        if b is not None:
+            params[f"{name}.bias"] = b
+    return reference.eval(), params
+
+
+def reference_output(weights: Weights, spec: CallSpec, xq, xk, xv, keep) -> torch.Tensor:
+    """multihead's output for batch-first inputs and a keep pattern (B, Lq, Lk) or None."""
+    reference, params = reference_parameters(weights)
+    mask = None if keep is None else Mask.keep(keep[:, None])  # (B, 1, Lq, Lk)
+    if spec.inputs == "x":
+        args = (xq,)
+    else:
+        args = (xq, xk, xv if spec.inputs == "qkv" else xk)
+    return functional_call(reference, params, args, {"mask": mask, "causal": spec.causal})
+
+
+def compare_with_reference(module, spec: CallSpec, roles: RoleAssignment, cases, source_file=None):
+    """(max forward error, max gradient error) over the cases, both relative."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    forward_error = grad_error = 0.0
+    for index, (xq, xk, xv, keep) in enumerate(cases):
+        inputs = [t.detach().clone().requires_grad_(True) for t in (xq, xk, xv)]
+        if spec.inputs == "x":
+            inputs = inputs[:1]
+        elif spec.inputs == "q_kv":
+            inputs = inputs[:2]
+        full = inputs + [None] * (3 - len(inputs))
+        got = invoke(module, spec, *full, keep=keep, source_file=source_file)
+        want = reference_output(roles.weights(module), spec, *full, keep=keep)
+        forward_error = max(forward_error, relative_error(got, want))
+        cotangent = torch.randn(want.shape, dtype=want.dtype,
+                                generator=torch.Generator().manual_seed(index))
+        wrt = inputs + params
+        got_grads = torch.autograd.grad(got, wrt, cotangent, allow_unused=True)
+        want_grads = torch.autograd.grad(want, wrt, cotangent, allow_unused=True)
+        for g, w, t in zip(got_grads, want_grads, wrt):
+            g = torch.zeros_like(t) if g is None else g
+            w = torch.zeros_like(t) if w is None else w
+            if w.abs().max() > 0 or g.abs().max() > 0:
+                grad_error = max(grad_error, relative_error(g, w))
+    return forward_error, grad_error

@@ -1,0 +1,98 @@
+"""Name the bug: match the learner's outputs (or exception) against the catalogue's variants.
+
+Every candidate role assignment is tried with every form of every known bug, each with the two
+fills learners use for blocked scores (-inf and a finite -1e9); the closest variant wins when it
+reproduces the learner's outputs within tolerance. An exception is matched by its kind and message
+(numbers removed) against the exceptions the variants raise on inputs of the same shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from multihead.check.catalogue import BLOCKED_FILL, BUG_OF_FORM, forms_to_try, reference_variant
+from multihead.check.compare import relative_error
+from multihead.check.roles import RoleAssignment, Weights
+
+
+@dataclass
+class Match:
+    """The closest variant: its form (None = the correct maths), roles, fill and error."""
+
+    form: str | None
+    roles: RoleAssignment | None
+    fill: float
+    error: float
+
+    @property
+    def bug_id(self) -> str | None:
+        return None if self.form is None else BUG_OF_FORM[self.form].id
+
+
+def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill) -> list[torch.Tensor]:
+    """The variant's output on every case (batch-first inputs, keep pattern (B, Lq, Lk) or None)."""
+    weights = roles.weights(module)
+    outputs = []
+    for xq, xk, xv, keep in cases:
+        xk = xq if spec.inputs == "x" else xk
+        xv = xk if spec.inputs != "qkv" else xv
+        keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)
+        outputs.append(reference_variant(xq, xk, xv, weights, keep4, roles.num_heads,
+                                         causal=spec.causal, mistake=form, fill=fill))
+    return outputs
+
+
+def _error(module, spec, roles, cases, wanted, form, fill) -> float:
+    try:
+        with torch.no_grad():
+            got = variant_outputs(module, spec, roles, cases, form, fill)
+    except RuntimeError:  # e.g. q @ k needs Lk == D: this form cannot produce these outputs
+        return math.inf
+    return max(relative_error(g, w) for g, w in zip(got, wanted))
+
+
+def closest(module, spec, assignments, cases, wanted, forms) -> Match:
+    """The (form, roles, fill) whose outputs are closest to ``wanted`` (the learner's outputs)."""
+    best = Match(None, None, -math.inf, math.inf)
+    fills = (-math.inf, BLOCKED_FILL) if (spec.causal or any(c[3] is not None for c in cases)) \
+        else (-math.inf,)
+    for form in forms:
+        for roles in assignments:
+            for fill in fills:
+                error = _error(module, spec, roles, cases, wanted, form, fill)
+                if error < best.error:
+                    best = Match(form, roles, fill, error)
+    return best
+
+
+def exception_signature(error: BaseException) -> str:
+    """The exception's kind and message with numbers and brackets removed (shapes differ, words don't)."""
+    words = re.sub(r"[\d\[\]\(\),:]+", " ", str(error).split("\n")[0])
+    return type(error).__name__ + ": " + " ".join(words.split())[:60]
+
+
+def random_weights(e_in: int, inner: int, num_heads: int, dtype) -> Weights:
+    """Weights of the right shapes for replaying exceptions (their values do not matter)."""
+    gen = torch.Generator().manual_seed(0)
+    make = lambda rows, cols: (torch.randn(rows, cols, generator=gen, dtype=dtype), None)  # noqa: E731
+    return Weights(make(inner, e_in), make(inner, e_in), make(inner, e_in), make(inner, inner), num_heads)
+
+
+def match_exception(error: BaseException, weights: Weights, spec, case) -> str | None:
+    """The catalogue form that raises the same kind of exception on the same shapes, or None."""
+    wanted = exception_signature(error)
+    xq, xk, xv, keep = case
+    xk = xq if spec.inputs == "x" else xk
+    xv = xk if spec.inputs != "qkv" else xv
+    for form in forms_to_try(keep is not None, spec.causal):
+        try:
+            reference_variant(xq, xk, xv, weights, None if keep is None else keep[:, None],
+                              weights.num_heads, causal=spec.causal, mistake=form)
+        except Exception as raised:
+            if exception_signature(raised) == wanted:
+                return form
+    return None

@@ -1,0 +1,144 @@
+"""Load the learner's class from its own file and build it, without touching the file.
+
+The file is imported with ``importlib`` under a private module name, with ``sys.dont_write_bytecode``
+set so that no ``__pycache__`` appears next to it. The class is built with the learner's ``--init``
+keyword arguments, or else from its constructor's parameter names (``d_model``, ``hidden_size``,
+``num_hiddens``, ``heads``, ``dim_in``, ``context_length``...), which covers the common signatures.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import inspect
+import json
+import sys
+from pathlib import Path
+
+from torch import nn
+
+EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
+
+# constructor parameter name -> the value to pass when the learner gives no --init
+_EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd",
+                "emb_dim", "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_in",
+                "dim_out", "d_in", "d_out", "query_size", "key_size", "value_size", "in_dim", "d",
+                "width", "features", "n_embed", "embedding_size", "input_dim", "kdim", "vdim")
+_HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
+               "num_attention_heads", "n_heads_q", "nheads")
+_LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
+                 "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
+_DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")
+DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in _HEAD_NAMES},
+            **{n: LENGTH for n in _LENGTH_NAMES}}
+
+
+class LoadError(Exception):
+    """The learner's file, class or constructor could not be used (the checker exits with 2)."""
+
+
+def split_target(target: str) -> tuple[Path, str]:
+    """``"path/to/file.py:ClassName"`` -> (path, class name)."""
+    path, sep, name = target.rpartition(":")
+    if not sep or not path or not name:
+        raise LoadError(f"expected FILE.py:ClassName, got {target!r}")
+    return Path(path), name
+
+
+def import_file(path: Path):
+    """Import a Python file as a fresh module, writing no bytecode next to it."""
+    if not path.is_file():
+        raise LoadError(f"no such file: {path}")
+    module_name = f"_multihead_check_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the learner's file itself fails: report it, never a traceback
+        sys.modules.pop(module_name, None)
+        raise LoadError(f"importing {path} failed: {type(error).__name__}: {error}") from error
+    finally:
+        sys.dont_write_bytecode = saved
+    return module
+
+
+def load_class(target: str) -> type:
+    """The nn.Module subclass named by ``"file.py:ClassName"``."""
+    path, name = split_target(target)
+    module = import_file(path)
+    cls = getattr(module, name, None)
+    if cls is None:
+        classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                   and v.__module__ == module.__name__]
+        hint = difflib.get_close_matches(name, classes, n=1)
+        raise LoadError(f"class {name!r} not found in {path}; it defines: {', '.join(classes) or 'none'}"
+                        + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise LoadError(f"{name!r} in {path} is not an nn.Module subclass")
+    return cls
+
+
+def parse_init(text: str | None) -> dict:
+    """The --init JSON object of keyword arguments."""
+    if text is None:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise LoadError(f"--init is not valid JSON ({error.msg}); expected e.g. "
+                        "'{\"d_model\": 16, \"num_heads\": 4}', got " + repr(text)) from error
+    if not isinstance(kwargs, dict):
+        raise LoadError(f"--init must be a JSON object of keyword arguments, got {text!r}")
+    return kwargs
+
+
+def guess_init(cls: type, given: dict) -> dict:
+    """Keyword arguments for ``cls``: the given ones, then defaults by parameter name, dropout 0."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return dict(given)
+    kwargs = dict(given)
+    missing = []
+    for name, param in list(params.items())[1:]:
+        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if any(hint in name.lower() for hint in _DROPOUT_HINTS) and "num" not in name.lower():
+            kwargs[name] = 0.0  # dropout off, whatever the default
+        elif param.default is not param.empty:
+            continue
+        elif name in DEFAULTS:
+            kwargs[name] = DEFAULTS[name]
+        else:
+            missing.append(name)
+    if missing:
+        raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
+                        "pass them with --init, e.g. --init '{" + ", ".join(f'"{m}": ...' for m in missing)
+                        + "}'")
+    return kwargs
+
+
+def build(cls: type, init: dict | None = None) -> tuple[nn.Module, dict]:
+    """An instance of ``cls`` and the keyword arguments it was built with."""
+    kwargs = guess_init(cls, init or {})
+    try:
+        return cls(**kwargs), kwargs
+    except Exception as error:
+        raise LoadError(f"{cls.__name__}(**{kwargs}) failed: {type(error).__name__}: {error}") from error
+
+
+def misspelled_forward(cls: type) -> str | None:
+    """The method meant as ``forward`` when the class has none of its own (``farward``...), or None."""
+    if getattr(cls, "forward", None) is not nn.Module.forward:
+        return None
+    names = [n for klass in cls.__mro__ if klass not in (nn.Module, object)
+             for n, v in vars(klass).items() if callable(v) and not n.startswith("__")]
+    close = difflib.get_close_matches("forward", [n.lower() for n in names], n=1, cutoff=0.6)
+    if not close:
+        return None
+    return next(n for n in names if n.lower() == close[0])

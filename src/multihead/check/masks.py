@@ -1,0 +1,117 @@
+"""The learner's mask convention, found by behaviour.
+
+Every convention is an ``Encoding``: it turns a canonical keep pattern (B, Lq, Lk), True = may attend,
+into the tensor the learner's forward expects (keep or block, bool or 0/1, additive, labml's
+(Lq, Lk, B), d2l's valid_lens...). ``detect_encoding`` tries each one: the right one makes blocked keys
+inert (changing them changes no output), which holds even when the module has a bug elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from multihead.check.calling import CallSpec, LearnerError, invoke
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One mask convention: ``encode(keep (B, Lq, Lk), dtype) -> tensor`` and the patterns it can carry."""
+
+    kind: str  # key into text.MASK_TEXT: keep, block, block01, additive, lengths
+    shape: str  # shape as the learner passes it, e.g. "(B, 1, Lq, Lk)"
+    family: str  # "full", "shared" (same for every batch row), "key" (same for every query), "lengths"
+    encode: Callable
+
+
+def _additive(keep, dtype):
+    return torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, float("-inf"))
+
+
+def _encodings() -> list[Encoding]:
+    """Every convention, most specific shape first."""
+    kinds = {
+        "keep": lambda m, dt: m,
+        "keep01": lambda m, dt: m.to(dt),
+        "block01": lambda m, dt: (~m).to(dt),
+        "block": lambda m, dt: ~m,
+        "additive": _additive,
+    }
+    shapes = [
+        ("(B, 1, Lq, Lk)", "full", lambda m: m[:, None]),
+        ("(B, Lq, Lk)", "full", lambda m: m),
+        ("(Lq, Lk)", "shared", lambda m: m[0]),
+        ("(B, 1, 1, Lk)", "key", lambda m: m[:, :1, None]),
+        ("(B, Lk)", "key", lambda m: m[:, 0]),
+    ]
+    found = []
+    for shape, family, cut in shapes:
+        for kind, convert in kinds.items():
+            found.append(Encoding(kind.replace("keep01", "keep"), shape, family,
+                                  lambda m, dt, cut=cut, convert=convert: convert(cut(m), dt)))
+    found.append(Encoding("keep", "(Lq, Lk, B)", "full", lambda m, dt: m.permute(1, 2, 0)))
+    return found
+
+
+ENCODINGS = _encodings()
+LENGTHS = [
+    Encoding("lengths", "(B,)", "lengths", lambda m, dt: m[:, 0].sum(-1)),
+    Encoding("lengths", "(B, Lq)", "lengths", lambda m, dt: m.sum(-1)),
+]
+
+
+def random_pattern(family: str, B: int, Lq: int, Lk: int, gen: torch.Generator) -> torch.Tensor:
+    """A random keep pattern (B, Lq, Lk) this family can carry; every query keeps at least one key."""
+    if family == "lengths":
+        lens = torch.randint(1, Lk + 1, (B, 1), generator=gen)
+        return (torch.arange(Lk) < lens[..., None]).expand(B, Lq, Lk).clone()
+    rows = {"full": (B, Lq), "shared": (1, Lq), "key": (B, 1)}[family]
+    keep = torch.rand(*rows, Lk, generator=gen) < 0.6
+    keep[torch.arange(rows[0])[:, None], torch.arange(rows[1]), torch.randint(Lk, rows, generator=gen)] = True
+    return keep.expand(B, Lq, Lk).clone()
+
+
+def probe_pattern(family: str, B: int, Lq: int, Lk: int) -> torch.Tensor:
+    """Key padding (B, Lq, Lk): batch row b keeps keys j < len_b; the same len for "shared"."""
+    lens = torch.tensor([Lk - 2, 2, Lk - 1, 1] * B)[:B]
+    if family == "shared":
+        lens = lens[:1].expand(B)
+    return (torch.arange(Lk) < lens[:, None, None]).expand(B, Lq, Lk).clone()
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
+    return bool(torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True))
+
+
+def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> bool:
+    """With this encoding, does changing the blocked keys (and values) leave the outputs alone?"""
+    xq, xk, xv = inputs
+    B, Lq, Lk = xq.shape[0], xq.shape[1], xk.shape[1]
+    keep = probe_pattern(encoding.family, B, Lq, Lk)
+    blocked = ~keep[:, 0, :, None]  # (B, Lk, 1)
+    trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+    try:
+        before = invoke(module, trial, xq, xk, xv, keep)
+        if spec.inputs == "x":
+            changed = xq + 3.0 * blocked
+            after = invoke(module, trial, changed, keep=keep)
+            rows = keep[:, 0, :Lq]  # (B, Lq): compare the positions that are kept keys themselves
+            before, after = before[rows], after[rows]
+        else:
+            after = invoke(module, trial, xq, xk + 3.0 * blocked, xv + 3.0 * blocked, keep)
+    except LearnerError:
+        return False
+    if not torch.isfinite(before).all():
+        return False
+    return _same(before, after, tol)
+
+
+def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
+    """The first convention under which blocked keys are inert, trying the parameter name's kind first."""
+    order = LENGTHS + ENCODINGS if spec.mask_kind == "lengths" else ENCODINGS + LENGTHS
+    for encoding in order:
+        if blocked_keys_are_inert(module, spec, encoding, inputs, tol):
+            return encoding
+    return None

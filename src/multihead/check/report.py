@@ -1,0 +1,99 @@
+"""The checker's answer: a ``CheckReport``, readable as text in English or Chinese.
+
+verdict "pass" (exit code 0), "fail" (1: a named bug, an exception, or an unknown difference with its
+measured error) or "error" (2: the file, class or constructor could not be used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from multihead.check.catalogue import BUG_BY_ID
+from multihead.check.text import say
+
+EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
+
+
+@dataclass
+class CheckReport:
+    """What ``multihead check`` found. ``str(report)`` is the plain-text report."""
+
+    target: str
+    lang: str = "en"
+    verdict: str = "error"  # "pass", "fail" or "error"
+    reason: str = ""  # why the check could not run (verdict "error")
+    bug: str | None = None  # catalogue id
+    bug_values: dict = field(default_factory=dict)  # fills the bug text (e.g. the misspelled name)
+    error: float | None = None  # max relative forward error against the reference
+    grad_error: float | None = None  # max relative gradient error (when the outputs matched)
+    exception: str | None = None  # what the learner's code raised, and where
+    conventions: list[tuple[str, dict]] = field(default_factory=list)  # (text key, values)
+    roles: dict[str, str] = field(default_factory=dict)  # role -> where it lives
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def topic(self) -> str | None:
+        """The ``multihead explain`` topic that teaches the bug."""
+        return BUG_BY_ID[self.bug].topic if self.bug else None
+
+    def explanation(self) -> str | None:
+        """The bug's one-line explanation in the report's language."""
+        return say(self.bug, self.lang, **self.bug_values) if self.bug else None
+
+    def headline(self) -> str:
+        """One line: PASS / FAIL / ERROR and why."""
+        lang, target = self.lang, self.target
+        if self.verdict == "error":
+            return say("error", lang, target=target, reason=self.reason)
+        if self.verdict == "pass":
+            return say("pass", lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
+        if self.bug:
+            return say("fail-bug", lang, target=target, bug=self.bug)
+        if self.exception:
+            return say("fail-raises", lang, target=target, exception=self.exception)
+        if self.grad_error is not None and (self.error or 0.0) <= self.grad_error:
+            return say("fail-grad", lang, target=target, error=self.grad_error)
+        return say("fail-unknown", lang, target=target, error=self.error or float("nan"))
+
+    def convention_lines(self) -> list[str]:
+        return [say(key, self.lang, **values) for key, values in self.conventions]
+
+    def role_lines(self) -> list[str]:
+        return [f"{say(role, self.lang)}: {where if where != '(none)' else say('no-out', self.lang)}"
+                for role, where in self.roles.items()]
+
+    def detail_lines(self) -> list[str]:
+        """The explanation, the explain topic, the exception and notes, as lines."""
+        lines = []
+        if self.bug:
+            lines.append(self.explanation())
+            lines.append(say("explain", self.lang, topic=self.topic))
+        if self.exception and self.bug:
+            lines.append(self.exception)
+        return lines + list(self.notes)
+
+    def to_dict(self) -> dict:
+        """Plain data (for JSON or notebooks)."""
+        return {"target": self.target, "verdict": self.verdict, "exit_code": self.exit_code,
+                "bug": self.bug, "topic": self.topic, "explanation": self.explanation(),
+                "error": self.error, "grad_error": self.grad_error, "exception": self.exception,
+                "reason": self.reason or None, "conventions": self.convention_lines(),
+                "roles": dict(self.roles), "notes": list(self.notes)}
+
+    def __str__(self) -> str:
+        lines = [self.headline()]
+        if self.verdict != "error":
+            lines += [f"  {line}" for line in self.detail_lines()]
+            if self.conventions:
+                lines += [say("conventions", self.lang) + ":"] + [f"  - {c}" for c in self.convention_lines()]
+            if self.roles:
+                lines += [say("roles", self.lang) + ":"] + [f"  - {r}" for r in self.role_lines()]
+        return "\n".join(lines)

@@ -1,0 +1,248 @@
+"""Which of the learner's Linear layers projects queries, keys, values and the output.
+
+Names are not trusted (``to_q``, ``lin_a``, ``fq`` all occur). Forward hooks record what each Linear
+sees during one call: the query, key or value input (recognised by its element sum, which survives
+transposes and reshapes), an intermediate tensor, or nothing. That narrows the roles down to a few
+candidate assignments (the order of three same-shaped layers, how a fused ``Linear(E, 3E)`` is cut,
+how many heads); ``candidate_roles`` lists them all and the checker keeps the one whose outputs agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+ROLES = ("q", "k", "v")
+Piece = tuple[str, object]  # (Linear's qualified name, rows: None = all, a slice, or an index tensor)
+
+
+@dataclass
+class Weights:
+    """Projection weights in the reference layout: q/k/v (H*D, E_in) with bias or None; o or None."""
+
+    q: tuple
+    k: tuple
+    v: tuple
+    o: tuple | None
+    num_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.q[0].shape[0] // self.num_heads
+
+
+@dataclass
+class RoleAssignment:
+    """Where each role's rows live in the learner's module, for one head count."""
+
+    pieces: dict[str, list[Piece]]  # "q"/"k"/"v" -> pieces stacked along output rows; "o" -> 0 or 1
+    num_heads: int
+    style: str  # "separate", "fused", "fused-per-head", "per-head", "fused-kv"
+    notes: list[str] = field(default_factory=list)
+
+    def weights(self, module: nn.Module) -> Weights:
+        """The current parameters (differentiable views of the learner's own tensors)."""
+        layers = dict(module.named_modules())
+        qkv = [_stack([_rows(layers[name], rows) for name, rows in self.pieces[r]]) for r in ROLES]
+        out = self.pieces.get("o") or []
+        o = _rows(layers[out[0][0]], out[0][1]) if out else None
+        return Weights(*qkv, o=o, num_heads=self.num_heads)
+
+    def describe(self) -> dict[str, str]:
+        """Role -> where it lives, e.g. {"q": "c_attn rows 0:16", "o": "(none)"}."""
+        described = {}
+        for role in (*ROLES, "o"):
+            pieces = self.pieces.get(role) or []
+            names = sorted({name for name, _ in pieces})
+            if not pieces:
+                described[role] = "(none)"
+            elif len(pieces) > 1:
+                described[role] = f"{len(pieces)} per-head Linears: " + ", ".join(names)
+            else:
+                described[role] = names[0] + _rows_text(pieces[0][1])
+        return described
+
+
+def _rows_text(rows) -> str:
+    if rows is None:
+        return ""
+    if isinstance(rows, slice):
+        return f" rows {rows.start}:{rows.stop}"
+    return " rows " + ",".join(str(int(i)) for i in rows[:3]) + ",..."
+
+
+def _row_count(layer: nn.Linear, rows) -> int:
+    if rows is None:
+        return layer.out_features
+    if isinstance(rows, slice):
+        return len(range(layer.out_features)[rows])
+    return len(rows)
+
+
+def _rows(layer: nn.Linear, rows) -> tuple:
+    """(weight[rows], bias[rows] or None) of one Linear."""
+    if rows is None:
+        return layer.weight, layer.bias
+    return layer.weight[rows], None if layer.bias is None else layer.bias[rows]
+
+
+def _stack(parts: list[tuple]) -> tuple:
+    """Stack (weight, bias) pieces along the output rows; a missing bias counts as zeros."""
+    weight = torch.cat([w for w, _ in parts]) if len(parts) > 1 else parts[0][0]
+    if all(b is None for _, b in parts):
+        return weight, None
+    biases = [b if b is not None else w.new_zeros(w.shape[0]) for w, b in parts]
+    return weight, torch.cat(biases)
+
+
+def linear_layers(module: nn.Module) -> dict[str, nn.Linear]:
+    """Qualified name -> Linear (materialised LazyLinear included), in registration order."""
+    return {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)
+            and not isinstance(m, nn.modules.lazy.LazyModuleMixin)}
+
+
+class LinearInputs:
+    """Context manager recording, per Linear, which tagged tensor it was called on ("mid" otherwise).
+
+    ``tags`` maps a tag ("x", or "q"/"k"/"v") to its input tensor; matching is by element sum.
+    """
+
+    def __init__(self, module: nn.Module, tags: dict[str, torch.Tensor]):
+        self.module = module
+        self.sums = {tag: float(t.detach().double().sum()) for tag, t in tags.items()}
+        self.seen: dict[str, list[str]] = {}
+        self._handles = []
+
+    def _tag(self, tensor: torch.Tensor) -> str:
+        total = float(tensor.detach().double().sum())
+        for tag, expected in self.sums.items():
+            if abs(total - expected) <= 1e-6 * (1.0 + abs(expected)):
+                return tag
+        return "mid"
+
+    def __enter__(self) -> LinearInputs:
+        for name, layer in linear_layers(self.module).items():
+            def hook(mod, inputs, output, name=name):
+                self.seen.setdefault(name, []).append(self._tag(inputs[0]))
+            self._handles.append(layer.register_forward_hook(hook))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def _head_index(name: str) -> int | None:
+    """The first integer path component ("heads.2.W_query" -> 2, "to_q.1" -> 1), or None."""
+    found = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+    return int(found.group(1)) if found else None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _per_head_groups(names: list[str]) -> list[list[str]] | None:
+    """Group Linears by head index when there are 3 per head (stacked heads), else None."""
+    by_head: dict[int, list[str]] = {}
+    for name in names:
+        index = _head_index(name)
+        if index is None:
+            return None
+        by_head.setdefault(index, []).append(name)
+    if len(by_head) < 2 or sorted(by_head) != list(range(len(by_head))):
+        return None
+    if any(len(group) != 3 for group in by_head.values()):
+        return None
+    return [by_head[h] for h in range(len(by_head))]
+
+
+def _permuted(three: list[list[Piece]], style: str, heads: list[int]) -> list[tuple]:
+    """Every order of three role slots, for every head count."""
+    return [({role: three[i] for role, i in zip(ROLES, order)}, h, style)
+            for order in itertools.permutations(range(3)) for h in heads]
+
+
+def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
+    """Role candidates when one tensor x feeds every projection."""
+    groups = _per_head_groups(inputs)
+    if groups:  # stacked heads: head h owns groups[h], three Linears in some order
+        three = [[(group[i], None) for group in groups] for i in range(3)]
+        return _permuted(three, "per-head", [len(groups)])
+    if len(inputs) == 1:
+        name, out = inputs[0], layers[inputs[0]].out_features
+        if out % 3:
+            return []
+        inner = out // 3
+        three = [[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)]
+        found = _permuted(three, "fused", heads(inner))
+        for h in heads(inner):  # (H, 3, D) interleaved rows: head h's q, k, v next to each other
+            d = inner // h
+            rows = torch.arange(out).view(h, 3, d)
+            found.append(({role: [(name, rows[:, i].reshape(-1))] for i, role in enumerate(ROLES)},
+                          h, "fused-per-head"))
+        return found
+    sizes = {name: layers[name].out_features for name in inputs}
+    if len(inputs) == 2 and max(sizes.values()) == 2 * min(sizes.values()):
+        q_name = min(inputs, key=sizes.get)
+        kv_name = max(inputs, key=sizes.get)
+        inner = sizes[q_name]
+        halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
+        return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv")
+                for i in (0, 1) for h in heads(inner)]
+    names = list(inputs)
+    spare = [n for n in unused if layers[n].in_features == layers[names[0]].in_features]
+    while len(names) < 3 and spare:  # a projection defined but never used (e.g. values)
+        names.append(spare.pop(0))
+    if len(names) != 3:
+        return []
+    return _permuted([[(n, None)] for n in names], "separate", heads(layers[names[0]].out_features))
+
+
+def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
+    """Role candidates when query, key and value come in as separate tensors."""
+    by_role = {role: [n for n in layers if role in seen.get(n, [])] for role in ROLES}
+    for role in ROLES:
+        if not by_role[role]:
+            shape = next((layers[by_role[r][0]].weight.shape for r in ROLES if by_role[r]), None)
+            spare = [n for n in unused if layers[n].weight.shape == shape]
+            if not spare:
+                return []
+            by_role[role] = [spare[0]]
+    pieces = {role: [(n, None) for n in by_role[role]] for role in ROLES}
+    if len(by_role["q"]) > 1:
+        return [(pieces, len(by_role["q"]), "per-head")]
+    return [(pieces, h, "separate") for h in heads(layers[by_role["q"][0]].out_features)]
+
+
+def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
+                    num_heads: int | None) -> list[RoleAssignment]:
+    """Every plausible role assignment, given what each Linear saw (see ``LinearInputs``)."""
+    layers = linear_layers(module)
+    inputs = [n for n in layers if seen.get(n) and "mid" not in seen[n]]
+    mids = [n for n in layers if "mid" in seen.get(n, [])]
+    unused = [n for n in layers if n not in seen]
+
+    def heads(inner: int) -> list[int]:
+        if num_heads and inner % num_heads == 0:
+            return [num_heads]
+        return [h for h in _divisors(inner) if h > 1] or [1]
+
+    found = (_self_candidates(layers, inputs, unused, heads) if self_attention
+             else _qkv_candidates(layers, seen, unused, heads))
+    assignments = []
+    for pieces, h, style in found:
+        taken = {name for role in ROLES for name, _ in pieces[role]}
+        inner = sum(_row_count(layers[n], rows) for n, rows in pieces["q"])
+        if mids:
+            outs = [[(mids[-1], None)]]
+        else:
+            spare = [n for n in unused if n not in taken and layers[n].in_features == inner]
+            outs = [[]] + [[(n, None)] for n in spare]
+        for out in outs:
+            assignments.append(RoleAssignment({**pieces, "o": out}, h, style))
+    return assignments

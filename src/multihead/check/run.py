@@ -1,0 +1,242 @@
+"""``check``: load, find conventions and roles, compare with the reference, name the bug.
+
+Order of work: build the module (eval mode, dropout off, float64 when it runs in float64), read its
+forward signature, find its layout, causality and mask convention by behaviour, record which Linear
+sees which input, run a few probe cases, then pick the role assignment that reproduces its outputs
+with the correct maths (PASS after a forward + gradient comparison with ``MultiHeadAttention``) or
+with one catalogue bug (FAIL, named). When its own code raises, the checker retries with
+Lq = Lk = head_dim (where a missing key transpose still runs) before diagnosing the exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+from torch import nn
+
+from multihead.check import conventions as conv
+from multihead.check.calling import CallSpec, LearnerError, invoke, read_signature
+from multihead.check.catalogue import forms_to_try
+from multihead.check.compare import compare_with_reference
+from multihead.check.diagnose import closest, match_exception, random_weights
+from multihead.check.hints import Hints, apply_hints, parse_hints
+from multihead.check.load import (DEFAULTS, EMBED, LoadError, build, load_class, misspelled_forward,
+                                  parse_init)
+from multihead.check.masks import detect_encoding, random_pattern
+from multihead.check.report import CheckReport
+from multihead.check.roles import LinearInputs, candidate_roles
+from multihead.check.text import check_lang
+
+TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}
+HEAD_ATTRS = ("num_heads", "heads", "n_heads", "n_head", "nhead", "h", "num_attention_heads")
+
+
+def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
+    """Check a multi-head attention module: ``target`` is a "file.py:Class" string, a class or an
+    instance (never modified: the checker works on a copy). ``init``: constructor kwargs (dict or
+    JSON text); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
+    lang = check_lang(lang)
+    report = CheckReport(target=_target_name(target), lang=lang)
+    try:
+        module, kwargs, source = _resolve(target, init)
+        hints = parse_hints(call)
+    except LoadError as error:
+        report.reason = str(error)
+        return report
+    method = misspelled_forward(type(module))
+    if method is None:
+        return _check_module(module, kwargs, hints, source, report)
+    # nn.Module.forward raises NotImplementedError: name the typo, then check the method it meant.
+    module.__class__ = type(type(module).__name__, (type(module),), {"forward": getattr(module, method).__func__})
+    inner = _check_module(module, kwargs, hints, source, CheckReport(target=report.target, lang=lang))
+    report.verdict, report.bug, report.bug_values = "fail", "forward-misspelled", {"method": method}
+    report.conventions, report.roles = inner.conventions, inner.roles
+    report.notes.append(_say_after_rename(method, inner))
+    return report
+
+
+def _say_after_rename(method: str, inner: CheckReport) -> str:
+    from multihead.check.text import say
+
+    return say("after-rename", inner.lang, method=method, verdict=inner.headline())
+
+
+def _target_name(target) -> str:
+    if isinstance(target, str):
+        return target
+    cls = target if isinstance(target, type) else type(target)
+    return cls.__name__
+
+
+def _resolve(target, init):
+    """(module instance, constructor kwargs, source file or None)."""
+    kwargs = parse_init(init) if isinstance(init, (str, type(None))) else dict(init)
+    if isinstance(target, nn.Module):
+        return copy.deepcopy(target), kwargs, inspect.getsourcefile(type(target))
+    cls = load_class(target) if isinstance(target, str) else target
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}")
+    module, kwargs = build(cls, kwargs)
+    try:
+        source = inspect.getsourcefile(cls)
+    except TypeError:
+        source = None
+    return module, kwargs, source
+
+
+def _heads_hint(module, kwargs, hints: Hints) -> int | None:
+    if hints.heads:
+        return hints.heads
+    for name in HEAD_ATTRS:
+        value = kwargs.get(name, getattr(module, name, None))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _input_dims(module, kwargs) -> tuple[int, int, int]:
+    """(Eq, Ek, Ev): from d2l-style sizes, an embedding-size argument, or the first Linear."""
+    if "query_size" in kwargs:
+        return kwargs["query_size"], kwargs.get("key_size", kwargs["query_size"]), \
+            kwargs.get("value_size", kwargs["query_size"])
+    for name in DEFAULTS:
+        if name in kwargs and DEFAULTS[name] == EMBED:
+            return (kwargs[name],) * 3
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear) and not isinstance(layer, nn.modules.lazy.LazyModuleMixin):
+            return (layer.in_features,) * 3
+    return (EMBED,) * 3
+
+
+def _inputs(dims, B, Lq, Lk, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, L, e, generator=gen).to(dtype) for e, L in zip(dims, (Lq, Lk, Lk)))
+
+
+def _check_module(module, kwargs, hints, source, report, square: int | None = None) -> CheckReport:
+    module.eval()
+    spec = apply_hints(read_signature(module.forward), hints)
+    dims = _input_dims(module, kwargs)
+    heads = _heads_hint(module, kwargs, hints)
+    if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
+        try:  # materialise LazyLinear with one float32 call
+            invoke(module, spec, *_inputs(dims, 3, 5, 5, torch.float32, 0))
+        except LearnerError:
+            pass
+    try:
+        return _check_running(module, spec, dims, heads, hints, source, report, square)
+    except LearnerError as raised:
+        inner = (dims[0] // heads) if heads else None
+        if square is None and inner and 2 <= inner != 3:
+            retry = _check_module(module, kwargs, hints, source,
+                                  CheckReport(target=report.target, lang=report.lang), square=inner)
+            if retry.verdict == "fail" and retry.bug:
+                return retry
+        return _diagnose_exception(raised, module, spec, dims, heads, report)
+
+
+def _dtype(module, spec, dims) -> torch.dtype:
+    """float64 when the module runs in float64 (its own float32 constants may forbid it)."""
+    module.double()
+    try:
+        invoke(module, spec, *_inputs(dims, 3, 5, 5, torch.float64, 0))
+        return torch.float64
+    except LearnerError:
+        module.float()
+        return torch.float32
+
+
+def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, square) -> CheckReport:
+    dtype = _dtype(module, spec, dims)
+    tol = TOLERANCE[dtype]
+    L = square or 5
+    if not hints.layout:
+        probe = _inputs(dims, 3, L, L, dtype, 1)[0]
+        spec.layout = conv.detect_layout(module, spec, probe, tol) or "batch"
+    if hints.causal is None:
+        spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
+    spec.causal_buffer = conv.causal_buffer(module)
+    Lk = L if square or spec.causal else L + 2
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *_inputs(dims, 3, L, Lk, dtype, 3)[:2])
+    Lk = Lk if spec.cross_lengths else L
+    if spec.mask_param:
+        spec.encoding = detect_encoding(module, spec, _inputs(dims, 3, L, Lk, dtype, 4), tol)
+
+    cases = _cases(spec, dims, dtype, L, Lk)
+    tags = dict(zip("qkv", cases[0][:3])) if spec.inputs != "x" else {"x": cases[0][0]}
+    with LinearInputs(module, tags) as seen:
+        invoke(module, spec, *cases[0][:3])
+    with torch.no_grad():
+        wanted = [invoke(module, spec, *case, source_file=source) for case in cases]
+    assignments = candidate_roles(module, seen.seen, spec.inputs == "x", heads)
+    report.conventions = _conventions(spec, dtype)
+    if not assignments:
+        report.reason = "could not tell which Linear layers project queries, keys and values"
+        return report
+    match = closest(module, spec, assignments, cases, wanted, [None])
+    report.roles = match.roles.describe()
+    report.conventions.append(("heads", {"heads": match.roles.num_heads,
+                                         "head_dim": match.roles.weights(module).head_dim}))
+    report.verdict = "fail"
+    if match.error <= tol:
+        report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases, source)
+        if max(report.error, report.grad_error) <= tol:
+            report.verdict = "pass"
+        return report
+    report.error = match.error
+    bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
+    if bug.error <= tol:
+        report.bug, report.roles = bug.bug_id, bug.roles.describe()
+    return report
+
+
+def _cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
+    """Probe cases (xq, xk, xv, keep or None): two without a mask, two with one when it has a mask."""
+    gen = torch.Generator().manual_seed(5)
+    cases = [(*_inputs(dims, 3, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+    if spec.encoding is not None:
+        for seed, B in ((12, 3), (13, 2)):
+            xq, xk, xv = _inputs(dims, B, L, Lk, dtype, seed)
+            keep = random_pattern(spec.encoding.family, B, L, Lk, gen)
+            if spec.causal:
+                keep[..., 0] = True  # every query keeps a key it may causally see
+            cases.append((xq, xk, xv, keep))
+    return cases
+
+
+def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
+    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(spec.args + [spec.mask_param] * bool(spec.mask_param))}),
+             (f"layout:{spec.layout}", {})]
+    buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
+    found.append(("causal:yes" if spec.causal else "causal:no", {"buffer": buffer}))
+    if spec.mask_param is None:
+        found.append(("mask:none", {}))
+    elif spec.encoding is None:
+        found.append(("mask:unknown", {"param": spec.mask_param}))
+    else:
+        found.append((spec.encoding.kind, {"param": spec.mask_param, "shape": spec.encoding.shape}))
+    if spec.inputs != "x":
+        found.append(("cross-lengths" if spec.cross_lengths else "cross-lengths:equal", {}))
+    if dtype == torch.float32:
+        found.append(("dtype:float32", {}))
+    return found
+
+
+def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report) -> CheckReport:
+    """Name the bug behind an exception, or report the exception and where it happened."""
+    report.verdict = "fail"
+    report.exception = f"{type(raised.error).__name__}: {str(raised.error).splitlines()[0]}"
+    if raised.where:
+        report.exception += f" ({raised.where})"
+    report.conventions = _conventions(spec, torch.float32)
+    dtype = next((p.dtype for p in module.parameters()), torch.float32)
+    h = heads or 1
+    case = (*_inputs(dims, 3, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
+    form = match_exception(raised.error, random_weights(dims[0], dims[0], h, dtype), spec, case)
+    if form is not None:
+        from multihead.check.catalogue import BUG_OF_FORM
+
+        report.bug = BUG_OF_FORM[form].id
+    return report

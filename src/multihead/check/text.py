@@ -1,0 +1,134 @@
+"""Every sentence the checker says, in English and Chinese (``lang="en"`` or ``"zh"``)."""
+
+from __future__ import annotations
+
+LANGS = ("en", "zh")
+
+# bug id -> (English, Chinese): one line saying what the code does wrong and what it should do
+BUG_TEXT = {
+    "reshape-without-transpose": (
+        "Heads are split with reshape(B, H, L, D) directly: each head gets a slice of the flat memory "
+        "that mixes tokens. Reshape to (B, L, H, D), then transpose(1, 2).",
+        "拆分多头时直接 reshape(B, H, L, D)：按内存顺序切分会把不同词的特征混进同一个头。"
+        "应先 reshape 成 (B, L, H, D)，再 transpose(1, 2)。"),
+    "merge-without-transpose": (
+        "Heads are merged with reshape(B, L, E) straight from (B, H, L, D): heads and tokens get mixed. "
+        "transpose(1, 2) back to (B, L, H, D) first.",
+        "合并多头时直接把 (B, H, L, D) reshape 成 (B, L, E)，头和词的位置被打乱了。"
+        "应先 transpose(1, 2) 变回 (B, L, H, D) 再合并。"),
+    "softmax-wrong-axis": (
+        "softmax normalises over the wrong axis: each query's weights must sum to 1 over the keys "
+        "(dim=-1 of the (B, H, Lq, Lk) scores).",
+        "softmax 的维度不对：每个查询对所有键的注意力权重之和应为 1，"
+        "即在 (B, H, Lq, Lk) 分数的最后一维（dim=-1）上做 softmax。"),
+    "missing-scale": (
+        "The scores are not scaled: divide q @ k^T by sqrt(head_dim) before the softmax.",
+        "注意力分数没有缩放：softmax 之前要把 q @ k^T 除以 sqrt(head_dim)。"),
+    "scale-by-embed-dim": (
+        "The scores are divided by sqrt(embed_dim); the scale is 1 / sqrt(head_dim), the size of one head.",
+        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，即单个头的维度。"),
+    "scale-after-softmax": (
+        "The scale is applied after the softmax, so the weights no longer sum to 1. "
+        "Scale the scores, then take the softmax.",
+        "缩放放在了 softmax 之后，注意力权重之和不再是 1。应先缩放分数，再做 softmax。"),
+    "mask-after-softmax": (
+        "The mask is applied after the softmax: masked positions must be filled with -inf (masked_fill) "
+        "before the softmax, so the remaining weights still sum to 1.",
+        "掩码放在了 softmax 之后：应在 softmax 之前用 masked_fill 把被屏蔽的位置填成 -inf，"
+        "这样剩下的注意力权重之和仍为 1。"),
+    "no-output-projection": (
+        "The output projection is defined but never applied: pass the merged heads through it.",
+        "定义了输出投影层却没有使用：合并多头之后还要经过这个线性层。"),
+    "causal-off-by-one": (
+        "The causal mask is off by one: token i must see tokens 0..i, itself included "
+        "(triu(ones(L, L), diagonal=1) marks what to block).",
+        "因果掩码错了一位：第 i 个词应能看到第 0..i 个词（包括它自己），"
+        "应屏蔽的是 triu(ones(L, L), diagonal=1)。"),
+    "keys-used-as-values": (
+        "The attention weights multiply the keys; they must multiply the values (weights @ v).",
+        "注意力权重乘的是键 K，应该乘值 V（weights @ v）。"),
+    "scores-without-key-transpose": (
+        "The scores are q @ k without transposing k: use q @ k.transpose(-2, -1) so that every query "
+        "meets every key.",
+        "计算分数时没有转置 K：应写 q @ k.transpose(-2, -1)，让每个查询与每个键做点积。"),
+    "view-on-non-contiguous": (
+        "view() is called on a transposed (non-contiguous) tensor: call .contiguous() first, or use "
+        "reshape().",
+        "在转置后（内存不连续）的张量上调用了 view()：先调用 .contiguous()，或改用 reshape()。"),
+    "forward-misspelled": (
+        "The class has no forward method (nn.Module calls forward); '{method}' looks like a misspelling "
+        "of it.",
+        "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
+}
+
+# convention key -> (English, Chinese)
+CONVENTION_TEXT = {
+    "inputs:x": ("forward({args}): self-attention on one input", "forward({args})：单输入自注意力"),
+    "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别输入"),
+    "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
+                    "forward({args})：查询，以及键值共用的一个输入"),
+    "layout:batch": ("batch first (B, L, E)", "批量在前 (B, L, E)"),
+    "layout:seq": ("sequence first (L, B, E)", "序列在前 (L, B, E)"),
+    "causal:yes": ("causal inside the module (a token never sees later tokens){buffer}",
+                   "模块内部带因果掩码（词看不到后面的词）{buffer}"),
+    "causal:no": ("not causal", "非因果"),
+    "mask:none": ("no mask argument", "没有掩码参数"),
+    "mask:unknown": ("mask argument '{param}': convention not recognised, compared without masks",
+                     "掩码参数 '{param}'：无法识别其约定，只比较了不带掩码的情况"),
+    "cross-lengths": ("Lq != Lk accepted", "支持 Lq != Lk"),
+    "cross-lengths:equal": ("needs Lq == Lk (compared with equal lengths)", "要求 Lq == Lk（只用等长输入比较）"),
+    "heads": ("{heads} heads of size {head_dim}", "{heads} 个头，每个头 {head_dim} 维"),
+    "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（按 float32 比较）"),
+}
+
+# mask encoding name -> (English, Chinese)
+MASK_TEXT = {
+    "keep": ("mask '{param}' {shape}: True/1 = may attend", "掩码 '{param}' {shape}：True/1 = 可以关注"),
+    "block": ("mask '{param}' {shape}: True/1 = blocked", "掩码 '{param}' {shape}：True/1 = 被屏蔽"),
+    "block01": ("mask '{param}' {shape}: 0/1 floats, 1 = blocked (times a large negative number)",
+                "掩码 '{param}' {shape}：0/1 浮点数，1 = 被屏蔽（乘以一个很大的负数）"),
+    "additive": ("mask '{param}' {shape}: added to the scores, -inf = blocked",
+                 "掩码 '{param}' {shape}：加到注意力分数上，-inf = 被屏蔽"),
+    "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
+                "有效长度 '{param}' {shape}：只保留 j < len 的键"),
+}
+
+ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出")}
+
+MESSAGES = {
+    "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
+             "通过：{target} 与 multihead.MultiHeadAttention 一致（前向和梯度，最大误差 {error:.1e}）"),
+    "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
+    "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
+                     "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
+                     "不属于已知错误"),
+    "fail-grad": ("FAIL: {target}: outputs match but gradients differ (max error {error:.2e})",
+                  "未通过：{target}：输出一致但梯度不一致（最大误差 {error:.2e}）"),
+    "fail-raises": ("FAIL: {target} raises {exception}", "未通过：{target} 运行时报错 {exception}"),
+    "error": ("ERROR: could not check {target}: {reason}", "错误：无法检查 {target}：{reason}"),
+    "explain": ("learn more: multihead explain {topic}", "详细讲解：multihead explain {topic}"),
+    "conventions": ("Conventions found", "检测到的约定"),
+    "roles": ("Roles of its Linear layers", "各线性层的角色"),
+    "no-out": ("(none: heads are concatenated)", "（无：各头直接拼接）"),
+    "at": ("at {where}", "位置 {where}"),
+    "after-rename": ("with '{method}' used as forward, the rest of the check says: {verdict}",
+                     "把 '{method}' 当作 forward 后，其余检查结果：{verdict}"),
+    "fill-note": ("its masked rows use a finite fill such as -1e9", "被屏蔽位置填充的是有限值（如 -1e9）"),
+}
+
+
+def say(key: str, lang: str = "en", **values) -> str:
+    """The message ``key`` in ``lang``, formatted with ``values``."""
+    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, ROLE_TEXT):
+        if key in table:
+            return table[key][LANGS.index(lang)].format(**values)
+    raise KeyError(key)
+
+
+def check_lang(lang: str) -> str:
+    """``lang`` if supported; otherwise a ValueError listing the choices."""
+    if lang not in LANGS:
+        from multihead.errors import AttentionError
+
+        raise AttentionError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    return lang
