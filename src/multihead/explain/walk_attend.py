@@ -15,7 +15,7 @@ from multihead.explain.walk_checks import close, diff_text
 def step_scores(story: Story, p) -> None:
     """scores (B, H, L, L) = q_heads @ k_headsᵀ."""
     q, k = p.t["q_heads"], p.t["k_heads"]
-    story.code("scores = q @ k.transpose(-2, -1)   # (B, H, L, D) @ (B, H, D, L) -> (B, H, L, L)")
+    story.code("scores = q @ k.transpose(-2, -1)  # (B,H,L,D) @ (B,H,D,L) -> (B,H,L,L)")
     scores = q @ k.transpose(-2, -1)  # (B, H, L, L)
     story.tensor("scores", scores, rows=p.setup.tokens)
     story.text(
@@ -83,8 +83,10 @@ def step_mask(story: Story, p) -> None:
         p.t["masked"] = scaled
         return
     story.code(
-        "blocked = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)   # True = the future\n"
-        "masked = scaled.masked_fill(blocked, float(\"-inf\"))   # in multihead: mh.Mask.causal()"
+        "ones = torch.ones(L, L, dtype=torch.bool)\n"
+        "blocked = torch.triu(ones, diagonal=1)   # True above the diagonal: the future\n"
+        "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
+        "# in multihead: mh.attention(q, k, v, mask=mh.Mask.causal())"
     )
     blocked = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)  # (L, L)
     masked = scaled.masked_fill(blocked, float("-inf"))  # (B, H, L, L)
@@ -112,7 +114,8 @@ def step_softmax(story: Story, p) -> None:
     story.code("weights = torch.softmax(masked, dim=-1)   # over the keys: each row sums to 1")
     weights = torch.softmax(masked, dim=-1)  # (B, H, L, L)
     story.tensor("weights", weights, rows=p.setup.tokens)
-    story.figure("weights[0]", weights[0], tokens=p.setup.tokens)
+    if p.setup.heatmaps:
+        story.figure("weights[0]", weights[0], tokens=p.setup.tokens)
     story.text(
         "Why: softmax turns each row of scores into non-negative weights that sum to 1, the attention "
         "weights: how much each query takes from each key.",

@@ -40,7 +40,7 @@ def step_merge(story: Story, p) -> None:
         "view on the transposed tensor raises RuntimeError (its strides cannot be merged).",
         "直接对转置后的张量调用 view 会抛出 RuntimeError（它的步幅无法合并）。",
         error is not None or not split_heads_apart,
-        str(error).splitlines()[0][:70] if error else "",
+        f"RuntimeError: {str(error).splitlines()[0][:50]}…" if error else "",
     )
     story.check(
         "contiguous() made a copy in new memory; reshape gives exactly the same merged tensor.",
@@ -91,8 +91,10 @@ def step_verify(story: Story, p) -> None:
     m, x, causal = p.setup.module, p.t["x"], p.setup.causal
     q, k, v = p.t["q_heads"], p.t["k_heads"], p.t["v_heads"]
     story.code(
-        f"fused = mh.attention(q, k, v, causal={causal}, backend=\"sdpa\")   # steps 4-8 in one kernel\n"
-        f"y = attn(x, causal={causal})                                       # steps 2-10 in one call"
+        "# steps 4-8 in one fused kernel:\n"
+        f"fused = mh.attention(q, k, v, causal={causal}, backend=\"sdpa\")\n"
+        "# steps 2-10 in one call of the module:\n"
+        f"y = attn(x, causal={causal})"
     )
     fused = mh.attention(q, k, v, causal=causal, backend="sdpa")  # (B, H, L, D)
     y = m(x, causal=causal)  # (B, L, O)

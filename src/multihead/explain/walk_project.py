@@ -73,8 +73,8 @@ def step_split(story: Story, p) -> None:
     B, L, H, D = p.dims
     q = p.t["q"]
     story.code(
-        "q = q.view(B, L, H, D)    # (B, L, H*D) -> (B, L, H, D): same memory, new strides\n"
-        "q = q.transpose(1, 2)     # (B, L, H, D) -> (B, H, L, D): swaps two strides\n"
+        "q = q.view(B, L, H, D)  # (B, L, H*D) -> (B, L, H, D): same memory\n"
+        "q = q.transpose(1, 2)   # (B, L, H, D) -> (B, H, L, D): swaps 2 strides\n"
         "# k and v: the same two lines"
     )
     q_view = q.view(B, L, H, D)  # (B, L, H, D)

@@ -52,6 +52,7 @@ class Setup:
     about: tuple[str, str]               # (en, zh) one sentence on where x and the weights come from
     expected: torch.Tensor | None = None  # an independently known output (B, L, O), if any
     expected_from: tuple[str, str] = ("", "")
+    heatmaps: bool = True                 # draw the weights' heatmaps in step 7
 
 
 @dataclass

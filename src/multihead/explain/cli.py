@@ -1,0 +1,108 @@
+"""`multihead explain`: the walkthrough (default), one topic (--topic), or a real sentence (--text),
+in English or Chinese, in the terminal and optionally as an HTML report.
+
+Exit codes: 0 every check passed, 1 some check failed, 2 bad usage or the 'models' extra missing.
+"""
+from __future__ import annotations
+
+import argparse
+
+from multihead.errors import AttentionError
+from multihead.explain.lang import resolve_lang, ui
+from multihead.explain.story import LANGS, Story
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add explain's options to its subcommand parser."""
+    parser.add_argument("--lang", choices=LANGS, default=None,
+                        help="language of the explanation (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="list the topics and exit")
+    mode.add_argument("--topic", metavar="NAME", help="explain one topic (see --list)")
+    mode.add_argument("--text", metavar="SENTENCE",
+                      help="walk through one layer of the pretrained all-MiniLM-L6-v2 on this sentence "
+                           "(needs the 'models' extra)")
+    parser.add_argument("--layer", type=int, default=0, metavar="N",
+                        help="with --text: which of the model's layers (0-5, default 0)")
+    parser.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report to PATH")
+
+
+def load_topics() -> dict:
+    """The TOPICS registry, imported only when a topic is asked for."""
+    from multihead.explain.topics import TOPICS
+
+    return TOPICS
+
+
+def list_topics(console, lang: str) -> int:
+    from rich import box
+    from rich.table import Table
+
+    topics = load_topics()
+    if not topics:
+        console.print(ui("no_topics", lang))
+        return 0
+    table = Table(title=ui("topics_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
+    table.add_column(ui("topic_col", lang), style="cyan", no_wrap=True)
+    table.add_column(ui("doc_col", lang), justify="center")
+    table.add_column(ui("question_col", lang))
+    for name, topic in topics.items():
+        table.add_row(name, topic.document, topic.question[lang])
+    console.print(table)
+    return 0
+
+
+def topic_story(name: str, lang: str) -> Story:
+    """Run topic `name` into a new story; AttentionError naming the known topics if there is none."""
+    topics = load_topics()
+    if name not in topics:
+        raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(topics) or "-"))
+    topic = topics[name]
+    story = Story(lang)
+    story.heading(topic.title["en"], topic.title["zh"])
+    story.text(f"Question from document {topic.document}: {topic.question['en']}",
+               f"文档 {topic.document} 中的问题：{topic.question['zh']}")
+    topic.run(story)
+    return story
+
+
+def build_story(args, lang: str) -> Story:
+    """The story the arguments ask for: a topic, a sentence through MiniLM, or the walkthrough."""
+    if args.topic:
+        return topic_story(args.topic, lang)
+    story = Story(lang)
+    if args.text is not None:
+        from multihead.explain.model_text import tell_text
+
+        tell_text(story, args.text, args.layer)
+    else:
+        from multihead.explain.walkthrough import tell
+
+        tell(story)
+    return story
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `multihead explain` with parsed arguments; returns the exit code."""
+    from rich.console import Console
+
+    from multihead.explain.model_text import ModelsMissing
+    from multihead.explain.render_terminal import make_console, render, render_summary
+
+    console = make_console()
+    try:
+        lang = resolve_lang(getattr(args, "lang", None))
+        if getattr(args, "list", False):
+            return list_topics(console, lang)
+        story = build_story(args, lang)
+    except (AttentionError, ModelsMissing) as exc:
+        Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
+        return 2
+    render(story, console)
+    render_summary([story], console, lang)
+    if getattr(args, "html", None):
+        from multihead.explain.render_html import write_html
+
+        path = write_html(args.html, [story], lang)
+        console.print(ui("wrote_html", lang, path=str(path)), markup=False)
+    return 1 if story.failed_checks else 0

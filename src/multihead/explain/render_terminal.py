@@ -1,0 +1,136 @@
+"""Draw a Story in the terminal with rich: rules for headings, syntax-coloured code, tensors as small
+tables, checks as ✓/✗ lines, and attention weights as shaded grids. Fits an 80-column terminal.
+"""
+from __future__ import annotations
+
+from rich import box
+from rich.columns import Columns
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.rule import Rule
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from multihead.explain.lang import ui
+from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
+from multihead.explain.story import Block, Story
+
+SHADES = " ░▒▓█"      # weight 0 .. 1, two characters per cell
+MAX_GRID_HEADS = 4    # more heads than this (e.g. BERT's 12) are left to the HTML report's heatmaps
+LABEL_WIDTH = 8       # token names are cut to this many columns
+
+
+def make_console(width: int | None = None) -> Console:
+    """A console on stdout; width from the terminal (or $COLUMNS), unless given."""
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def short(label: str) -> str:
+    return label if len(label) <= LABEL_WIDTH else label[: LABEL_WIDTH - 1] + "…"
+
+
+def _heading(block: Block, lang: str) -> RenderableType:
+    return Rule(Text(block.data["text"], style="bold cyan"), align="left", style="cyan")
+
+
+def _text(block: Block, lang: str) -> RenderableType:
+    return Text(block.data["text"])
+
+
+def _code(block: Block, lang: str) -> RenderableType:
+    syntax = Syntax(block.data["source"], "python", theme="ansi_dark", word_wrap=True,
+                    background_color="default")
+    return Padding(syntax, (0, 0, 0, 2))
+
+
+def _matrix(index: str, cells, row_labels, col_labels) -> Table:
+    table = Table(title=index or None, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  title_style="dim", header_style="dim", show_edge=False)
+    table.add_column("", style="dim", no_wrap=True)
+    for label in col_labels:
+        table.add_column(label, justify="right", no_wrap=True)
+    for label, row in zip(row_labels, cells):
+        table.add_row(short(label), *row)
+    return table
+
+
+def _tensor(block: Block, lang: str) -> RenderableType:
+    value = block.data["value"]
+    head = Text.assemble((block.data["label"], "bold"), "  ",
+                         (layout_line(value, lang, block.data["layout"]), "magenta"))
+    parts, total = slices(value, block.data.get("rows"))
+    tables = [_matrix(s.index, s.cells, s.row_labels, s.col_labels) for s in parts]
+    items: list[RenderableType] = [head, Columns(tables, padding=(0, 3))]
+    note = more_slices_note(len(parts), total, lang)
+    if note:
+        items.append(Text(f"({note})", style="dim"))
+    return Padding(Group(*items), (0, 0, 0, 2))
+
+
+def _table(block: Block, lang: str) -> RenderableType:
+    table = Table(title=block.data["title"] or None, box=box.SIMPLE_HEAVY, title_style="bold")
+    for column in block.data["columns"]:
+        table.add_column(str(column))
+    for row in block.data["rows"]:
+        table.add_row(*(str(cell) for cell in row))
+    return Padding(table, (0, 0, 0, 2))
+
+
+def _check(block: Block, lang: str) -> RenderableType:
+    ok = block.data["ok"]
+    mark, style = ("✓", "green") if ok else ("✗ " + ui("failed", lang), "bold red")
+    line = Text.assemble((mark + " ", style), block.data["claim"])
+    if block.data["detail"]:
+        line.append(f"  [{block.data['detail']}]", style="dim")
+    return line
+
+
+def _grid(h: int, weights, tokens: list[str] | None, lang: str) -> Text:
+    """One head's weights (Lq, Lk) as rows of shaded cells, each row labelled with its token."""
+    lq = weights.shape[0]
+    names = tokens if tokens is not None and len(tokens) == lq else [str(i) for i in range(lq)]
+    grid = Text(f"{ui('head', lang)} {h}\n", style="bold")
+    for i in range(lq):
+        grid.append(f"{short(names[i]):>{LABEL_WIDTH}} ", style="dim")
+        for w in weights[i].tolist():
+            grid.append(SHADES[round(min(max(w, 0.0), 1.0) * (len(SHADES) - 1))] * 2, style="blue")
+        grid.append("\n")
+    return grid
+
+
+def _figure(block: Block, lang: str) -> RenderableType | None:
+    weights = heat_weights(block.data["weights"])
+    if weights.shape[0] > MAX_GRID_HEADS:
+        return None
+    grids = [_grid(h, weights[h], block.data.get("tokens"), lang) for h in range(weights.shape[0])]
+    legend = Text(f"{block.data['label']}:  0 '{SHADES[0] * 2}' … 1 '{SHADES[-1] * 2}'", style="dim")
+    return Padding(Group(legend, Columns(grids, padding=(0, 3))), (0, 0, 0, 2))
+
+
+DRAW = {"heading": _heading, "text": _text, "code": _code, "tensor": _tensor, "table": _table,
+        "check": _check, "figure": _figure}
+
+
+def render(story: Story, console: Console) -> None:
+    """Print every block of the story, in order, with a blank line before each heading."""
+    for block in story.blocks:
+        drawn = DRAW[block.kind](block, story.lang)
+        if drawn is None:
+            continue
+        if block.kind == "heading":
+            console.print()
+        console.print(drawn)
+
+
+def render_summary(stories: list[Story], console: Console, lang: str) -> None:
+    """One closing line: all checks passed, or which ones failed."""
+    total = sum(len(s.checks) for s in stories)
+    failed = [claim for s in stories for claim in s.failed_checks]
+    console.print()
+    if not failed:
+        console.print(Text(ui("summary_ok", lang, n=total), style="bold green"))
+        return
+    console.print(Text(ui("summary_failed", lang, k=len(failed), n=total), style="bold red"))
+    for claim in failed:
+        console.print(Text(f"  ✗ {claim}", style="red"))
