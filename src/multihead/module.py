@@ -155,6 +155,12 @@ class MultiHeadAttention(nn.Module):
 
         return from_module(module, **hints)
 
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An nn.MultiheadAttention with the same weights and outputs (where torch can express it)."""
+        from multihead.convert.to_torch import to_torch
+
+        return to_torch(self)
+
     def extra_repr(self) -> str:
         extra = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"
         if self.num_kv_heads != self.num_heads:
