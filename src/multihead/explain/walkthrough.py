@@ -72,12 +72,12 @@ class Pass:
 
 def doc001_module() -> mh.MultiHeadAttention:
     """Document 001's weights: under manual_seed(123) it builds Wq, Wk, Wv (no bias), then Wo."""
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # the caller's random state stays as it was
         torch.manual_seed(123)
         wq, wk, wv = (nn.Linear(3, 4, bias=False) for _ in range(3))
         wo = nn.Linear(4, 4)
-    attn = mh.MultiHeadAttention(3, 2, head_dim=2, out_dim=4, bias={"q": False, "k": False, "v": False},
-                                 backend="math")
+        attn = mh.MultiHeadAttention(3, 2, head_dim=2, out_dim=4, bias={"q": False, "k": False, "v": False},
+                                     backend="math")
     with torch.no_grad():
         for proj, src in ((attn.q_proj, wq), (attn.k_proj, wk), (attn.v_proj, wv), (attn.out_proj, wo)):
             proj.weight.copy_(src.weight)

@@ -1,0 +1,98 @@
+"""The walkthrough's story: every step told, every check live and passing, numbers equal to the
+document's own code and to a float64 reference, and checks that do fail when their claim is false."""
+
+from __future__ import annotations
+
+import torch
+from helpers import max_abs_diff, reference_attention
+from seeds import doc001
+
+import multihead as mh
+from multihead.explain import walkthrough as wt
+from multihead.explain.story import Story
+
+
+def told(setup=None, lang="en"):
+    story = Story(lang)
+    return story, wt.tell(story, setup)
+
+
+def headings(story):
+    return [b.data["text"] for b in story.blocks if b.kind == "heading"]
+
+
+def test_every_step_is_told_with_code_tensors_and_passing_checks():
+    for lang in ("en", "zh"):
+        story, _ = told(lang=lang)
+        steps = headings(story)[1:]
+        assert len(steps) == len(wt.STEPS)
+        assert steps[0].startswith("Step 1 ·" if lang == "en" else "第 1 步 ·")
+        assert story.failed_checks == []
+        assert len(story.checks) >= len(wt.STEPS)
+        kinds = {b.kind for b in story.blocks}
+        assert {"code", "tensor", "text", "check", "figure", "table"} <= kinds
+
+
+def test_default_input_is_document_001s():
+    setup = wt.default_setup()
+    assert torch.equal(setup.x[0], doc001.inputs)
+    assert setup.x.shape == (1, 6, 3) and setup.tokens[0] == "Your" and setup.causal
+
+
+def test_output_equals_the_documents_own_class(capsys):
+    _, p = told()
+    torch.manual_seed(123)
+    theirs = doc001.MultiHeadAttention(3, 4, 6, 0.0, 2)(doc001.inputs[None])
+    capsys.readouterr()  # the document's forward prints shapes; not ours to judge
+    assert max_abs_diff(p.t["out"], theirs) < 1e-6
+
+
+def test_intermediate_tensors_equal_a_float64_reference():
+    _, p = told()
+    m = p.setup.module
+    x = p.setup.x.double()
+    B, L, H, D = p.dims
+
+    def heads(lin):  # (B, L, H*D) -> (B, H, L, D)
+        w = lin.weight.double()
+        b = 0 if lin.bias is None else lin.bias.double()
+        return (x @ w.T + b).view(B, L, H, D).transpose(1, 2)
+
+    q, k, v = heads(m.q_proj), heads(m.k_proj), heads(m.v_proj)
+    causal_keep = torch.ones(L, L, dtype=torch.bool).tril()
+    ctx = reference_attention(q, k, v, keep=causal_keep)
+    assert max_abs_diff(p.t["ctx"], ctx) < 1e-6
+    merged = ctx.transpose(1, 2).reshape(B, L, H * D)
+    out = merged @ m.out_proj.weight.double().T + m.out_proj.bias.double()
+    assert max_abs_diff(p.t["out"], out) < 1e-6
+    assert not p.t["q_heads"].is_contiguous() and p.t["merged"].is_contiguous()
+
+
+def test_a_false_claim_shows_up_as_a_failed_check():
+    setup = wt.default_setup()
+    with torch.no_grad():
+        setup.module.out_proj.bias.add_(0.01)  # no longer document 001's weights
+    story, _ = told(setup)
+    failed = story.failed_checks
+    assert len(failed) == 1 and "document 001" in failed[0]
+
+
+def test_default_setup_leaves_the_global_random_state_alone():
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    wt.default_setup()
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_any_bidirectional_setup_passes_its_checks():
+    gen = torch.Generator().manual_seed(1)
+    module = mh.MultiHeadAttention(8, 4, out_dim=5).eval()
+    x = torch.randn(2, 5, 8, generator=gen)
+    setup = wt.Setup(x=x, module=module, tokens=list("abcde"), causal=False, input_code="x = ...",
+                     about=("random", "随机"), heatmaps=False)
+    story, p = told(setup)
+    assert story.failed_checks == []
+    assert torch.isfinite(p.t["masked"]).all()
+    assert not any(b.kind == "figure" for b in story.blocks)
+    assert max_abs_diff(p.t["out"], module(x)) < 1e-5

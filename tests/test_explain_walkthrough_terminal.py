@@ -1,0 +1,92 @@
+"""Drawing stories in the terminal: 80 columns at most, checks marked, tensors cut to fit, heatmap
+grids; plus the locale rule and the shared tensor presentation both renderers use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rich.cells import cell_len
+from rich.console import Console
+
+from multihead import AttentionError
+from multihead.explain import present
+from multihead.explain.lang import resolve_lang
+from multihead.explain.render_terminal import MAX_GRID_HEADS, render, render_summary
+from multihead.explain.story import Story
+from multihead.explain.walkthrough import tell
+
+
+def drawn(story: Story, width: int = 80) -> str:
+    console = Console(width=width, record=True, force_terminal=False)
+    render(story, console)
+    render_summary([story], console, story.lang)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_walkthrough_fits_80_columns(lang):
+    story = Story(lang)
+    tell(story)
+    text = drawn(story)
+    widest = max(cell_len(line) for line in text.splitlines())
+    assert widest <= 80, [line for line in text.splitlines() if cell_len(line) > 80][:3]
+    assert text.count("✓") == len(story.checks)
+    assert ("All" in text) if lang == "en" else ("全部" in text)
+
+
+def test_failed_checks_are_marked_and_listed():
+    story = Story("en")
+    story.check("two and two make five", "二加二等于五", 2 + 2 == 5, "4 != 5")
+    story.check("two and two make four", "二加二等于四", 2 + 2 == 4)
+    text = drawn(story)
+    assert "✗ FAILED two and two make five" in text and "[4 != 5]" in text
+    assert "1 of 2 checks FAILED" in text
+
+
+def test_wide_tensors_are_cut_with_an_ellipsis_and_a_note():
+    story = Story("en")
+    story.tensor("big", torch.arange(5 * 3 * 20 * 30, dtype=torch.float32).view(5, 3, 20, 30))
+    text = drawn(story)
+    assert "…" in text and "(showing 4 of 15)" in text
+    assert max(cell_len(line) for line in text.splitlines()) <= 80
+
+
+def test_figures_draw_shaded_grids_for_a_few_heads_only():
+    weights = torch.eye(3).expand(2, 3, 3)
+    story = Story("en")
+    story.figure("w", weights, tokens=["a", "b", "c"])
+    text = drawn(story)
+    assert text.count("██") == 2 * 3 + 1 and "head 1" in text  # one full cell per row and head, + legend
+    assert "  b   ██" in text  # token b attends to itself: the second cell
+    many = Story("en")
+    many.figure("w", torch.eye(3).expand(MAX_GRID_HEADS + 1, 3, 3))
+    assert "head 0" not in drawn(many)
+
+
+def test_resolve_lang_follows_the_locale_precedence():
+    assert resolve_lang("zh", {"LANG": "en_US.UTF-8"}) == "zh"
+    assert resolve_lang(None, {"LANG": "zh_CN.UTF-8"}) == "zh"
+    assert resolve_lang(None, {"LC_ALL": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}) == "en"
+    assert resolve_lang(None, {"LC_MESSAGES": "zh_TW", "LANG": "C"}) == "zh"
+    assert resolve_lang(None, {"LC_ALL": "", "LANG": "C.UTF-8"}) == "en"
+    assert resolve_lang(None, {}) == "en"
+    with pytest.raises(AttentionError, match="--lang"):
+        resolve_lang("fr", {})
+
+
+def test_slices_keep_the_corners_and_name_the_rows():
+    value = torch.arange(2 * 10 * 9, dtype=torch.float64).view(2, 10, 9)
+    parts, total = present.slices(value, row_names=[f"t{i}" for i in range(10)])
+    assert total == 2 and [p.index for p in parts] == ["[0]", "[1]"]
+    first = parts[1]
+    assert len(first.cells) == present.MAX_ROWS and len(first.cells[0]) == present.MAX_COLS
+    assert first.row_labels[0] == "t0" and first.row_labels[-1] == "t9" and first.row_labels[-2] == "…"
+    assert first.cells[-1][-1] == present.number(value[1, 9, 8].item())
+    assert present.number(float("-inf")) == "-inf" and present.number(0.12345) == "0.1235"
+
+
+def test_layout_line_shows_strides_only_when_asked():
+    t = torch.zeros(2, 3, 4).transpose(1, 2)
+    assert present.layout_line(t, "en", False) == "shape (2, 4, 3)"
+    assert present.layout_line(t, "en", True) == "shape (2, 4, 3) · stride (12, 1, 4) · contiguous: no"
+    assert "步幅" in present.layout_line(t, "zh", True)
