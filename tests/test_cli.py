@@ -22,7 +22,7 @@ def test_missing_command_is_a_usage_error(capsys):
 
 
 def test_only_the_chosen_tool_is_imported():
-    code = "import sys; from multihead import cli; cli.build_parser('check'); print('multihead.bench.cli' in sys.modules)"
+    code = "import sys; from multihead import cli; cli.build_parser('explain'); print('multihead.bench.cli' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
