@@ -1,0 +1,134 @@
+"""`multihead explain` end to end: the default walkthrough in both languages, the locale default,
+--list and --topic, exit codes, the 80-column width, and one run of the installed console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from rich.cells import cell_len
+
+from multihead.cli import main
+from multihead.explain import walkthrough
+from multihead.explain.topics import TOPICS
+
+
+@pytest.fixture(autouse=True)
+def plain_80_column_terminal(monkeypatch):
+    """No locale, no forced colour, 80 columns: what CI and a fresh terminal look like."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def run(capsys, *argv):
+    code = main(["explain", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_default_walkthrough_in_english(capsys):
+    code, out, _ = run(capsys)
+    assert code == 0
+    for number, (_, title, _) in enumerate(walkthrough.STEPS, start=1):
+        assert f"Step {number} · {title}" in out
+    assert "✗" not in out and "All " in out and "checks passed" in out
+    assert "max |diff|" in out
+    assert max(cell_len(line) for line in out.splitlines()) <= 80
+
+
+def test_default_walkthrough_in_chinese(capsys):
+    code, out, _ = run(capsys, "--lang", "zh")
+    assert code == 0
+    for number, (_, _, title) in enumerate(walkthrough.STEPS, start=1):
+        assert f"第 {number} 步 · {title}" in out
+    for term in ("多头注意力", "掩码", "转置", "注意力权重", "形状", "步幅", "连续"):
+        assert term in out, term
+    assert "✗" not in out and "项检查都通过了" in out
+    assert max(cell_len(line) for line in out.splitlines()) <= 80
+
+
+def test_the_locale_picks_chinese_and_lang_overrides_it(capsys, monkeypatch):
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    code, out, _ = run(capsys)
+    assert code == 0 and "第 1 步" in out
+    code, out, _ = run(capsys, "--lang", "en")
+    assert code == 0 and "Step 1 ·" in out and "第 1 步" not in out
+
+
+def test_a_failed_check_exits_1(capsys, monkeypatch):
+    original = walkthrough.default_setup
+
+    def wrong_setup():
+        setup = original()
+        setup.expected = setup.expected + 0.01  # a claim that is now false
+        return setup
+
+    monkeypatch.setattr(walkthrough, "default_setup", wrong_setup)
+    code, out, _ = run(capsys)
+    assert code == 1
+    assert "✗ FAILED" in out and "1 of" in out
+
+
+def test_list_names_every_topic(capsys):
+    code, out, _ = run(capsys, "--list")
+    assert code == 0
+    assert TOPICS, "the topic registry is empty"
+    for name, topic in TOPICS.items():
+        assert name in out and topic.document in out
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_topic_runs_with_its_title_and_question(capsys, lang):
+    name, topic = next(iter(TOPICS.items()))
+    code, out, _ = run(capsys, "--topic", name, "--lang", lang)
+    assert code == 0
+    assert topic.title[lang] in out.replace("\n", "")
+    assert ("Question from document" if lang == "en" else "中的问题") in out
+    assert "✗" not in out
+
+
+def test_an_unknown_topic_exits_2_naming_the_known_ones(capsys):
+    code, out, err = run(capsys, "--topic", "no-such-topic")
+    assert code == 2 and out == ""
+    assert "no-such-topic" in err and next(iter(TOPICS)) in err.replace("\n", "")
+
+
+def test_list_topic_and_text_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", "--list", "--topic", "x"])
+    assert exc.value.code == 2
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_the_walkthrough_does_not_touch_the_callers_random_state(capsys):
+    torch.manual_seed(3)
+    expected = torch.rand(2)
+    torch.manual_seed(3)
+    run(capsys)
+    assert torch.equal(torch.rand(2), expected)
+
+
+def console_script() -> Path | None:
+    """The installed `multihead` command next to this interpreter, if any."""
+    found = Path(sys.executable).parent / "multihead"
+    return found if found.exists() else (Path(p) if (p := shutil.which("multihead")) else None)
+
+
+@pytest.mark.slow
+def test_the_installed_console_script_runs_the_walkthrough(tmp_path):
+    script = console_script()
+    if script is None:
+        pytest.skip("the `multihead` console script is not installed (pip install -e .)")
+    env = {k: v for k, v in os.environ.items() if k not in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR")}
+    env["COLUMNS"] = "80"
+    done = subprocess.run([str(script), "explain"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Step 11 ·" in done.stdout and "checks passed" in done.stdout
+    assert max(cell_len(line) for line in done.stdout.splitlines()) <= 80
