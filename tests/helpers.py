@@ -7,67 +7,6 @@ import math
 import torch
 
 
-# --- core attention references (used by test_core_attention.py) -----------------------------------
-
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest |a - b| compared in float64 (0.0 for empty tensors)."""
-    if a.numel() == 0:
-        return 0.0
-    return (a.detach().to(torch.float64) - b.detach().to(torch.float64)).abs().max().item()
-
-
-def reference_attention(q, k, v, keep=None, bias=None, *, scale=None, compute_dtype=torch.float64):
-    """Plain softmax attention computed in ``compute_dtype`` (differentiable).
-
-    q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv), H % Hkv == 0 (kv heads repeated).
-    keep: bool broadcastable to (B, H, Lq, Lk), True = may attend, or None. bias: float added to the
-    scaled scores (-inf blocks), or None. Fully blocked query rows give exact zeros.
-    Returns (B, H, Lq, Dv) in ``compute_dtype``.
-    """
-    q, k, v = (t.to(compute_dtype) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)  # (B, Hkv, Lk, D) -> (B, H, Lk, D)
-    v = v.repeat_interleave(group, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, Lq, Lk)
-    if bias is not None:
-        scores = scores + bias.to(compute_dtype)
-    if keep is not None:
-        scores = scores.masked_fill(~keep.bool(), float("-inf"))
-    row_max = scores.detach().amax(-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = torch.exp(scores - row_max)  # blocked -> exactly 0
-    total = e.sum(-1, keepdim=True)
-    weights = e / torch.where(total == 0, torch.ones_like(total), total)
-    return weights @ v  # (B, H, Lq, Dv)
-
-
-def drift_tolerance(ref, inputs, dtype):
-    """Run ``ref(*leaves, compute_dtype=...)`` in float64 and in ``dtype``; tolerances are 2x the drift.
-
-    Returns ((out64, grads64), (tol, grad_tols)): the float64 output and its input gradients (for an
-    upstream gradient of ones), and 2x the same-dtype reference's max error (with a small floor), for
-    the output and for each input's gradient.
-    """
-    def run(compute_dtype):
-        leaves = [t.detach().to(compute_dtype).requires_grad_() for t in inputs]
-        out = ref(*leaves, compute_dtype=compute_dtype)
-        grads = torch.autograd.grad(out, leaves, torch.ones_like(out), allow_unused=True)
-        grads = [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads)]
-        return out.detach(), [g.detach() for g in grads]
-
-    out64, grads64 = run(torch.float64)
-    out_lo, grads_lo = run(dtype)
-    floor = 4 * torch.finfo(dtype).eps
-    tol = 2 * max_abs_diff(out_lo, out64) + floor
-    grad_tols = [2 * max_abs_diff(g, g64) + floor * max(1.0, max_abs_diff(g64, torch.zeros_like(g64)))
-                 for g, g64 in zip(grads_lo, grads64)]
-    return (out64, grads64), (tol, grad_tols)
-
-
 # --- plain-math multi-head attention (float64 reference) ------------------------------------------
 
 def reference_mha(x_q, x_k, x_v, *, wq, wk, wv, num_heads, wo=None, bq=None, bk=None, bv=None,
