@@ -5,10 +5,10 @@ document asks its questions. Each theme lives in its own module; this file only 
 """
 from __future__ import annotations
 
-from multihead.explain.topics import layout, masking, memory, python_syntax, scores
+from multihead.explain.topics import heads, layout, masking, memory, python_syntax, scores
 from multihead.explain.topics.base import Topic
 
-_MODULES = (layout, memory, python_syntax, scores, masking)
+_MODULES = (layout, memory, heads, python_syntax, scores, masking)
 
 
 def _collect() -> dict[str, Topic]:
