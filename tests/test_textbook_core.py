@@ -75,7 +75,9 @@ def concatenated(stacked, name):
 def test_doc002_keep_mask(backend):
     torch.manual_seed(0)
     m, q, kv = tb.ClassicTransformerHeads(16, 4), randn(2, 4, 16), randn(2, 6, 16, seed=1)
-    for keep in (torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]]).view(2, 1, 1, 6), torch.tril(torch.ones(4, 6)).view(1, 1, 4, 6)):
+    padding = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]]).view(2, 1, 1, 6)  # (B, 1, 1, Lk)
+    causal = torch.tril(torch.ones(4, 6)).view(1, 1, 4, 6)  # (1, 1, Lq, Lk)
+    for keep in (padding, causal):
         ours = core_mha(q, kv, kv, m.W_q, m.W_k, m.W_v, m.W_o, 4, mh.Mask.keep(keep), backend)
         torch.testing.assert_close(m(q, kv, kv, keep), ours, **TOL)
 

@@ -30,7 +30,8 @@ def test_doc000_bad_inputs():
         m(torch.randn(2, 5, 6))
     with pytest.raises(mh.AttentionError, match=r"got \(5, 8\)"):
         m(torch.randn(5, 8))  # no batch dim
-    with pytest.raises(mh.AttentionError, match=r"attention_mask of shape \(4, 4\) cannot broadcast .* \(2, 2, 5, 5\)"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"attention_mask of shape \(4, 4\) cannot broadcast .* \(2, 2, 5, 5\)"):
         m(torch.randn(2, 5, 8), torch.zeros(4, 4))
     with pytest.raises(mh.AttentionError, match=r"attention_mask must be a torch.Tensor, got list"):
         m(torch.randn(2, 5, 8), [[0.0] * 5] * 5)
@@ -55,7 +56,8 @@ def test_doc002_bad_inputs():
         m(q, torch.randn(2, 4, 6), kv)
     with pytest.raises(mh.AttentionError, match=r"Q \(2, 3, 8\) and K \(3, 4, 8\) must have the same batch size"):
         m(q, torch.randn(3, 4, 8), torch.randn(3, 4, 8))
-    with pytest.raises(mh.AttentionError, match=r"K \(2, 4, 8\) and V \(2, 5, 8\) must have the same batch size and length"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"K \(2, 4, 8\) and V \(2, 5, 8\) must have the same batch size and length"):
         m(q, kv, torch.randn(2, 5, 8))
     with pytest.raises(mh.AttentionError, match=r"mask of shape \(2, 1, 1, 3\) cannot broadcast .* \(2, 2, 3, 4\)"):
         m(q, kv, kv, torch.ones(2, 1, 1, 3))  # a mask over the queries instead of the keys
@@ -66,7 +68,8 @@ def test_doc003_mask_checks_explain_each_of_the_documents_asserts():
     q, kv = torch.randn(3, 2, 8), torch.randn(4, 2, 8)  # Lq=3, Lk=4, B=2
     with pytest.raises(mh.AttentionError, match=r"mask must have 3 dims \(Lq=3 or 1, Lk=4, B=2 or 1\), got \(3, 4\)"):
         m(q, kv, kv, torch.ones(3, 4))
-    with pytest.raises(mh.AttentionError, match=r"mask dim 0 must be the query length Lq=3 or 1, got mask \(2, 4, 2\)"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"mask dim 0 must be the query length Lq=3 or 1, got mask \(2, 4, 2\)"):
         m(q, kv, kv, torch.ones(2, 4, 2))  # assert 1
     with pytest.raises(mh.AttentionError, match=r"mask dim 1 must be the key length Lk=4, got mask \(3, 1, 2\)"):
         m(q, kv, kv, torch.ones(3, 1, 2))  # assert 2: the key axis never broadcasts
@@ -81,7 +84,8 @@ def test_doc003_mask_checks_explain_each_of_the_documents_asserts():
 def test_doc003_bad_inputs():
     m = tb.SeqFirstEinsumHeads(2, 8)
     q, kv = torch.randn(3, 2, 8), torch.randn(4, 2, 8)
-    with pytest.raises(mh.AttentionError, match=r"query must have shape \(L, B, d_model\) with last dim 8, got \(3, 8\)"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"query must have shape \(L, B, d_model\) with last dim 8, got \(3, 8\)"):
         m(torch.randn(3, 8), kv, kv)
     with pytest.raises(mh.AttentionError, match=r"must have the same batch size \(dim 1, sequence-first\)"):
         m(q, torch.randn(4, 3, 8), torch.randn(4, 3, 8))  # a batch-first key passed by mistake
@@ -92,7 +96,8 @@ def test_doc003_bad_inputs():
 def test_doc004_bad_inputs():
     m = tb.FoldedBatchHeads(6, 7, 9, 8, 2, 0.0)
     q, k, v = torch.randn(2, 4, 7), torch.randn(2, 5, 6), torch.randn(2, 5, 9)
-    with pytest.raises(mh.AttentionError, match=r"valid_lens must have shape \(B,\)=\(2,\) or \(B, Lq\)=\(2, 4\), got \(3,\)"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"valid_lens must have shape \(B,\)=\(2,\) or \(B, Lq\)=\(2, 4\), got \(3,\)"):
         m(q, k, v, torch.tensor([1, 2, 3]))
     with pytest.raises(mh.AttentionError, match=r"got \(2, 5\)"):
         m(q, k, v, torch.ones(2, 5, dtype=torch.long))  # one length per KEY is not a d2l form
@@ -100,7 +105,8 @@ def test_doc004_bad_inputs():
         m(q, k, v, [3, 2])
     with pytest.raises(mh.AttentionError, match=r"keys must have shape \(B, Lk, key_size\) with last dim 6"):
         m(q, v, v, None)
-    with pytest.raises(mh.AttentionError, match=r"queries \(2, 4, 7\) and keys \(1, 5, 6\) must have the same batch size"):
+    with pytest.raises(mh.AttentionError,
+                       match=r"queries \(2, 4, 7\) and keys \(1, 5, 6\) must have the same batch size"):
         m(q, k[:1], v[:1], None)
 
 

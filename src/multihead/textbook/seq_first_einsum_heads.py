@@ -95,7 +95,11 @@ class SeqFirstEinsumHeads(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
-        """query (Lq, B, d_model), key/value (Lk, B, d_model); mask (Lq, Lk, B), 0 = blocked."""
+        """query (Lq, B, d_model), key/value (Lk, B, d_model); mask (Lq, Lk, B), 0 = blocked.
+
+        The document always passes ``mask`` (``None`` for no mask); here it may also be left out, and
+        every argument may be given by keyword, as labml's own module takes them.
+        """
         d_model = self.heads * self.d_k
         for name, t in (("query", query), ("key", key), ("value", value)):
             check_features(t, name, 3, "(L, B, d_model)", d_model)
