@@ -65,7 +65,7 @@ def heatmap_png(weights, tokens: list[str] | None) -> bytes:
     rows = -(-H // cols)
     cell = 0.32 if max(Lq, Lk) > 8 else 0.55
     side = max(2.6, cell * max(Lq, Lk) + 1.2)
-    fig = Figure(figsize=(cols * side, rows * side), dpi=100, layout="constrained")
+    fig = Figure(figsize=(cols * side, rows * side), dpi=100)
     FigureCanvasAgg(fig)
     labels = tokens if tokens is not None and len(tokens) == Lq == Lk else None
     for h in range(H):
@@ -82,6 +82,7 @@ def heatmap_png(weights, tokens: list[str] | None) -> bytes:
                     w = float(weights[h, i, j])
                     ax.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=7,
                             color="white" if w > 0.6 else "#222")
+    fig.tight_layout()
     fig.colorbar(image, ax=fig.axes, shrink=0.6)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

@@ -1,0 +1,114 @@
+"""The HTML report: self-contained (inline CSS, base64 PNG heatmaps, no scripts, no external links),
+every step and check in it, escaped text, and a real render in headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+
+from multihead.cli import main
+from multihead.explain import walkthrough
+from multihead.explain.render_html import heatmap_png, render_html
+from multihead.explain.story import Story
+from multihead.explain.topics import TOPICS
+
+DATA_URI = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("html") / "report.html"
+    assert main(["explain", "--lang", "en", "--html", str(path)]) == 0
+    return path.read_text(encoding="utf-8")
+
+
+def decode_png(data: str) -> np.ndarray:
+    raw = base64.b64decode(data)
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    return matplotlib.image.imread(io.BytesIO(raw), format="png")
+
+
+def assert_self_contained(html: str) -> None:
+    assert html.startswith("<!DOCTYPE html>") and "<style>" in html
+    for attribute in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', html):
+        assert attribute.startswith("data:"), attribute
+    assert "http" not in "".join(re.findall(r'(?:src|href)\s*=\s*"[^"]*"', html))
+    assert "<script" not in html and "<link" not in html and "@import" not in html and "url(" not in html
+
+
+def test_the_report_is_self_contained(report):
+    assert_self_contained(report)
+
+
+def test_the_report_has_every_step_its_tensors_and_a_heatmap(report, capsys):
+    for number, (_, title, _) in enumerate(walkthrough.STEPS, start=1):
+        assert f"<h2>Step {number} · {title}</h2>" in report
+    assert report.count('class="tensor"') >= len(walkthrough.STEPS)
+    assert 'class="check failed"' not in report and 'class="summary ok"' in report
+    images = DATA_URI.findall(report)
+    assert len(images) == 1  # step 7's per-head heatmaps
+    pixels = decode_png(images[0])
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 200 and pixels[..., :3].std() > 0.05
+
+
+def test_heatmaps_have_one_panel_per_head():
+    weights = torch.softmax(torch.randn(12, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
+    wide = matplotlib.image.imread(io.BytesIO(heatmap_png(weights, list("abcde"))), format="png")
+    narrow = matplotlib.image.imread(io.BytesIO(heatmap_png(weights[:1], list("abcde"))), format="png")
+    assert wide.shape[1] > 2 * narrow.shape[1] and wide.shape[0] > 2 * narrow.shape[0]  # 3 rows of 4 heads
+
+
+def test_text_is_escaped_and_failures_are_listed():
+    story = Story("zh")
+    story.heading("<b>bold</b>", "<b>粗体</b>")
+    story.check("a < b", "a < b 不成立", False, "1 > 0")
+    html = render_html([story], "zh")
+    assert "<b>" not in html and "&lt;b&gt;粗体&lt;/b&gt;" in html
+    assert 'class="check failed"' in html and 'class="summary failed"' in html and 'lang="zh-CN"' in html
+
+
+def test_a_topic_report_is_self_contained_too(tmp_path, capsys):
+    name, topic = next(iter(TOPICS.items()))
+    path = tmp_path / "sub" / "topic.html"
+    assert main(["explain", "--topic", name, "--lang", "zh", "--html", str(path)]) == 0
+    html = path.read_text(encoding="utf-8")
+    assert_self_contained(html)
+    assert topic.title["zh"] in html and "项检查都通过了" in html
+    assert str(path) in capsys.readouterr().out.replace("\n", "")
+
+
+def find_chromium() -> str | None:
+    return shutil.which("chromium") or (p if Path(p := "/usr/bin/chromium").exists() else None)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_report_renders_in_headless_chromium(tmp_path, report):
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium is not installed (scripts/install-test-deps.sh installs it in CI)")
+    page = tmp_path / "report.html"
+    page.write_text(report, encoding="utf-8")
+    shot = tmp_path / "out.png"
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,2000",
+               page.as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert shot.exists(), done.stderr[-2000:]
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[:2] == (2000, 1200)
+    rgb = pixels[..., :3]
+    not_white = (rgb.min(axis=-1) < 0.9).mean()
+    assert rgb.std() > 0.05 and not_white > 0.02, (rgb.std(), not_white)
