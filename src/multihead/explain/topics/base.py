@@ -5,6 +5,7 @@ live tensors and records every claim with `story.check`, so the answer cannot dr
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,7 +28,12 @@ class Topic:
 def topic(name: str, document: str, title: tuple[str, str], question: tuple[str, str]):
     """Decorator: turn `def run(story)` into a Topic. title and question are (en, zh) pairs."""
 
-    def wrap(run: Callable[[Story], None]) -> Topic:
+    def wrap(fill: Callable[[Story], None]) -> Topic:
+        @functools.wraps(fill)
+        def run(story: Story) -> None:
+            with torch.random.fork_rng(devices=[]):   # topics seed freely without touching the caller's RNG
+                fill(story)
+
         return Topic(name=name, title={"en": title[0], "zh": title[1]}, document=document,
                      question={"en": question[0], "zh": question[1]}, run=run)
 
