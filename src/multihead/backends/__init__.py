@@ -13,7 +13,8 @@ from __future__ import annotations
 from multihead.backends.reference import MathBackend
 from multihead.backends.problem import Problem
 from multihead.backends.sdpa import SdpaBackend
+from multihead.backends.varlen import VarlenBackend
 
-BACKENDS = [SdpaBackend(), MathBackend()]
+BACKENDS = [VarlenBackend(), SdpaBackend(), MathBackend()]
 
 __all__ = ["BACKENDS", "Problem"]
