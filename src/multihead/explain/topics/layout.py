@@ -12,9 +12,9 @@ from multihead.explain.topics.base import error_of, error_text, pick, topic
 
 
 def labelled_tensor(B: int = 1, L: int = 3, H: int = 2, D: int = 2) -> torch.Tensor:
-    """(B, L, H*D) float tensor with value 1000*b + 100*token + 10*head + feature (all sizes <= 10)."""
+    """(B, L, H*D) integer tensor with value 1000*b + 100*token + 10*head + feature (all sizes <= 10)."""
     b, t, h, f = torch.meshgrid(torch.arange(B), torch.arange(L), torch.arange(H), torch.arange(D), indexing="ij")
-    return (1000 * b + 100 * t + 10 * h + f).float().reshape(B, L, H * D)  # (B, L, E)
+    return (1000 * b + 100 * t + 10 * h + f).reshape(B, L, H * D)  # (B, L, E)
 
 
 def decode(value: float) -> tuple[int, int, int, int]:
