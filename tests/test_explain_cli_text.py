@@ -77,11 +77,12 @@ def test_text_setup_uses_the_layers_own_input_and_weights(minilm):
     assert setup.x.shape == (1, len(setup.tokens), 384) and hf_weights.shape[1] == 12
     attention = model.encoder.layer[3].attention
     assert torch.equal(setup.module.q_proj.weight, attention.self.query.weight)
+    assert torch.equal(setup.module.out_proj.weight, attention.output.dense.weight)
     with torch.no_grad():
         ours = setup.module(setup.x)
-        direct = model_text.from_bert_weights(attention)(setup.x)
+        hf_self = attention.self(setup.x)[0]  # (1, L, 384): the heads merged, before output.dense
     torch.testing.assert_close(ours, hf_out, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(direct, hf_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours, attention.output.dense(hf_self), atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.models

@@ -61,27 +61,9 @@ def load_minilm():
     return tokenizer, model.eval()
 
 
-def from_bert_weights(attention: nn.Module) -> mh.MultiHeadAttention:
-    """A MultiHeadAttention with a BertAttention's query/key/value and output.dense weights."""
-    self_attn = attention.self
-    E, H = self_attn.query.in_features, self_attn.num_attention_heads
-    module = mh.MultiHeadAttention(E, H, head_dim=self_attn.attention_head_size,
-                                   out_dim=attention.output.dense.out_features)
-    pairs = ((module.q_proj, self_attn.query), (module.k_proj, self_attn.key),
-             (module.v_proj, self_attn.value), (module.out_proj, attention.output.dense))
-    with torch.no_grad():
-        for ours, theirs in pairs:
-            ours.weight.copy_(theirs.weight)
-            ours.bias.copy_(theirs.bias)
-    return module.eval()
-
-
 def to_multihead(attention: nn.Module) -> mh.MultiHeadAttention:
-    """from_module when a converter knows BERT's naming, else the direct weight copy above."""
-    try:
-        return mh.MultiHeadAttention.from_module(attention).eval()
-    except (AttentionError, ImportError):
-        return from_bert_weights(attention)
+    """Our module with a BertAttention's weights: query/key/value, and output.dense as out_proj."""
+    return mh.MultiHeadAttention.from_module(attention).eval()
 
 
 def text_setup(text: str, layer: int = 0):
