@@ -1,0 +1,84 @@
+"""Small: decode-like shapes (B=1, L=8) where Python overhead, not arithmetic, sets the time.
+
+Ours (module, then the functional core) against the same work done by hand: the floor module
+(fused QKV GEMM + SDPA + output GEMM) and a bare SDPA call. Each sample times a loop of calls.
+Two masks: causal, and a key-padding mask (which exercises Mask handling on every call).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import multihead as mh
+from multihead.bench.peers import FusedFloor, Shape
+from multihead.bench.results import SuiteResult, Target
+from multihead.bench.suites.context import Context
+from multihead.bench.timing import compare
+
+GOAL = 1.2
+
+
+@dataclass(frozen=True)
+class Sizes:
+    shape: Shape
+    calls: int  # calls per timed sample
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(Shape(batch=1, length=8, embed=768, heads=12), calls=200)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(Shape(batch=1, length=8, embed=768, heads=12), calls=50)
+
+
+def _loop(fn, calls: int):
+    def many():
+        for _ in range(calls):
+            fn()
+    return many
+
+
+def run(ctx: Context, sizes: Sizes) -> SuiteResult:
+    s = sizes.shape
+    B, N, H, D = s.batch, s.length, s.heads, s.head_dim
+    x = s.input()
+    ours = mh.MultiHeadAttention(s.embed, s.heads).eval()
+    floor = FusedFloor(s.embed, s.heads, causal=True).eval()
+    q, k, v = (t.contiguous() for t in torch.randn(3, B, H, N, D))  # (B, H, N, D) each
+    pad = torch.zeros(B, N, dtype=torch.bool)
+    pad[:, -2:] = True  # the last two keys are padding
+    keep = ~pad[:, None, None, :]  # (B, 1, 1, N) SDPA's True = attend
+    cases = {
+        "causal": {
+            "ours module": lambda: ours(x, causal=True),
+            "floor module": lambda: floor(x),
+            "ours attention()": lambda: mh.attention(q, k, v, causal=True),
+            "raw SDPA": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        },
+        "key padding": {
+            "ours module": lambda: ours(x, mask=mh.Mask.key_padding(pad)),
+            "floor module": lambda: floor(x, keep),
+            "ours attention()": lambda: mh.attention(q, k, v, mh.Mask.key_padding(pad)),
+            "raw SDPA": lambda: F.scaled_dot_product_attention(q, k, v, keep),
+        },
+    }
+    result = SuiteResult(
+        "small", f"Small: B={B}, L={N}, E={s.embed}, H={H}, fp32 forward, microseconds per call",
+        ["mask", "implementation", "us", "x its baseline"],
+    )
+    with ctx.bars.task("small", total=ctx.rounds * len(cases)) as steps, torch.no_grad():
+        for label, fns in cases.items():
+            t = compare({n: _loop(f, sizes.calls) for n, f in fns.items()}, rounds=ctx.rounds,
+                        warmup=ctx.warmup, budget_s=ctx.budget_s, on_round=steps.advance)
+            us = {n: x.median_s / sizes.calls * 1e6 for n, x in t.items()}
+            baselines = {"ours module": "floor module", "ours attention()": "raw SDPA"}
+            for name, value in us.items():
+                base = baselines.get(name)
+                result.rows.append({"mask": label, "implementation": name, "us": value,
+                                    "x its baseline": value / us[base] if base else None})
+            result.targets.append(Target(f"small {label}: ours module / floor module",
+                                         us["ours module"] / us["floor module"], "<=", GOAL))
+    return result

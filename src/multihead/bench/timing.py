@@ -1,0 +1,71 @@
+"""Timing: warm up, then interleaved rounds and medians.
+
+Every implementation in a comparison is timed once per round, round after round, so a burst of load
+from elsewhere hits all of them alike and the ratios of medians stay meaningful on a shared machine.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median over rounds, and every sample."""
+
+    median_s: float
+    samples: tuple[float, ...]
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how noisy the samples were."""
+        return (max(self.samples) - min(self.samples)) / self.median_s if self.median_s else 0.0
+
+
+def time_call(fn: Callable[[], object]) -> float:
+    """Seconds for one call of `fn`."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def compare(
+    fns: Mapping[str, Callable[[], object]],
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
+    budget_s: float | None = None,
+    on_round: Callable[[], None] | None = None,
+) -> dict[str, Timing]:
+    """Time each of `fns` once per round, interleaved; {name: Timing}.
+
+    `warmup` untimed calls each come first. With `budget_s`, fewer rounds are taken when the first
+    round shows that `rounds` of them would run past it (never fewer than 3 rounds).
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    planned = rounds
+    for r in range(rounds):
+        if r >= planned:
+            break
+        for name, fn in fns.items():
+            samples[name].append(time_call(fn))
+        if r == 0 and budget_s is not None:
+            per_round = sum(s[0] for s in samples.values())
+            planned = max(3, min(rounds, int(budget_s / max(per_round, 1e-9))))
+        if on_round is not None:
+            on_round()
+    return {name: Timing(statistics.median(s), tuple(s)) for name, s in samples.items()}
+
+
+def set_threads(n: int | None) -> int:
+    """Use `n` intra-op threads (None: leave torch's choice); returns the count in effect."""
+    if n is not None:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()

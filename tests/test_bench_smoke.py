@@ -1,0 +1,107 @@
+"""`multihead bench` end to end on tiny sizes: every suite runs, reports, plots. No timing asserted."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from multihead.bench import cli, memory, report
+from multihead.bench.peers import Shape
+from multihead.bench.registry import build, names
+from multihead.bench.suites import padded, roofline, scaling, shootout, small
+from multihead.bench.suites.context import Context
+from multihead.bench.timing import compare
+
+TINY = {
+    shootout: shootout.Sizes(Shape(batch=2, length=16, embed=32, heads=4)),
+    scaling: scaling.Sizes((32,), embed=32, heads=4, memory_budget=1),  # textbook over budget
+    padded: padded.Sizes(length=64, batch=4, heads=2, head_dim=8),
+    roofline: roofline.Sizes(gemm=64, copy_mib=1, length=64, heads=2, head_dim=8),
+    small: small.Sizes(Shape(batch=1, length=8, embed=32, heads=4), calls=2),
+}
+
+
+def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monkeypatch, capsys):
+    for suite, sizes in TINY.items():
+        monkeypatch.setattr(suite.Sizes, "quick", classmethod(lambda cls, s=sizes: s))
+    parser = __import__("argparse").ArgumentParser()
+    cli.configure(parser)
+    args = parser.parse_args(["--quick", "--rounds", "1", "--no-progress", "--json", str(tmp_path / "r.json"),
+                              "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "plots")])
+    assert cli.main(args) == 0
+    stdout = capsys.readouterr().out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1]) == data
+    assert set(data["suites"]) == set(cli.SUITES)
+    assert data["machine"]["threads"] == torch.get_num_threads()
+    shoot = data["suites"]["shootout"]
+    assert {r["implementation"] for r in shoot["rows"]} == set(names())
+    assert next(r for r in shoot["rows"] if r["implementation"] == "ours")["forward x ours"] == 1.0
+    assert all(t["met"] is None for t in data["suites"]["scaling"]["targets"])  # P2 needs N=32768
+    skipped = data["suites"]["scaling"]["rows"][0]
+    assert skipped["ours peak MiB"] > 0 and "not run: predicted" in skipped["note"]
+    ours_padded = [r for r in data["suites"]["padded"]["rows"] if r["implementation"] == "ours"]
+    assert {r["backend"] for r in ours_padded} == {"sdpa"}  # too small for varlen to pay off
+    assert all(r["max |diff| vs dense"] < 1e-5 for r in data["suites"]["padded"]["rows"]
+               if r["max |diff| vs dense"] is not None)
+    assert "### Targets" in (tmp_path / "r.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(f"{s}.png" for s in cli.SUITES)
+
+
+def test_every_peer_computes_the_same_shape_forward_and_backward():
+    shape = Shape(batch=2, length=8, embed=16, heads=2)
+    for name in names():
+        runner = build(name, shape)
+        out = runner.forward()
+        runner.forward_backward()
+        assert out.shape in ((2, 8, 16), (8, 2, 16)), name  # document 003 is sequence-first
+        assert all(p.grad is not None for p in runner.params), name
+
+
+def test_floor_and_ours_agree_given_the_same_weights():
+    shape = Shape(batch=2, length=8, embed=16, heads=2)
+    ours, floor = build("ours", shape), build("floor", shape)
+    with torch.no_grad():
+        floor.module.qkv.weight.copy_(torch.cat([ours.module.q_proj.weight, ours.module.k_proj.weight,
+                                                 ours.module.v_proj.weight]))
+        floor.module.qkv.bias.copy_(torch.cat([ours.module.q_proj.bias, ours.module.k_proj.bias,
+                                               ours.module.v_proj.bias]))
+        floor.module.out.load_state_dict(ours.module.out_proj.state_dict())
+    torch.testing.assert_close(ours.forward(), floor.forward(), atol=1e-5, rtol=1e-5)
+
+
+def test_probe_reports_peak_rss_of_a_fresh_process():
+    found = memory.probe("ours", Shape(batch=1, length=16, embed=16, heads=2), repeats=2, warmup=1)
+    assert found["peak_rss"] >= found["setup_rss"] > 0 and found["seconds"] > 0
+    assert "error" in memory.probe("no such peer", Shape(1, 4, 4, 1))
+
+
+def test_predicted_score_memory_follows_4_n2_h():
+    shape = Shape(batch=1, length=1024, embed=512, heads=8)
+    assert memory.score_tensor_bytes(shape) == 4 * 1024**2 * 8
+    assert scaling.predicted_bytes(shape) == 2 * 4 * 1024**2 * 8 + 1024**2
+
+
+def test_compare_interleaves_and_takes_medians():
+    calls = []
+    t = compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=1)
+    assert calls == ["a", "b"] + ["a", "b"] * 3
+    assert len(t["a"].samples) == 3 and t["a"].median_s == sorted(t["a"].samples)[1]
+
+
+def test_targets_and_cells_render():
+    from multihead.bench.results import Target
+
+    assert Target("x", 1.0, "<=", 1.05).met and not Target("x", 2.0, "<=", 1.05).met
+    assert Target("x", None, ">=", 1).met is None
+    assert report.cell("forward x ours", 1.234) == "1.23x" and report.cell("ms", None) == "-"
+    assert report.target_cells(Target("x", 0.5, ">=", 1.6))[3] == "MISSED"
+
+
+@pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"]))
+def test_cli_rejects_bad_arguments(bad):
+    parser = __import__("argparse").ArgumentParser()
+    cli.configure(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(bad)
