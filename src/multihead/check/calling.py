@@ -55,8 +55,10 @@ def read_signature(forward) -> CallSpec:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         low = p.name.lower()
-        if mask_param is None and ("mask" in low or any(w in low for w in _LENGTH_WORDS)):
-            mask_param, mask_kind = p.name, "mask" if "mask" in low else "lengths"
+        if mask_param is None and ("mask" in low or "attn_bias" in low or "attention_bias" in low
+                                   or any(w in low for w in _LENGTH_WORDS)):
+            mask_param = p.name
+            mask_kind = "lengths" if any(w in low for w in _LENGTH_WORDS) else "mask"
         elif p.default is p.empty and p.kind != p.KEYWORD_ONLY and len(tensors) < 3:
             tensors.append(p.name)
         elif p.default is p.empty:

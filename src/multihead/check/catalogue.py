@@ -29,19 +29,19 @@ class Bug:
 
 
 BUGS: tuple[Bug, ...] = (
-    Bug("reshape-without-transpose", "reshape-transpose", ("split-by-reshape",)),
-    Bug("merge-without-transpose", "reshape-transpose", ("merge-by-reshape",)),
-    Bug("softmax-wrong-axis", "softmax-axis", ("softmax-over-queries", "softmax-over-heads")),
-    Bug("missing-scale", "scale", ("no-scale",)),
-    Bug("scale-by-embed-dim", "scale", ("scale-by-embed",)),
-    Bug("scale-after-softmax", "scale", ("scale-after-softmax",)),
+    Bug("reshape-without-transpose", "reshape-then-transpose", ("split-by-reshape",)),
+    Bug("merge-without-transpose", "combine-heads", ("merge-by-reshape",)),
+    Bug("softmax-wrong-axis", "einsum-scores", ("softmax-over-queries", "softmax-over-heads")),
+    Bug("missing-scale", "scale-sqrt-dk", ("no-scale",)),
+    Bug("scale-by-embed-dim", "scale-sqrt-dk", ("scale-by-embed",)),
+    Bug("scale-after-softmax", "scale-sqrt-dk", ("scale-after-softmax",)),
     Bug("mask-after-softmax", "masked-fill", ("mask-weights-with-zero", "mask-weights-with-fill")),
-    Bug("no-output-projection", "output-projection", ("skip-output-projection",)),
-    Bug("causal-off-by-one", "causal-mask", ("causal-blocks-diagonal", "causal-sees-next-token")),
-    Bug("keys-used-as-values", "query-key-value", ("weights-times-keys",)),
-    Bug("scores-without-key-transpose", "key-transpose", ("scores-q-times-k",)),
-    Bug("view-on-non-contiguous", "view-contiguous", ("merge-by-view",)),
-    Bug("forward-misspelled", "forward-method", ()),
+    Bug("no-output-projection", "stacked-vs-split", ("skip-output-projection",)),
+    Bug("causal-off-by-one", "masked-fill", ("causal-blocks-diagonal", "causal-sees-next-token")),
+    Bug("keys-used-as-values", "linear-d-model", ("weights-times-keys",)),
+    Bug("scores-without-key-transpose", "k-transpose", ("scores-q-times-k",)),
+    Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
+    Bug("forward-misspelled", "farward-typo", ()),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}

@@ -115,3 +115,25 @@ def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | No
         if blocked_keys_are_inert(module, spec, encoding, inputs, tol):
             return encoding
     return None
+
+
+def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make_cases, tol: float):
+    """The convention under which the masked outputs match the correct maths or a mask-after-softmax
+    variant (whose blocked keys are not inert: they still count in the softmax), or None."""
+    from multihead.check.catalogue import NEEDS_MASK, forms_to_try
+    from multihead.check.diagnose import closest
+
+    with torch.no_grad():
+        wanted = [invoke(module, spec, *case) for case in plain_cases]
+        forms = [None, *forms_to_try(False, spec.causal)]
+        roles = closest(module, spec, assignments, plain_cases, wanted, forms).roles
+        for encoding in ENCODINGS + LENGTHS:
+            trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+            cases = make_cases(trial)
+            try:
+                got = [invoke(module, trial, *case) for case in cases]
+            except LearnerError:
+                continue
+            if closest(module, trial, [roles], cases, got, [None, *sorted(NEEDS_MASK)]).error <= tol:
+                return encoding
+    return None

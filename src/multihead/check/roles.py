@@ -206,6 +206,13 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
 def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
     """Role candidates when query, key and value come in as separate tensors."""
     by_role = {role: [n for n in layers if role in seen.get(n, [])] for role in ROLES}
+    if not by_role["v"] and len(by_role["q"]) == len(by_role["k"]) == 1:  # fused to_kv (keys = values)
+        q_name, kv_name = by_role["q"][0], by_role["k"][0]
+        inner = layers[q_name].out_features
+        if layers[kv_name].out_features == 2 * inner:
+            halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
+            return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv")
+                    for i in (0, 1) for h in heads(inner)]
     for role in ROLES:
         if not by_role[role]:
             shape = next((layers[by_role[r][0]].weight.shape for r in ROLES if by_role[r]), None)
@@ -230,7 +237,7 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
     def heads(inner: int) -> list[int]:
         if num_heads and inner % num_heads == 0:
             return [num_heads]
-        return [h for h in _divisors(inner) if h > 1] or [1]
+        return [h for h in _divisors(inner) if h > 1] + [1]  # one head last
 
     found = (_self_candidates(layers, inputs, unused, heads) if self_attention
              else _qkv_candidates(layers, seen, unused, heads))
@@ -242,7 +249,8 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
             outs = [[(mids[-1], None)]]
         else:
             spare = [n for n in unused if n not in taken and layers[n].in_features == inner]
-            outs = [[]] + [[(n, None)] for n in spare]
+            # an output layer defined but never called is still the output layer (no-output-projection)
+            outs = [[(n, None)] for n in spare] or [[]]
         for out in outs:
             assignments.append(RoleAssignment({**pieces, "o": out}, h, style))
     return assignments

@@ -10,8 +10,10 @@ Lq = Lk = head_dim (where a missing key transpose still runs) before diagnosing 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import io
 
 import torch
 from torch import nn
@@ -24,10 +26,10 @@ from multihead.check.diagnose import closest, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
 from multihead.check.load import (DEFAULTS, EMBED, LoadError, build, load_class, misspelled_forward,
                                   parse_init)
-from multihead.check.masks import detect_encoding, random_pattern
+from multihead.check.masks import detect_encoding, encoding_by_agreement, random_pattern
 from multihead.check.report import CheckReport
 from multihead.check.roles import LinearInputs, candidate_roles
-from multihead.check.text import check_lang
+from multihead.check.text import check_lang, say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}
 HEAD_ATTRS = ("num_heads", "heads", "n_heads", "n_head", "nhead", "h", "num_attention_heads")
@@ -38,6 +40,20 @@ def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
     instance (never modified: the checker works on a copy). ``init``: constructor kwargs (dict or
     JSON text); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
     lang = check_lang(lang)
+    threads = torch.get_num_threads()
+    printed = io.StringIO()
+    torch.set_num_threads(1)  # the probes are tiny: one thread is many times faster than a pool
+    try:
+        with contextlib.redirect_stdout(printed):  # the learner's debugging prints stay out of the report
+            report = _check(target, init, call, lang)
+    finally:
+        torch.set_num_threads(threads)
+    if printed.getvalue():
+        report.notes.append(say("printed", lang))
+    return report
+
+
+def _check(target, init, call, lang: str) -> CheckReport:
     report = CheckReport(target=_target_name(target), lang=lang)
     try:
         module, kwargs, source = _resolve(target, init)
@@ -58,8 +74,6 @@ def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
 
 
 def _say_after_rename(method: str, inner: CheckReport) -> str:
-    from multihead.check.text import say
-
     return say("after-rename", inner.lang, method=method, verdict=inner.headline())
 
 
@@ -164,17 +178,24 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
     if spec.mask_param:
         spec.encoding = detect_encoding(module, spec, _inputs(dims, 3, L, Lk, dtype, 4), tol)
 
-    cases = _cases(spec, dims, dtype, L, Lk)
-    tags = dict(zip("qkv", cases[0][:3])) if spec.inputs != "x" else {"x": cases[0][0]}
+    plain = _plain_cases(dims, dtype, L, Lk)
+    tags = {"x": plain[0][0]} if spec.inputs == "x" else dict(zip("qk" if spec.inputs == "q_kv" else "qkv",
+                                                                  plain[0][:3]))
     with LinearInputs(module, tags) as seen:
-        invoke(module, spec, *cases[0][:3])
-    with torch.no_grad():
-        wanted = [invoke(module, spec, *case, source_file=source) for case in cases]
+        invoke(module, spec, *plain[0][:3])
+    _materialise_unused_lazy(module)
     assignments = candidate_roles(module, seen.seen, spec.inputs == "x", heads)
     report.conventions = _conventions(spec, dtype)
     if not assignments:
         report.reason = "could not tell which Linear layers project queries, keys and values"
         return report
+    if spec.mask_param and spec.encoding is None:  # blocked keys not inert: maybe masked after softmax
+        spec.encoding = encoding_by_agreement(module, spec, assignments, plain,
+                                              lambda trial: _masked_cases(trial, dims, dtype, L, Lk), tol)
+        report.conventions = _conventions(spec, dtype)
+    cases = plain + _masked_cases(spec, dims, dtype, L, Lk)
+    with torch.no_grad():
+        wanted = [invoke(module, spec, *case, source_file=source) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
     report.roles = match.roles.describe()
     report.conventions.append(("heads", {"heads": match.roles.num_heads,
@@ -192,10 +213,15 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
     return report
 
 
-def _cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
-    """Probe cases (xq, xk, xv, keep or None): two without a mask, two with one when it has a mask."""
+def _plain_cases(dims, dtype, L, Lk) -> list[tuple]:
+    """Two probe cases (xq, xk, xv, None) without a mask, of different sizes."""
+    return [(*_inputs(dims, 3, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+
+
+def _masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
+    """Two probe cases (xq, xk, xv, keep (B, Lq, Lk)) in the family the module's mask can carry."""
     gen = torch.Generator().manual_seed(5)
-    cases = [(*_inputs(dims, 3, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+    cases = []
     if spec.encoding is not None:
         for seed, B in ((12, 3), (13, 2)):
             xq, xk, xv = _inputs(dims, B, L, Lk, dtype, seed)
@@ -204,6 +230,15 @@ def _cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
                 keep[..., 0] = True  # every query keeps a key it may causally see
             cases.append((xq, xk, xv, keep))
     return cases
+
+
+def _materialise_unused_lazy(module) -> None:
+    """A LazyLinear never called (an unused output layer) gets weights: in_features = out_features."""
+    for layer in module.modules():
+        if isinstance(layer, nn.modules.lazy.LazyModuleMixin) and layer.has_uninitialized_params():
+            dtype = next((p.dtype for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)),
+                         torch.float32)
+            layer(torch.zeros(1, layer.out_features, dtype=dtype))
 
 
 def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:

@@ -113,6 +113,8 @@ MESSAGES = {
     "at": ("at {where}", "位置 {where}"),
     "after-rename": ("with '{method}' used as forward, the rest of the check says: {verdict}",
                      "把 '{method}' 当作 forward 后，其余检查结果：{verdict}"),
+    "printed": ("its forward prints; that output was hidden during the check",
+                "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
     "fill-note": ("its masked rows use a finite fill such as -1e9", "被屏蔽位置填充的是有限值（如 -1e9）"),
 }
 
