@@ -164,3 +164,12 @@ def assert_same_forward_backward(run_source, run_converted, inputs, *, atol=1e-1
     torch.testing.assert_close(out_converted, out_source, atol=atol, rtol=rtol)
     for index, (got, expected) in enumerate(zip(grads_converted, grads_source)):
         torch.testing.assert_close(got, expected, atol=atol, rtol=rtol, msg=lambda m: f"input {index} grad: {m}")
+
+
+# --- explain CLI (used by test_explain_cli*.py) ----------------------------------------------------
+
+def plain_terminal(monkeypatch, columns: int = 80) -> None:
+    """No locale, no forced colour, `columns` wide: a fresh terminal as CI sees it."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", str(columns))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import plain_terminal
 from rich.cells import cell_len
 
 from multihead.cli import main
@@ -20,10 +21,7 @@ from multihead.explain.topics import TOPICS
 
 @pytest.fixture(autouse=True)
 def plain_80_column_terminal(monkeypatch):
-    """No locale, no forced colour, 80 columns: what CI and a fresh terminal look like."""
-    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("COLUMNS", "80")
+    plain_terminal(monkeypatch, 80)
 
 
 def run(capsys, *argv):

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from helpers import plain_terminal
 from rich.cells import cell_len
 
 from multihead.cli import main
@@ -16,10 +17,8 @@ SENTENCE = "The cat sat on the mat because it was tired."
 
 
 @pytest.fixture(autouse=True)
-def plain_terminal(monkeypatch):
-    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("COLUMNS", "80")
+def plain_80_column_terminal(monkeypatch):
+    plain_terminal(monkeypatch, 80)
 
 
 @pytest.fixture

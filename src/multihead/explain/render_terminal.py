@@ -50,7 +50,7 @@ def _matrix(index: str, cells, row_labels, col_labels) -> Table:
     table.add_column("", style="dim", no_wrap=True)
     for label in col_labels:
         table.add_column(label, justify="right", no_wrap=True)
-    for label, row in zip(row_labels, cells):
+    for label, row in zip(row_labels, cells, strict=True):
         table.add_row(short(label), *row)
     return table
 

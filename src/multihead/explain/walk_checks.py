@@ -27,4 +27,6 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def diff_text(a: torch.Tensor, b: torch.Tensor) -> str:
     """`max |diff| = 1.2e-07` for a check's detail line."""
-    return f"max |diff| = {max_diff(a, b):.1e}" if a.shape == b.shape else f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
+    if a.shape != b.shape:
+        return f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
+    return f"max |diff| = {max_diff(a, b):.1e}"
