@@ -120,7 +120,7 @@ def mask_fill_value(story: Story) -> None:
     story.heading("A fully masked row in float32", "float32 下整行都被屏蔽")
     row = scores_h.float()[0]
     story.table([pick(story, "fill", "填充值"), pick(story, "weights of the fully masked row", "整行被屏蔽时的权重")],
-                [[str(f), row.masked_fill(torch.ones(3, dtype=torch.bool), f).softmax(-1).tolist()]
+                [[str(f), ", ".join(f"{w:.4f}" for w in row.masked_fill(torch.ones(3, dtype=torch.bool), f).softmax(-1))]
                  for f in (float("-inf"), -1e9, -1e6)])
     story.check("With -inf the row is 0/0: every weight is NaN (and the NaN flows on into the output)",
                 "填 -inf 时这一行成了 0/0：所有权重都是 NaN（NaN 还会继续流进输出）",
