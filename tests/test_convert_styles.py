@@ -77,6 +77,30 @@ class BertLikeAttention(nn.Module):
         return self.output.dense(self.self(x, pad))
 
 
+class LectureHead(nn.Module):
+    """One causal head as GPT lecture code writes it: key/query/value Linear(E, D, bias=False)."""
+
+    def __init__(self, n_embd, head_size):
+        super().__init__()
+        self.key, self.query, self.value = (nn.Linear(n_embd, head_size, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        q, k, v = self.query(x), self.key(x), self.value(x)  # (B, L, D)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, L, D)
+
+
+class LectureMultiHead(nn.Module):
+    """`heads` run one by one, concatenated, then `proj`: the stacked style with an output projection."""
+
+    def __init__(self, n_embd, num_heads):
+        super().__init__()
+        self.heads = nn.ModuleList(LectureHead(n_embd, n_embd // num_heads) for _ in range(num_heads))
+        self.proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        return self.proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (B, L, E)
+
+
 class Named(nn.Module):
     """Linear layers under the given names (dotted names make submodules), plus attributes."""
 
@@ -129,6 +153,13 @@ def test_bert_names_convert_with_key_padding(cls):
     pad = torch.tensor([[False] * L, [False] * 3 + [True] * (L - 3)])  # (B, Lk), True = padding
     assert_same_forward_backward(lambda x: source(x, pad), lambda x: ours(x, mask=mh.Mask.key_padding(pad)),
                                  [randn(B, L, E)])
+
+
+def test_stacked_heads_with_an_output_projection_convert():
+    source = LectureMultiHead(E, H).double().eval()
+    ours = mh.MultiHeadAttention.from_module(source)
+    assert (ours.num_heads, ours.head_dim) == (H, E // H)
+    assert_same_forward_backward(source, lambda x: ours(x, causal=True), [randn(B, L, E)])
 
 
 # --- styles checked against the plain reference ---------------------------------------------------
@@ -207,6 +238,18 @@ def test_uninitialised_lazy_linear_asks_for_one_forward():
 ])
 def test_inconsistent_modules_say_why(source, match):
     with pytest.raises(mh.AttentionError, match=match):
+        mh.MultiHeadAttention.from_module(source)
+
+
+@pytest.mark.parametrize("source", [
+    Named({**four(("q_linear", "k_linear", "v_linear", "o_linear")), "ffn": nn.Linear(E, 4 * E)}, num_heads=H),
+    Named({**four(("W_query", "W_key", "W_value")), "gate": nn.Linear(E, E)}),
+    Named({"c_attn": nn.Linear(E, 3 * E), "c_proj": nn.Linear(E, E), "mlp.fc": nn.Linear(E, E)}, n_head=H),
+    Named({"heads": nn.ModuleList([Named(four(("W_query", "W_key", "W_value", "extra"), e=4))])}),
+    Named({"heads": nn.ModuleList([Named(four(("W_query", "W_key", "W_value"), e=4))]), "lm_head": nn.Linear(4, 9)}),
+], ids=["block", "gated-head", "gpt-block", "head-with-extra", "stack-with-extra"])
+def test_extra_linear_layers_are_not_silently_dropped(source):
+    with pytest.raises(mh.AttentionError, match="also has linear layers that attention does not use"):
         mh.MultiHeadAttention.from_module(source)
 
 

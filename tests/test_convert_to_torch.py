@@ -37,8 +37,8 @@ def test_to_torch_gives_the_same_outputs(batch_first, dims, bias):
     blocked = torch.rand(LQ, LK) < 0.3
     blocked[:, 0] = False  # every query keeps a key
     shape = (lambda b, l, f: (b, l, f)) if batch_first else (lambda b, l, f: (l, b, f))
-    inputs = [torch.randn(shape(B, LQ, E), dtype=torch.float64), torch.randn(shape(B, LK, ours.kdim), dtype=torch.float64),
-              torch.randn(shape(B, LK, ours.vdim), dtype=torch.float64)]
+    inputs = [torch.randn(shape(B, length, features), dtype=torch.float64)
+              for length, features in ((LQ, E), (LK, ours.kdim), (LK, ours.vdim))]
     assert_same_forward_backward(
         lambda q, k, v: theirs(q, k, v, key_padding_mask=pad, attn_mask=blocked, need_weights=False)[0],
         lambda q, k, v: ours(q, k, v, mask=mh.Mask.key_padding(pad) & mh.Mask.block(blocked)), inputs)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from multihead.convert.projections import build_attention, find_dropout, linear_at, require_head_count, weight_and_bias
+from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, linear_at,
+                                           require_head_count, weight_and_bias)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
@@ -21,6 +22,7 @@ def convert_fused_c_attn(module: nn.Module, **hints) -> MultiHeadAttention | Non
     c_attn, c_proj = linear_at(module, "c_attn"), linear_at(module, "c_proj")
     if c_attn is None or c_proj is None:
         return None
+    check_no_extra_linears(module, (c_attn, c_proj), "nanoGPT's fused c_attn/c_proj")
     weight, bias = weight_and_bias(c_attn, "fused c_attn")
     if weight.shape[0] % 3:
         raise AttentionError(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from multihead.convert.projections import build_attention, find_dropout, linear_at, require_head_count, submodule
+from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, linear_at,
+                                           require_head_count, submodule)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.module import MultiHeadAttention
@@ -40,6 +41,7 @@ def convert_bert_attention(module: nn.Module, **hints) -> MultiHeadAttention | N
     q, k, v = (linear_at(inner, name) for name in ("query", "key", "value"))
     if q is None or k is None or v is None:
         return None
+    check_no_extra_linears(module, (q, k, v, out), "Hugging Face BERT attention")
     _check_absolute_positions(inner)
     num_heads = require_head_count(module, hints, "Hugging Face BERT attention", inner)
     return build_attention(q, k, v, out, num_heads, batch_first=hints.get("batch_first", True),

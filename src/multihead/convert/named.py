@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from multihead.convert.projections import (build_attention, find_dropout, find_head_count, linear_at,
-                                           require_head_count, submodule)
+from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, find_head_count,
+                                           linear_at, require_head_count, submodule)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.module import MultiHeadAttention
@@ -65,6 +65,7 @@ def convert_named(module: nn.Module, style: NamingStyle, hints: dict) -> MultiHe
     out = next((found for path in style.out if (found := linear_at(module, path)) is not None), None)
     if q is None or k is None or v is None or (out is None and style.out_required):
         return None
+    check_no_extra_linears(module, (q, k, v, out), style.name)
     owners = [submodule(module, path) for path in style.head_owners]
     if style.single_head_without_count and out is None and find_head_count(hints, module, *owners) is None:
         num_heads = 1

@@ -40,6 +40,22 @@ def linear_at(module: nn.Module, path: str) -> nn.Linear | None:
     return found if isinstance(found, nn.Linear) else None
 
 
+def check_no_extra_linears(module: nn.Module, used, style: str) -> None:
+    """Raise when `module` holds linear layers besides `used`: its outputs would not be attention's alone.
+
+    (A whole transformer block, say, has feed-forward layers too; convert its attention submodule.)
+    """
+    used_ids = {id(layer) for layer in used if isinstance(layer, nn.Module)}
+    extra = [f"{name} ({child.in_features} -> {child.out_features})" for name, child in module.named_modules()
+             if isinstance(child, nn.Linear) and id(child) not in used_ids]
+    if extra:
+        raise AttentionError(
+            f"{type(module).__name__} follows {style} but also has linear layers that attention does not use: "
+            f"{', '.join(extra)}. Its outputs would differ; convert the attention submodule itself, or pass "
+            "the projections explicitly: from_module(m, num_heads=H, q=..., k=..., v=..., out=...)."
+        )
+
+
 def weight_and_bias(layer, role: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(weight (out, in), bias (out,) or None) of a linear layer or of a (weight, bias) pair.
 

@@ -2,16 +2,19 @@
 
 This is document 001's lesson read backwards. Head h has its own W_query / W_key / W_value of shape
 (D, E); stacking the H heads' weights row-wise gives one (H*D, E) matrix per projection, exactly the
-weight-split version's Wq / Wk / Wv, where head h owns rows [h*D, (h+1)*D). There is no output
-projection: the result's out_proj is the identity, so its output is the heads' concatenation
-(B, L, H*D). Document 001's heads are causal: call the converted module with `causal=True`.
+weight-split version's Wq / Wk / Wv, where head h owns rows [h*D, (h+1)*D). Document 001 has no
+output projection: the result's out_proj is the identity, so its output is the heads' concatenation
+(B, L, H*D). Where the stacking module projects the concatenation (a Linear named proj, out_proj,
+o_proj, W_o, Wo or output, as in the common `heads` + `proj` GPT lecture code), that is out_proj.
+Document 001's heads are causal: call the converted module with `causal=True`.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from multihead.convert.projections import build_attention, find_dropout, linear_at, submodule, weight_and_bias
+from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, linear_at,
+                                           submodule, weight_and_bias)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
@@ -19,6 +22,8 @@ from multihead.module import MultiHeadAttention
 # How a single head may name its three projections (document 001's CausalAttention first).
 SINGLE_HEAD_NAMES = (("W_query", "W_key", "W_value"), ("W_q", "W_k", "W_v"), ("query", "key", "value"),
                      ("q_linear", "k_linear", "v_linear"))
+# Where a stacking module may keep the projection of the concatenated heads (none in document 001).
+OUTPUT_NAMES = ("proj", "out_proj", "o_proj", "W_o", "Wo", "output")
 
 
 def _head_projections(head: nn.Module, names: tuple[str, str, str], index: int):
@@ -29,6 +34,7 @@ def _head_projections(head: nn.Module, names: tuple[str, str, str], index: int):
             f"heads[{index}] ({type(head).__name__}) lacks the projections {names} that heads[0] has; "
             "stacked heads must all be built the same way."
         )
+    check_no_extra_linears(head, layers, f"a single head {names}")
     return [weight_and_bias(layer, f"heads[{index}].{name}") for layer, name in zip(layers, names)]
 
 
@@ -49,7 +55,7 @@ def _stack(pairs: list, role: str) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 @register_converter("stacked heads (heads: ModuleList of single heads)")
 def convert_stacked_heads(module: nn.Module, **hints) -> MultiHeadAttention | None:
-    """`heads` = [head_0, ..., head_{H-1}], each with q/k/v projections (D, E) -> H heads, identity out."""
+    """`heads` = [head_0, ..., head_{H-1}], each with q/k/v projections (D, E) -> H heads; out or identity."""
     heads = submodule(module, "heads")
     if not isinstance(heads, nn.ModuleList) or len(heads) == 0:
         return None
@@ -58,8 +64,10 @@ def convert_stacked_heads(module: nn.Module, **hints) -> MultiHeadAttention | No
         return None
     if hints.get("num_heads") not in (None, len(heads)):
         raise AttentionError(f"num_heads={hints['num_heads']} but the module stacks {len(heads)} heads.")
+    out = next((found for name in OUTPUT_NAMES if (found := linear_at(module, name)) is not None), None)
+    check_no_extra_linears(module, [*heads.modules(), out], "stacked heads")
     per_head = [_head_projections(head, names, index) for index, head in enumerate(heads)]
     q, k, v = (_stack([projections[i] for projections in per_head], role)
                for i, role in enumerate(("query", "key", "value")))
-    return build_attention(q, k, v, None, len(heads), batch_first=hints.get("batch_first", True),
+    return build_attention(q, k, v, out, len(heads), batch_first=hints.get("batch_first", True),
                            dropout=find_dropout(heads[0], "dropout"), training=module.training)
