@@ -70,3 +70,18 @@ def test_topics_leave_the_callers_random_state_alone():
     torch.manual_seed(7)
     TOPICS["stacked-vs-split"].run(Story())
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_false_fact_shows_up_as_a_failed_check(monkeypatch):
+    """The checks are wired to the computation: break the fact and the topic reports it."""
+    from multihead.explain.topics import heads, layout
+
+    monkeypatch.setattr(layout, "split_right", layout.split_wrong)
+    story = Story()
+    TOPICS["reshape-then-transpose"].run(story)
+    assert story.failed_checks
+
+    monkeypatch.setattr(heads, "d2l_param_counts", lambda n=16: {H: 4 * n * n * H for H in heads.HEAD_COUNTS})
+    story = Story()
+    TOPICS["param-count"].run(story)
+    assert story.failed_checks

@@ -61,7 +61,7 @@ def where_heads_live(story: Story) -> None:
                 "1 个头和 4 个头的模块，参数名和形状完全相同：权重可以直接互换",
                 same_keys, ", ".join(one.state_dict()))
     torch.manual_seed(1)
-    x = torch.randn(1, 5, 8, dtype=torch.float64)                   # (B, L, num_hiddens)
+    x = 3 * torch.randn(1, 5, 8, dtype=torch.float64)               # (B, L, num_hiddens); 3x for sharper maps
     y1, y4 = one(x, x, x, None), four(x, x, x, None)
     story.check("With identical weights the outputs still differ: the only difference left is how the features are split",
                 "权重完全相同，输出却不一样：剩下唯一的区别，就是特征被怎样切分",
