@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -13,9 +14,13 @@ import pytest
 import torch
 from helpers import plain_terminal
 from rich.cells import cell_len
+from rich.console import Console
 
 from multihead.cli import main
 from multihead.explain import walkthrough
+from multihead.explain.cli import topic_story
+from multihead.explain.render_html import render_html
+from multihead.explain.render_terminal import render
 from multihead.explain.topics import TOPICS
 
 
@@ -89,6 +94,19 @@ def test_a_topic_runs_with_its_title_and_question(capsys, lang):
     assert topic.title[lang] in out.replace("\n", "")
     assert ("Question from document" if lang == "en" else "中的问题") in out
     assert "✗" not in out
+
+
+@pytest.mark.parametrize("name", list(TOPICS))
+def test_every_topic_renders_in_80_columns_and_as_html(name):
+    for lang in ("en", "zh"):
+        story = topic_story(name, lang)
+        assert story.failed_checks == [] and story.checks, (name, lang)
+        console = Console(width=80, record=True, file=io.StringIO())
+        render(story, console)
+        text = console.export_text()
+        assert max(cell_len(line) for line in text.splitlines()) <= 80, (name, lang)
+        html = render_html([story], lang)
+        assert "<script" not in html and 'src="http' not in html and 'href="http' not in html
 
 
 def test_an_unknown_topic_exits_2_naming_the_known_ones(capsys):
