@@ -84,6 +84,16 @@ def test_causal_flag_in_module_never_sees_the_future():
     assert torch.allclose(mod(x, causal=True)[:, :4], mod(changed, causal=True)[:, :4], atol=1e-6)
 
 
+def test_causal_module_is_causal_on_every_call():
+    torch.manual_seed(0)
+    mod = mh.MultiHeadAttention(8, 2, causal=True)
+    plain = mh.MultiHeadAttention(8, 2)
+    plain.load_state_dict(mod.state_dict())
+    x = torch.randn(2, 5, 8)
+    assert torch.equal(mod(x), plain(x, causal=True)) and torch.equal(mod(x, causal=True), mod(x))
+    assert "causal=True" in repr(mod)
+
+
 # ---------------------------------------------------------------- nn.MultiheadAttention parity
 
 def _torch_pair(batch_first=True, bias=True, kdim=None, vdim=None, E=12, H=3):

@@ -36,10 +36,12 @@ class MultiHeadAttention(nn.Module):
     width (default E // num_heads; set it when the inner width H*D differs from E, as d2l's
     num_hiddens does). num_kv_heads: fewer key/value heads (GQA/MQA). out_dim: output features
     (default E). bias: True, False, or per projection {"q": False, "k": False} (others True).
+    causal=True makes every call causal (a decoder's self-attention, or a converted module whose
+    source applied its causal mask inside forward); forward's causal=True adds it per call.
     """
 
     def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, head_dim=None, num_kv_heads=None,
-                 out_dim=None, bias=True, dropout=0.0, batch_first=True, backend="auto",
+                 out_dim=None, bias=True, dropout=0.0, batch_first=True, causal=False, backend="auto",
                  device=None, dtype=None):
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
@@ -70,7 +72,7 @@ class MultiHeadAttention(nn.Module):
         self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim = embed_dim, num_heads, num_kv_heads, head_dim
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.out_dim = out_dim or embed_dim
-        self.dropout, self.batch_first, self.backend = float(dropout), batch_first, backend
+        self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, bool(causal), backend
         biases = resolve_bias(bias)
         factory = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, num_heads * head_dim, bias=biases["q"], **factory)
@@ -91,7 +93,7 @@ class MultiHeadAttention(nn.Module):
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.
         mask: a `Mask` broadcastable to (B, H, Lq, Lk) (e.g. Mask.key_padding(pad), True = padding).
-        causal=True adds Mask.causal(). Returns (B, Lq, out_dim) in the input layout.
+        causal=True adds Mask.causal() (always on when the module was built with causal=True). Returns (B, Lq, out_dim) in the input layout.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -103,7 +105,7 @@ class MultiHeadAttention(nn.Module):
         q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
         k = F.linear(key, self.k_proj.weight, self.k_proj.bias).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
         v = F.linear(value, self.v_proj.weight, self.v_proj.bias).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
-        out = attention(q, k, v, mask, causal=causal, dropout=self.dropout if self.training else 0.0,
+        out = attention(q, k, v, mask, causal=causal or self.causal, dropout=self.dropout if self.training else 0.0,
                         backend=self.backend)  # (B, H, Lq, D)
         out = out.transpose(1, 2).reshape(B, Lq, H * D)  # merge heads: (B, Lq, H*D)
         out = F.linear(out, self.out_proj.weight, self.out_proj.bias)  # (B, Lq, O)
@@ -165,5 +167,7 @@ class MultiHeadAttention(nn.Module):
         extra = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"
         if self.num_kv_heads != self.num_heads:
             extra += f", num_kv_heads={self.num_kv_heads}"
+        if self.causal:
+            extra += ", causal=True"
         return extra + f", batch_first={self.batch_first}, backend={self.backend!r}"
 

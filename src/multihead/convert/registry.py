@@ -80,11 +80,12 @@ def describe_linears(module: nn.Module) -> str:
 
 
 def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None = None,
-                      batch_first: bool = True, dropout: float = 0.0):
+                      batch_first: bool = True, dropout: float = 0.0, causal: bool = False):
     """Build a MultiHeadAttention from four (weight, bias-or-None) pairs in nn.Linear layout.
 
     q weight (H*D, E), k (Hkv*D, kdim), v (Hkv*D, vdim), out (O, H*D); out=None means no output
-    projection (identity). Weights are copied, so the source module stays independent.
+    projection (identity). causal=True when the source masks the future inside its forward.
+    Weights are copied, so the source module stays independent.
     """
     from multihead.module import MultiHeadAttention
 
@@ -111,7 +112,7 @@ def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None 
     mod = MultiHeadAttention(
         wq.shape[1], num_heads, kdim=wk.shape[1], vdim=wv.shape[1], head_dim=head_dim,
         num_kv_heads=num_kv_heads, out_dim=wo.shape[0], bias=bias, dropout=dropout,
-        batch_first=batch_first, device=wq.device, dtype=wq.dtype,
+        batch_first=batch_first, causal=causal, device=wq.device, dtype=wq.dtype,
     )
     with torch.no_grad():
         for proj, (w, b) in zip((mod.q_proj, mod.k_proj, mod.v_proj, mod.out_proj), (q, k, v, out)):
