@@ -208,6 +208,21 @@ def test_explicit_projections_for_unknown_names(how):
     torch.testing.assert_close(ours(x).double(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_explicit_projections_with_fewer_kv_heads():
+    """q: 4 heads, k/v: 2 heads (GQA). Same as 4 full heads whose k/v rows repeat each kv head twice."""
+    D = 3
+    source = Named({"a": nn.Linear(E, 4 * D), "b": nn.Linear(E, 2 * D), "c": nn.Linear(E, 2 * D),
+                    "d": nn.Linear(4 * D, E)})
+    ours = mh.MultiHeadAttention.from_module(source, num_heads=4, num_kv_heads=2, q="a", k="b", v="c", out="d")
+    assert (ours.num_heads, ours.num_kv_heads, ours.head_dim) == (4, 2, D)
+    kv_head = torch.arange(4) // 2  # query head h reads kv head h // 2
+    rows = (kv_head[:, None] * D + torch.arange(D)).flatten()  # (4*D,) rows of the (2*D, E) k/v weights
+    widened = [(layer.weight[rows], layer.bias[rows]) for layer in (source.b, source.c)]
+    full = mh.MultiHeadAttention.from_module(source, num_heads=4, q="a", k=widened[0], v=widened[1], out="d")
+    x = torch.randn(B, L, E)
+    torch.testing.assert_close(ours(x), full(x))
+
+
 # --- errors ---------------------------------------------------------------------------------------
 
 def test_unrecognised_module_names_what_it_found():
