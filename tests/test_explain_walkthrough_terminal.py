@@ -11,7 +11,7 @@ from rich.console import Console
 from multihead import AttentionError
 from multihead.explain import present
 from multihead.explain.lang import resolve_lang
-from multihead.explain.render_terminal import MAX_GRID_HEADS, render, render_summary
+from multihead.explain.render_terminal import MAX_GRID_HEADS, break_offsets, render, render_summary
 from multihead.explain.story import Story
 from multihead.explain.walkthrough import tell
 
@@ -90,3 +90,22 @@ def test_layout_line_shows_strides_only_when_asked():
     assert present.layout_line(t, "en", False) == "shape (2, 4, 3)"
     assert present.layout_line(t, "en", True) == "shape (2, 4, 3) · stride (12, 1, 4) · contiguous: no"
     assert "步幅" in present.layout_line(t, "zh", True)
+
+
+def lines_of(plain: str, width: int) -> list[str]:
+    cuts = [0, *break_offsets(plain, width), len(plain)]
+    return [plain[a:b].rstrip() for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def test_chinese_lines_break_between_characters_and_fill_the_width():
+    plain = "为什么：view 只是给同一块内存换个形状，转置只交换两个步幅；这样每个头都成了自己的矩阵。" * 3
+    lines = lines_of(plain, 40)
+    assert "".join(lines).replace(" ", "") == plain.replace(" ", "")
+    assert all(cell_len(line) <= 40 for line in lines)
+    assert all(cell_len(line) >= 36 for line in lines[:-1])  # rich alone would stop at "view"
+    assert not any(line[0] in "，。；：" for line in lines[1:])
+
+
+def test_english_lines_break_at_spaces_and_long_words_are_folded():
+    lines = lines_of("one two three " + "x" * 25, 10)
+    assert lines[:3] == ["one two", "three", "x" * 10] and all(cell_len(line) <= 10 for line in lines)

@@ -3,7 +3,10 @@ tables, checks as ✓/✗ lines, and attention weights as shaded grids. Fits an 
 """
 from __future__ import annotations
 
+import re
+
 from rich import box
+from rich.cells import cell_len
 from rich.columns import Columns
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
@@ -21,6 +24,55 @@ MAX_GRID_HEADS = 4    # more heads than this (e.g. BERT's 12) are left to the HT
 LABEL_WIDTH = 8       # token names are cut to this many columns
 
 
+TOKEN = re.compile(r"\n|[^\S\n]+|[\x21-\x7e]+|.", re.S)  # newline, spaces, an ASCII word, or one character
+NO_LINE_START = set("，。、；：？！）》」』”’…,.;:!?)]")  # punctuation that must not begin a line
+
+
+def break_offsets(plain: str, width: int) -> list[int]:
+    """Where to break `plain` so that no line is wider than `width` cells.
+
+    Unlike rich's own wrapping (at spaces only), this also breaks between CJK characters, keeps
+    ASCII words whole where they fit, and never starts a line with closing punctuation.
+    """
+    offsets: list[int] = []
+    line_start, line_width, prev = 0, 0, None  # prev: (start, end) of the last non-space token
+    for match in TOKEN.finditer(plain):
+        token, start = match.group(), match.start()
+        if token == "\n":
+            line_start, line_width, prev = match.end(), 0, None
+            continue
+        if token.isspace():
+            line_width += cell_len(token)  # trailing spaces may overhang; each line is rstripped
+            continue
+        if line_width + cell_len(token) > width and start > line_start:
+            if token[0] in NO_LINE_START and prev and prev[1] - prev[0] == 1 and prev[0] > line_start:
+                start = prev[0]  # carry the last character down with the punctuation
+            offsets.append(start)
+            line_start, line_width = start, cell_len(plain[start:match.start()])
+        for char_index, char in enumerate(token):  # an ASCII word wider than a line is folded
+            if line_width + cell_len(char) > width and match.start() + char_index > line_start:
+                line_start = match.start() + char_index
+                offsets.append(line_start)
+                line_width = 0
+            line_width += cell_len(char)
+        prev = (match.start(), match.end())
+    return offsets
+
+
+class Wrapped:
+    """A rich Text wrapped with `break_offsets` (styles kept), so Chinese lines fill the width."""
+
+    def __init__(self, text: Text):
+        self.text = text
+
+    def __rich_console__(self, console, options):
+        for line in self.text.split("\n"):
+            for part in line.divide(break_offsets(line.plain, options.max_width)):
+                part.rstrip()
+                part.no_wrap = True
+                yield part
+
+
 def make_console(width: int | None = None) -> Console:
     """A console on stdout; width from the terminal (or $COLUMNS), unless given."""
     return Console(width=width, highlight=False, soft_wrap=False)
@@ -35,7 +87,7 @@ def _heading(block: Block, lang: str) -> RenderableType:
 
 
 def _text(block: Block, lang: str) -> RenderableType:
-    return Text(block.data["text"])
+    return Wrapped(Text(block.data["text"]))
 
 
 def _code(block: Block, lang: str) -> RenderableType:
@@ -83,7 +135,7 @@ def _check(block: Block, lang: str) -> RenderableType:
     line = Text.assemble((mark + " ", style), block.data["claim"])
     if block.data["detail"]:
         line.append(f"  [{block.data['detail']}]", style="dim")
-    return line
+    return Wrapped(line)
 
 
 def _grid(h: int, weights, tokens: list[str] | None, lang: str) -> Text:
