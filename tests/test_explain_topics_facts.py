@@ -106,7 +106,8 @@ def test_calling_farward_by_hand_skips_hooks():
 
 def test_q_times_k_transposed_is_every_query_key_dot_product():
     g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64), torch.randn(2, 3, 6, 5, generator=g, dtype=torch.float64)
+    q = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 3, 6, 5, generator=g, dtype=torch.float64)
     torch.testing.assert_close(q @ k.transpose(-2, -1), scores.scores_by_loops(q, k))
     with pytest.raises(RuntimeError):
         torch.matmul(q, k)
@@ -114,7 +115,8 @@ def test_q_times_k_transposed_is_every_query_key_dot_product():
 
 def test_einsum_equals_the_batched_matmul():
     g = torch.Generator().manual_seed(1)
-    q, k = torch.randn(4, 2, 3, 5, generator=g, dtype=torch.float64), torch.randn(6, 2, 3, 5, generator=g, dtype=torch.float64)
+    q = torch.randn(4, 2, 3, 5, generator=g, dtype=torch.float64)
+    k = torch.randn(6, 2, 3, 5, generator=g, dtype=torch.float64)
     torch.testing.assert_close(scores.einsum_as_matmul(q, k), torch.einsum("ibhd,jbhd->ijbh", q, k))
 
 

@@ -111,7 +111,8 @@ def d2l_param_counts(num_hiddens: int = 16) -> dict[int, int]:
 
 
 @topic("linear-d-model", "002",
-       ("Why Linear(d_model, d_model): one big projection is H small ones", "为什么是 Linear(d_model, d_model)：一个大投影就是 H 个小投影"),
+       ("Why Linear(d_model, d_model): one big projection is H small ones",
+        "为什么是 Linear(d_model, d_model)：一个大投影就是 H 个小投影"),
        ("Why are W_q, W_k, W_v `nn.Linear(d_model, d_model)`?", "`self.W_q = nn.Linear(d_model, d_model)` 为什么是这两个参数？"))
 def linear_d_model(story: Story) -> None:
     d_model, H = 8, 2

@@ -63,7 +63,8 @@ def where_heads_live(story: Story) -> None:
     torch.manual_seed(1)
     x = 3 * torch.randn(1, 5, 8, dtype=torch.float64)               # (B, L, num_hiddens); 3x for sharper maps
     y1, y4 = one(x, x, x, None), four(x, x, x, None)
-    story.check("With identical weights the outputs still differ: the only difference left is how the features are split",
+    story.check("With identical weights the outputs still differ: the only difference left is how the "
+                "features are split",
                 "权重完全相同，输出却不一样：剩下唯一的区别，就是特征被怎样切分",
                 max_diff(y1, y4) > 1e-3, f"max diff {max_diff(y1, y4):.3f}")
     story.check("The 4-head output is exactly 4 ordinary single-head attentions, each on its own slice of the "
@@ -116,13 +117,15 @@ def heads_in_batch(story: Story) -> None:
     story.check("repeat_interleave copies each sequence's valid length H times in a row, matching row r's batch r // H",
                 "repeat_interleave 把每个样本的有效长度连续复制 H 次，正好对上第 r 行所属的样本 r // H",
                 all(inter[r] == valid_lens[r // H] for r in range(B * H)))
-    story.check("…while a plain repeat would hand batch 0's heads batch 1's length", "……而普通的 repeat 会把样本 1 的长度错配给样本 0 的头",
+    story.check("…while a plain repeat would hand batch 0's heads batch 1's length",
+                "……而普通的 repeat 会把样本 1 的长度错配给样本 0 的头",
                 not torch.equal(tiled, inter), f"{tiled.tolist()} vs {inter.tolist()}")
     model = d2l_model(2)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     lens = torch.tensor([3, 5])
     ours = mh.MultiHeadAttention.from_module(model)
-    story.code("ours = mh.MultiHeadAttention.from_module(d2l_model)\nours(x, mask=mh.Mask.lengths(valid_lens))   # no folding needed")
+    story.code("ours = mh.MultiHeadAttention.from_module(d2l_model)\n"
+               "ours(x, mask=mh.Mask.lengths(valid_lens))   # no folding needed")
     story.check("multihead keeps heads as their own axis (B, H, L, d) and gets the same output with Mask.lengths",
                 "multihead 让“头”单独占一维 (B, H, L, d)，配合 Mask.lengths 得到同样的输出",
                 max_diff(ours(x, mask=mh.Mask.lengths(lens)), model(x, x, x, lens)) < 1e-12)
@@ -139,7 +142,8 @@ def heads_vs_conv(story: Story) -> None:
     story.table([pick(story, "kernels / heads", "卷积核数 / 头数"), "Conv1d(16, C, 3)",
                  pick(story, "d2l attention, num_hiddens=16", "d2l 注意力，num_hiddens=16")],
                 [[n, conv_params[n], attn_params[n]] for n in HEAD_COUNTS])
-    story.check("Every extra conv kernel brings its own weights (in_channels * kernel_size + 1): parameters grow linearly",
+    story.check("Every extra conv kernel brings its own weights (in_channels * kernel_size + 1): "
+                "parameters grow linearly",
                 "每多一个卷积核，就多一份自己的权重（in_channels * kernel_size + 1）：参数线性增长",
                 all(conv_params[n] == n * (E * 3 + 1) for n in HEAD_COUNTS))
     story.check("Extra heads bring no weights: they cut the same width into more slices",

@@ -104,7 +104,8 @@ def mask_fill_value(story: Story) -> None:
     q, k, _ = _qkv(dtype=torch.float32)
     scores_h = (q @ k.transpose(-2, -1))[0, 0].half()       # (Lq, Lk) in float16
     err = error_of(lambda: scores_h.masked_fill(CAUSAL_KEEP == 0, -1e9))
-    story.check("masked_fill(..., -1e9) on float16 scores refuses outright", "对 float16 的分数做 masked_fill(..., -1e9) 会直接报错",
+    story.check("masked_fill(..., -1e9) on float16 scores refuses outright",
+                "对 float16 的分数做 masked_fill(..., -1e9) 会直接报错",
                 isinstance(err, RuntimeError), error_text(err))
     block = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 1]]).half()   # document 000: 1 = blocked; row 2 all blocked
     story.code("scores = scores + attention_mask * -1e9   # document 000, in float16; row 2 fully blocked")
@@ -119,16 +120,17 @@ def mask_fill_value(story: Story) -> None:
                 int(premade.isnan().sum()) == int((block == 0).sum()), f"{int(premade.isnan().sum())} NaN")
     story.heading("A fully masked row in float32", "float32 下整行都被屏蔽")
     row = scores_h.float()[0]
+    everything = torch.ones(3, dtype=torch.bool)  # block every key of the row
     story.table([pick(story, "fill", "填充值"), pick(story, "weights of the fully masked row", "整行被屏蔽时的权重")],
-                [[str(f), ", ".join(f"{w:.4f}" for w in row.masked_fill(torch.ones(3, dtype=torch.bool), f).softmax(-1))]
+                [[str(f), ", ".join(f"{w:.4f}" for w in row.masked_fill(everything, f).softmax(-1))]
                  for f in (float("-inf"), -1e9, -1e6)])
     story.check("With -inf the row is 0/0: every weight is NaN (and the NaN flows on into the output)",
                 "填 -inf 时这一行成了 0/0：所有权重都是 NaN（NaN 还会继续流进输出）",
-                bool(row.masked_fill(torch.ones(3, dtype=torch.bool), float("-inf")).softmax(-1).isnan().all()))
+                bool(row.masked_fill(everything, float("-inf")).softmax(-1).isnan().all()))
     story.check("With -1e9 (or -1e6) the row silently becomes uniform: a padding query attends equally to "
                 "every key, blocked ones included",
                 "填 -1e9（或 -1e6）时这一行悄悄变成均匀分布：一个填充位置的查询平均地关注所有键，包括被屏蔽的键",
-                max_diff(row.masked_fill(torch.ones(3, dtype=torch.bool), -1e9).softmax(-1), torch.full((3,), 1 / 3)) < 1e-6)
+                max_diff(row.masked_fill(everything, -1e9).softmax(-1), torch.full((3,), 1 / 3)) < 1e-6)
     story.heading("What multihead does", "multihead 的做法")
     story.text("Compute the softmax in float32 whatever the input dtype, fill blocked scores with "
                "torch.finfo(float32).min (finite, so max - max is 0, never NaN), and set the weights of "
@@ -136,7 +138,7 @@ def mask_fill_value(story: Story) -> None:
                "无论输入是什么 dtype，softmax 都在 float32 下计算；被屏蔽的分数填 torch.finfo(float32).min"
                "（它是有限数，最大值减最大值得 0，永远不会出现 NaN）；softmax 之后再把被屏蔽位置的权重"
                "置为恰好 0，于是整行被屏蔽的查询输出恰好是 0。")
-    safe = row.masked_fill(torch.ones(3, dtype=torch.bool), torch.finfo(torch.float32).min).softmax(-1)
+    safe = row.masked_fill(everything, torch.finfo(torch.float32).min).softmax(-1)
     story.check("finfo(float32).min never produces NaN, even on a fully masked row",
                 "finfo(float32).min 即使在整行被屏蔽时也不会产生 NaN", bool(torch.isfinite(safe).all()))
     keep = (block == 0)                          # (Lq, Lk), True = keep; row 2 keeps nothing
@@ -188,7 +190,8 @@ def mask_asserts(story: Story) -> None:
         bare = error_of(lambda: labml_mask_asserts(mask, query_shape, key_shape))
         agree &= accepted == all(verdict) == (bare is None)
         rows.append([str(shape), pick(story, *note), *("✓" if v else "✗" for v in verdict)])
-    story.table([pick(story, "mask shape", "掩码形状"), pick(story, "meaning", "含义"), "assert 1", "assert 2", "assert 3"], rows)
+    story.table([pick(story, "mask shape", "掩码形状"), pick(story, "meaning", "含义"),
+                 "assert 1", "assert 2", "assert 3"], rows)
     story.check("The three asserts, the textbook's prepare_mask and the verdicts above agree on every shape",
                 "对每种形状，三条 assert、教材版 prepare_mask 与上表的判断完全一致", agree)
     scores_shape = (Lq, Lk, B, H)
@@ -229,7 +232,8 @@ def mask_asserts(story: Story) -> None:
                 max_diff(mh.attention(q, k, v, mask=ours), ref) < 1e-12)
     err = error_of(lambda: mh.attention(q, k, v, mask=mh.Mask.keep(labml)))
     story.code("mh.attention(q, k, v, mask=mh.Mask.keep(m))   # forgot the permute: (Lq, Lk, B)")
-    story.check("A mask that cannot broadcast raises AttentionError (a ValueError) saying what was expected and what came",
+    story.check("A mask that cannot broadcast raises AttentionError (a ValueError) saying what was expected "
+                "and what came",
                 "形状无法广播的掩码会抛出 AttentionError（ValueError 的子类），并说明期望什么、收到了什么",
                 isinstance(err, mh.AttentionError) and isinstance(err, ValueError) and "expected" in str(err),
                 error_text(err))

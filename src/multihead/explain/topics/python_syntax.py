@@ -105,7 +105,8 @@ def size_unpacking(story: Story) -> None:
 @topic("underscore-placeholder", "002",
        ("batch_size, _, seq_length, d_k = x.size(): what `_` is for (and the unused d_k)",
         "batch_size, _, seq_length, d_k = x.size()：下划线是干什么的（以及没用上的 d_k）"),
-       ("Why is there a `_` in `batch_size, _, seq_length, d_k = x.size()`, and what is the point of d_k if it is unused?",
+       ("Why is there a `_` in `batch_size, _, seq_length, d_k = x.size()`, and what is the point of d_k "
+        "if it is unused?",
         "`batch_size, _, seq_length, d_k = x.size()` 为什么空一个下划线？d_k 没有直接使用，意义是什么？"))
 def underscore_placeholder(story: Story) -> None:
     model = ClassicTransformerHeads(d_model=8, num_heads=2)
