@@ -36,7 +36,7 @@ def attention(q, k, v, mask=None, *, causal=False, scale=None, dropout=0.0, back
     problem = make_problem(q, k, v, mask, causal, scale, dropout)
     if capture.ACTIVE:
         capture.notify(problem)
-    return choose(problem, backend)[0].run(problem)
+    return choose(problem, backend, explain=False)[0].run(problem)
 
 
 def make_problem(q, k, v, mask, causal, scale, dropout) -> Problem:

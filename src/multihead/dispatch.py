@@ -31,8 +31,12 @@ def backend_names() -> list[str]:
     return [b.name for b in BACKENDS]
 
 
-def choose(problem: Problem, backend: str = "auto"):
-    """(backend object, Decision) for a validated problem. `backend` is "auto" or a backend name."""
+def choose(problem: Problem, backend: str = "auto", explain: bool = True):
+    """(backend object, Decision) for a validated problem. `backend` is "auto" or a backend name.
+
+    explain=False (the hot path of `attention`) returns (backend object, None): it stops at the first
+    backend that accepts and formats no reasons.
+    """
     reasons: dict[str, str] = {}
     if backend != "auto":
         for candidate in BACKENDS:
@@ -40,12 +44,16 @@ def choose(problem: Problem, backend: str = "auto"):
                 why = candidate.unsupported(problem)
                 if why is not None:
                     raise AttentionError(f"backend {backend!r} cannot run this call: {why}.")
+                if not explain:
+                    return candidate, None
                 reasons = {b.name: f"not requested (backend={backend!r})" for b in BACKENDS if b is not candidate}
                 return candidate, Decision(candidate.name, candidate.describe(problem), reasons)
         raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
 
     chosen = None
     for candidate in BACKENDS:
+        if chosen is not None and not explain:
+            break
         why = candidate.unsupported(problem) or candidate.declines(problem)
         if chosen is not None:
             reasons[candidate.name] = why or f"{chosen.name} ranks first and accepted the call"
@@ -57,6 +65,8 @@ def choose(problem: Problem, backend: str = "auto"):
     if chosen is None:  # every backend declined: the last one (reference math) still computes it exactly
         chosen = next(b for b in reversed(BACKENDS) if b.unsupported(problem) is None)
         reasons.pop(chosen.name, None)
+    if not explain:
+        return chosen, None
     return chosen, Decision(chosen.name, chosen.describe(problem), reasons)
 
 

@@ -25,8 +25,8 @@ def _structure(p: Problem) -> tuple[LengthsPart, bool] | str:
     lengths = [x for x in parts if isinstance(x, LengthsPart)]
     causal = [x for x in parts if isinstance(x, CausalPart)]
     others = len(parts) - len(lengths) - len(causal)
-    if len(lengths) != 1 or others or len(causal) > 1:
-        return f"needs exactly one Mask.lengths (optionally & Mask.causal()); got {p.mask!r}"
+    if len(lengths) != 1 or others or len(causal) > 1:  # a constant reason: no repr on the hot path
+        return "needs exactly one Mask.lengths part, alone or & Mask.causal(), and no other mask"
     if lengths[0].key_lens.dim() != 1:
         return "per-query valid_lens (B, Lq) need a dense mask per sequence; the dense path does that"
     B, H, Lq, Lk = p.dims
