@@ -53,6 +53,8 @@ def detect_causal(module: nn.Module, spec: CallSpec, x: torch.Tensor, tol: float
 def causal_buffer(module: nn.Module) -> str | None:
     """The name of a registered square triangular buffer (a causal mask), or None."""
     for name, buf in module.named_buffers():
+        while buf.dim() > 2 and buf.shape[0] == 1:
+            buf = buf[0]  # (1, 1, T, T) -> (T, T)
         if buf.dim() == 2 and buf.shape[0] == buf.shape[1] and buf.shape[0] > 1:
             nonzero = buf != 0
             if torch.equal(nonzero, nonzero.triu(1)) or torch.equal(nonzero, nonzero.tril()):

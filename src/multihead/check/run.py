@@ -265,7 +265,7 @@ def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report)
     report.exception = f"{type(raised.error).__name__}: {str(raised.error).splitlines()[0]}"
     if raised.where:
         report.exception += f" ({raised.where})"
-    report.conventions = _conventions(spec, torch.float32)
+    report.conventions = _conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
     h = heads or 1
     case = (*_inputs(dims, 3, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)

@@ -1,0 +1,66 @@
+"""`multihead check FILE.py:Class [--init JSON] [--call HINTS] [--lang en|zh]`, shown with rich.
+
+Exit code 0: matches the reference; 1: differs (the bug is named when it is a known one); 2: the
+file, class or constructor could not be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from multihead.check.report import CheckReport
+from multihead.check.run import check
+from multihead.check.text import LANGS, say
+
+STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
+TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("ERROR", "错误")}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the check subcommand's arguments."""
+    parser.add_argument("target", metavar="FILE.py:Class",
+                        help="your module's file and class name, e.g. my_attention.py:MultiHeadAttention")
+    parser.add_argument("--init", metavar="JSON", default=None,
+                        help="constructor keyword arguments as JSON, e.g. '{\"d_model\": 16, \"num_heads\": 4}' "
+                             "(default: guessed from the parameter names)")
+    parser.add_argument("--call", metavar="HINTS", default=None,
+                        help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "
+                             "causal=yes|no, inputs=x|qkv|q_kv (comma separated)")
+    parser.add_argument("--lang", choices=LANGS, default="en", help="language of the report (default: en)")
+
+
+def render(report: CheckReport, console: Console) -> None:
+    """Print the report as a PASS / FAIL / ERROR panel with the conventions and roles found."""
+    body = Text(report.headline() + "\n", style=STYLE[report.verdict])
+    for line in report.detail_lines():
+        body.append(line + "\n")
+    if report.exception and not report.bug:
+        body.append(report.exception + "\n")
+    if report.verdict != "error" and (report.conventions or report.roles):
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        for index, line in enumerate(report.convention_lines()):
+            table.add_row(say("conventions", report.lang) if index == 0 else "", line)
+        for index, line in enumerate(report.role_lines()):
+            table.add_row(say("roles", report.lang) if index == 0 else "", line)
+        content = Table.grid()
+        content.add_row(body)
+        content.add_row(table)
+    else:
+        content = body
+    title = Text(TITLE[report.verdict][report.lang == "zh"] + (f": {report.bug}" if report.bug else ""),
+                 style=STYLE[report.verdict])
+    console.print(Panel(content, title=title, title_align="left", border_style=STYLE[report.verdict]))
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the check and print it; the return value is the exit code."""
+    report = check(args.target, init=args.init, call=args.call, lang=args.lang)
+    render(report, Console(soft_wrap=False))
+    return report.exit_code

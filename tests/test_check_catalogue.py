@@ -1,0 +1,82 @@
+"""The bug catalogue: the correct variant is multi-head attention, every form of every bug differs
+from it, every id has its explain topic and its explanation in English and Chinese."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import reference_mha
+from multihead.check.catalogue import BUG_BY_ID, BUGS, NEEDS_CAUSAL, NEEDS_MASK, forms_to_try, reference_variant
+from multihead.check.roles import Weights
+from multihead.check.text import BUG_TEXT, say
+from multihead.explain.topics import TOPICS
+
+REQUIRED = {"reshape-without-transpose", "merge-without-transpose", "softmax-wrong-axis", "missing-scale",
+            "scale-by-embed-dim", "scale-after-softmax", "mask-after-softmax", "no-output-projection",
+            "causal-off-by-one", "keys-used-as-values", "scores-without-key-transpose",
+            "view-on-non-contiguous", "forward-misspelled"}
+
+def _weights(E=12, H=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    make = lambda rows, cols: (torch.randn(rows, cols, generator=gen, dtype=torch.float64),  # noqa: E731
+                               torch.randn(rows, generator=gen, dtype=torch.float64))
+    return Weights(make(E, E), make(E, E), make(E, E), make(E, E), num_heads=H)
+
+def _inputs(B=2, Lq=5, Lk=5, E=12, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, L, E, generator=gen, dtype=torch.float64) for L in (Lq, Lk, Lk)]
+
+def test_catalogue_has_every_required_id():
+    assert {bug.id for bug in BUGS} >= REQUIRED
+
+def test_every_topic_exists_in_explain():
+    for bug in BUGS:
+        assert bug.topic in TOPICS, bug
+
+@pytest.mark.parametrize("bug_id", sorted(BUG_BY_ID))
+def test_every_bug_is_explained_in_english_and_chinese(bug_id):
+    english, chinese = (say(bug_id, lang, method="farward") for lang in ("en", "zh"))
+    assert english != chinese and len(english) > 30
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in chinese)
+    assert set(BUG_TEXT) == set(BUG_BY_ID)
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_correct_variant_is_multi_head_attention(causal):
+    w = _weights()
+    xq, xk, xv = _inputs()
+    keep = torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(3)) < 0.7
+    keep[..., 0] = True
+    full_keep = keep & torch.ones(5, 5, dtype=torch.bool).tril() if causal else keep
+    got = reference_variant(xq, xk, xv, w, keep, 3, causal=causal)
+    want = reference_mha(xq, xk, xv, wq=w.q[0], bq=w.q[1], wk=w.k[0], bk=w.k[1], wv=w.v[0], bv=w.v[1],
+                         wo=w.o[0], bo=w.o[1], num_heads=3, keep_mask=full_keep)
+    assert torch.allclose(got, want, atol=1e-12, rtol=1e-12)
+
+@pytest.mark.parametrize("form", [form for bug in BUGS for form in bug.forms])
+def test_every_form_differs_from_the_correct_maths(form):
+    w = _weights()
+    E, H = 12, 3
+    D = E // H
+    square = form == "scores-q-times-k"  # q @ k only runs when L == D
+    xq, xk, xv = _inputs(Lq=D if square else 5, Lk=D if square else 6)
+    keep = None
+    if form in NEEDS_MASK:
+        keep = torch.ones(2, 1, xq.shape[1], xk.shape[1], dtype=torch.bool)
+        keep[..., -2:] = False
+    causal = form in NEEDS_CAUSAL
+    if causal:
+        xk, xv = xk[:, : xq.shape[1]], xv[:, : xq.shape[1]]
+    right = reference_variant(xq, xk, xv, w, keep, H, causal=causal)
+    if form == "merge-by-view":
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            reference_variant(xq, xk, xv, w, keep, H, causal=causal, mistake=form)
+        return
+    wrong = reference_variant(xq, xk, xv, w, keep, H, causal=causal, mistake=form, fill=-1e9)
+    assert wrong.shape == right.shape
+    assert (wrong - right).abs().max() > 1e-3
+
+def test_forms_to_try_leave_out_what_cannot_show():
+    plain = forms_to_try(has_mask=False, causal=False)
+    assert not (set(plain) & (NEEDS_MASK | NEEDS_CAUSAL))
+    assert set(forms_to_try(has_mask=True, causal=True)) >= NEEDS_MASK | NEEDS_CAUSAL
+    assert "no-scale" in plain and "skip-output-projection" in plain

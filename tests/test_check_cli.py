@@ -1,0 +1,79 @@
+"""`multihead check` on the command line: rich PASS/FAIL panels, exit codes 0/1/2, EN/ZH; and the
+library entry point working without rich."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from multihead.cli import main
+
+ZOO = Path(__file__).parent / "check_zoo"
+
+
+def run_cli(capsys, *argv) -> tuple[int, str]:
+    """Exit code and the printed text with the panel's borders and line wrapping removed."""
+    code = main(["check", *argv])
+    words = capsys.readouterr().out.replace("│", " ").replace("╭", " ").replace("╰", " ").split()
+    return code, " ".join(w for w in words if set(w) != {"─"})
+
+
+def test_pass_panel_and_exit_0(capsys):
+    code, out = run_cli(capsys, str(ZOO / "ok_fused_causal.py:Block"))
+    assert code == 0
+    assert "PASS" in out and "c_attn rows 0:16" in out and "causal inside the module" in out
+
+
+def test_fail_panel_names_the_bug_and_topic(capsys):
+    code, out = run_cli(capsys, str(ZOO / "fused_no_scale.py:FusedSelfAttention"))
+    assert code == 1
+    assert "FAIL: missing-scale" in out and "multihead explain scale-sqrt-dk" in out
+
+
+def test_chinese_report(capsys):
+    code, out = run_cli(capsys, str(ZOO / "split_by_reshape.py:TinyAttn"), "--lang", "zh")
+    assert code == 1
+    assert "未通过" in out and "transpose(1, 2)" in out and "检测到的约定" in out
+
+
+def test_unknown_difference_reports_the_measured_error(capsys, tmp_path):
+    learner = tmp_path / "odd.py"
+    learner.write_text((ZOO / "ok_lazy.py").read_text().replace("s.softmax(-1) @ v", "(s.softmax(-1) @ v) * 1.5"))
+    code, out = run_cli(capsys, f"{learner}:LazyAttention")
+    assert code == 1
+    assert "catalogue does not know" in out and "max error" in out
+
+
+def test_call_hints_and_init(capsys):
+    code, out = run_cli(capsys, str(ZOO / "ok_seq_first_einsum.py:TimeMajorAttention"),
+                        "--init", '{"heads": 2, "d_model": 8}', "--call", "layout=seq,heads=2")
+    assert code == 0 and "2 heads of size 4" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["missing.py:A"], ["ERROR", "no such file"]),
+    ([str(ZOO / "ok_lazy.py:LazyAttention"), "--init", "{bad"], ["ERROR", "not valid JSON"]),
+    ([str(ZOO / "ok_lazy.py:Nope")], ["ERROR", "not found"]),
+    ([str(ZOO / "ok_lazy.py:LazyAttention"), "--call", "layout=sideways"], ["ERROR", "batch, seq"]),
+])
+def test_could_not_run_exits_2(capsys, argv, words):
+    code, out = run_cli(capsys, *argv)
+    assert code == 2
+    for word in words:
+        assert word in out
+
+
+def test_library_check_works_without_rich():
+    script = (
+        "import sys; sys.modules['rich'] = None\n"
+        "from multihead.check import check\n"
+        f"r = check({str(ZOO / 'weights_times_keys.py:Attention')!r})\n"
+        "assert r.bug == 'keys-used-as-values', r\n"
+        "assert 'rich' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"
+        "print(r.to_dict()['topic'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "linear-d-model"

@@ -1,0 +1,114 @@
+"""Loading the learner's file and building the class: never touching the file, clear errors (exit 2)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from multihead.check import check
+from multihead.check.load import LoadError, guess_init, misspelled_forward, parse_init, split_target
+
+ZOO = Path(__file__).parent / "check_zoo"
+
+
+def test_learner_file_is_never_modified(tmp_path):
+    learner = tmp_path / "my_attention.py"
+    shutil.copy(ZOO / "weights_times_keys.py", learner)
+    before = (learner.read_bytes(), learner.stat().st_mtime_ns)
+    report = check(f"{learner}:Attention")
+    assert report.bug == "keys-used-as-values"
+    assert (learner.read_bytes(), learner.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_attention.py"]  # no __pycache__
+
+
+def test_checking_an_instance_leaves_it_as_it_was():
+    from multihead.textbook import SplitHeads
+
+    module = SplitHeads(8, 8, 6, 0.1, 2).train()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    assert check(module).passed
+    assert module.training and module.Wq.weight.dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+
+
+@pytest.mark.parametrize("source, target, words", [
+    ("import torch\nclass A(:\n", "A", ["importing", "SyntaxError"]),
+    ("import no_such_package_xyz\n", "A", ["importing", "ModuleNotFoundError"]),
+    ("from torch import nn\nclass Attention(nn.Module):\n    pass\n", "Atention", ["not found", "did you mean 'Attention'"]),
+    ("VALUE = 3\n", "VALUE", ["not an nn.Module subclass"]),
+    ("from torch import nn\nclass A(nn.Module):\n    def __init__(self, weird_size):\n        super().__init__()\n",
+     "A", ["weird_size", "--init"]),
+    ("from torch import nn\nclass A(nn.Module):\n    def __init__(self, d_model, num_heads):\n        raise ValueError('no')\n",
+     "A", ["failed", "ValueError: no"]),
+])
+def test_unusable_targets_exit_with_2_and_say_why(tmp_path, source, target, words):
+    learner = tmp_path / "learner.py"
+    learner.write_text(source)
+    report = check(f"{learner}:{target}")
+    assert report.verdict == "error" and report.exit_code == 2
+    for word in words:
+        assert word in report.reason, report.reason
+
+
+def test_missing_file_and_bad_target_and_bad_init():
+    assert "no such file" in check("nowhere/attn.py:A").reason
+    with pytest.raises(LoadError, match="FILE.py:ClassName"):
+        split_target("attn.py")
+    with pytest.raises(LoadError, match="not valid JSON"):
+        parse_init("{d_model: 4}")
+    with pytest.raises(LoadError, match="JSON object"):
+        parse_init("[16, 4]")
+    report = check(str(ZOO / "ok_lazy.py:LazyAttention"), init="{oops")
+    assert report.exit_code == 2 and "--init" in report.reason
+
+
+def test_init_keywords_are_used():
+    report = check(str(ZOO / "ok_lazy.py:LazyAttention"), init='{"embed_dim": 24, "num_heads": 3}')
+    assert report.passed and "3 heads of size 8" in report.convention_lines()
+
+
+@pytest.mark.parametrize("params, expected", [
+    ("d_model, num_heads", {"d_model": 16, "num_heads": 4}),
+    ("hidden_size, num_heads", {"hidden_size": 16, "num_heads": 4}),
+    ("heads, d_model, dropout_prob=0.1, bias=True", {"heads": 4, "d_model": 16, "dropout_prob": 0.0}),
+    ("key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias=False",
+     {"key_size": 16, "query_size": 16, "value_size": 16, "num_hiddens": 16, "num_heads": 4, "dropout": 0.0}),
+    ("dim_in, dim_out, context_length, dropout_rate, num_heads, qkv_bias=False",
+     {"dim_in": 16, "dim_out": 16, "context_length": 16, "dropout_rate": 0.0, "num_heads": 4}),
+])
+def test_common_signatures_are_guessed(params, expected):
+    namespace = {}
+    exec(f"class C:\n    def __init__(self, {params}):\n        pass\n", namespace)
+    assert guess_init(namespace["C"], {}) == expected
+
+
+def test_given_keywords_win_over_guesses():
+    class C(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+
+    assert guess_init(C, {"num_heads": 2}) == {"num_heads": 2, "d_model": 16}
+
+
+def test_misspelled_forward_is_found_only_when_forward_is_missing():
+    class Typo(nn.Module):
+        def foward(self, x):
+            return x
+
+    class Fine(nn.Module):
+        def forward(self, x):
+            return x
+
+        def farward(self, x):
+            return x
+
+    class Unrelated(nn.Module):
+        def compute(self, x):
+            return x
+
+    assert misspelled_forward(Typo) == "foward"
+    assert misspelled_forward(Fine) is None
+    assert misspelled_forward(Unrelated) is None

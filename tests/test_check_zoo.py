@@ -1,0 +1,106 @@
+"""`multihead check` on the zoo: learner modules in varied styles, each buggy one named by its id,
+each correct one (unusual styles) passing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from multihead.check import BUGS, check
+
+ZOO = Path(__file__).parent / "check_zoo"
+
+# file:Class -> the bug id it has (None = correct)
+EXPECTED = {
+    "split_by_reshape.py:TinyAttn": "reshape-without-transpose",
+    "merge_by_reshape.py:CrossAttention": "merge-without-transpose",
+    "softmax_over_heads.py:MyMHA": "softmax-wrong-axis",
+    "einsum_softmax_queries.py:SeqAttention": "softmax-wrong-axis",
+    "fused_no_scale.py:FusedSelfAttention": "missing-scale",
+    "folded_scale_by_embed.py:FoldedAttention": "scale-by-embed-dim",
+    "per_head_scale_after.py:PerHeadAttention": "scale-after-softmax",
+    "padding_mask_after_softmax.py:BertishSelfAttention": "mask-after-softmax",
+    "lazy_forgot_output.py:LazyHeads": "no-output-projection",
+    "causal_sees_next.py:CausalSelfAttention": "causal-off-by-one",
+    "causal_blocks_self.py:MaskedHeads": "causal-off-by-one",
+    "weights_times_keys.py:Attention": "keys-used-as-values",
+    "scores_q_times_k.py:ScoresNoT": "scores-without-key-transpose",
+    "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
+    "farward_typo.py:MultiHeadAttention": "forward-misspelled",
+    "ok_seq_first_einsum.py:TimeMajorAttention": None,
+    "ok_fused_causal.py:Block": None,
+    "ok_folded_valid_lens.py:FoldMHA": None,
+    "ok_stacked_heads.py:ManyHeads": None,
+    "ok_lazy.py:LazyAttention": None,
+    "ok_to_q_to_kv.py:XAttn": None,
+}
+
+
+@pytest.mark.parametrize("target", sorted(EXPECTED))
+def test_zoo_module_gets_its_verdict(target):
+    report = check(str(ZOO / target))
+    expected = EXPECTED[target]
+    assert report.bug == expected, str(report)
+    assert report.verdict == ("pass" if expected is None else "fail"), str(report)
+    assert report.exit_code == (0 if expected is None else 1)
+
+
+def test_every_catalogue_id_has_a_buggy_zoo_module():
+    assert {bug.id for bug in BUGS} <= set(EXPECTED.values())
+
+
+def test_zoo_modules_are_written_in_varied_styles():
+    """No two zoo files share a class name and forward signature: they are not copies of one module."""
+    seen = set()
+    for target in EXPECTED:
+        file_name, class_name = target.split(":")
+        text = (ZOO / file_name).read_text()
+        forward = next(line.strip() for line in text.splitlines() if "def forward" in line or "def farward" in line)
+        key = (class_name, forward)
+        assert key not in seen, target
+        seen.add(key)
+
+
+@pytest.mark.parametrize("target, roles", [
+    ("ok_fused_causal.py:Block", {"q": "c_attn rows 0:16", "k": "c_attn rows 16:32", "v": "c_attn rows 32:48",
+                                  "o": "c_proj"}),
+    ("ok_to_q_to_kv.py:XAttn", {"q": "to_q", "k": "to_kv rows 0:16", "v": "to_kv rows 16:32", "o": "to_out"}),
+    ("ok_folded_valid_lens.py:FoldMHA", {"q": "a", "k": "b", "v": "c", "o": "d"}),
+    ("lazy_forgot_output.py:LazyHeads", {"q": "q_lin", "k": "k_lin", "v": "v_lin", "o": "o_lin"}),
+])
+def test_roles_are_found_by_behaviour(target, roles):
+    assert check(str(ZOO / target)).roles == roles
+
+
+def test_per_head_linears_are_stacked_in_head_order():
+    report = check(str(ZOO / "ok_stacked_heads.py:ManyHeads"))
+    assert report.roles["q"].startswith("4 per-head Linears: heads.0.query")
+    assert report.roles["o"] == "proj"
+
+
+@pytest.mark.parametrize("target, wanted", [
+    ("ok_seq_first_einsum.py:TimeMajorAttention", ["sequence first (L, B, E)", "(Lq, Lk, B): True/1 = may attend"]),
+    ("ok_fused_causal.py:Block", ["causal inside the module", "buffer 'bias'"]),
+    ("ok_folded_valid_lens.py:FoldMHA", ["valid lengths 'valid_lens' (B,)", "Lq != Lk accepted"]),
+    ("ok_to_q_to_kv.py:XAttn", ["query, and one tensor for keys and values", "added to the scores, -inf"]),
+    ("ok_lazy.py:LazyAttention", ["forward(x, mask)", "True/1 = may attend"]),
+    ("padding_mask_after_softmax.py:BertishSelfAttention", ["'attention_mask' (B, Lk)"]),
+])
+def test_conventions_are_reported(target, wanted):
+    text = "\n".join(check(str(ZOO / target)).convention_lines())
+    for piece in wanted:
+        assert piece in text, text
+
+
+def test_exceptions_are_diagnosed_with_the_learner_line():
+    report = check(str(ZOO / "view_after_transpose.py:ViewMHA"))
+    assert report.exception.startswith("RuntimeError: view size is not compatible")
+    assert "view_after_transpose.py:27" in report.exception
+    assert "Traceback" not in str(report)
+
+
+def test_typo_report_also_checks_the_misspelled_method():
+    report = check(str(ZOO / "farward_typo.py:MultiHeadAttention"))
+    assert report.bug_values == {"method": "farward"}
+    assert "'farward'" in report.explanation()
+    assert any("PASS" in note for note in report.notes)
