@@ -158,8 +158,11 @@ def stacked_vs_split(story: Story) -> None:
     stacked = StackedHeads(dim_in, d, L, 0.0, num_heads=H)
     split = split_from_stacked(stacked, L)
     x = torch.randn(2, L, dim_in)                            # (B, L, dim_in)
-    story.code("split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])   # same for Wk, Wv\n"
-               "split.Wo = identity")
+    story.code(pick(story,
+            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])   # same for Wk, Wv\n"
+            "split.Wo = identity",
+            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])   # Wk、Wv 同理\n"
+            "split.Wo = 单位矩阵"))
     story.check("With the stacked heads' weights piled into one Wq/Wk/Wv, the split module gives the same output",
                 "把各个头的权重上下叠成一个大的 Wq/Wk/Wv 之后，权重分割版本的输出与堆叠版本相同",
                 max_diff(stacked(x), split(x)) < 1e-6, f"max diff {max_diff(stacked(x), split(x)):.1e}")

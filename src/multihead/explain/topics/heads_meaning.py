@@ -55,8 +55,11 @@ def where_heads_live(story: Story) -> None:
     same_keys = {k: tuple(v.shape) for k, v in one.state_dict().items()} == \
                 {k: tuple(v.shape) for k, v in four.state_dict().items()}
     four.load_state_dict(one.state_dict())
-    story.code("one, four = MultiHeadAttention(..., num_heads=1), MultiHeadAttention(..., num_heads=4)\n"
-               "four.load_state_dict(one.state_dict())   # the very same weights")
+    story.code(pick(story,
+            "one, four = MultiHeadAttention(..., num_heads=1), MultiHeadAttention(..., num_heads=4)\n"
+            "four.load_state_dict(one.state_dict())   # the very same weights",
+            "one, four = MultiHeadAttention(..., num_heads=1), MultiHeadAttention(..., num_heads=4)\n"
+            "four.load_state_dict(one.state_dict())   # 完全相同的权重"))
     story.check("The 1-head and 4-head modules have the same parameter names and shapes: the weights can be swapped",
                 "1 个头和 4 个头的模块，参数名和形状完全相同：权重可以直接互换",
                 same_keys, ", ".join(one.state_dict()))
@@ -124,8 +127,11 @@ def heads_in_batch(story: Story) -> None:
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     lens = torch.tensor([3, 5])
     ours = mh.MultiHeadAttention.from_module(model)
-    story.code("ours = mh.MultiHeadAttention.from_module(d2l_model)\n"
-               "ours(x, mask=mh.Mask.lengths(valid_lens))   # no folding needed")
+    story.code(pick(story,
+            "ours = mh.MultiHeadAttention.from_module(d2l_model)\n"
+            "ours(x, mask=mh.Mask.lengths(valid_lens))   # no folding needed",
+            "ours = mh.MultiHeadAttention.from_module(d2l_model)\n"
+            "ours(x, mask=mh.Mask.lengths(valid_lens))   # 不需要折叠"))
     story.check("multihead keeps heads as their own axis (B, H, L, d) and gets the same output with Mask.lengths",
                 "multihead 让“头”单独占一维 (B, H, L, d)，配合 Mask.lengths 得到同样的输出",
                 max_diff(ours(x, mask=mh.Mask.lengths(lens)), model(x, x, x, lens)) < 1e-12)

@@ -83,8 +83,11 @@ def reshape_then_transpose(story: Story) -> None:
 
     right, wrong = split_right(x, H), split_wrong(x, H)
     story.heading("The two candidates", "两种写法")
-    story.code("right = x.reshape(B, L, H, d).transpose(1, 2)   # (B, H, L, d)\n"
-               "wrong = x.reshape(B, H, L, d)                  # (B, H, L, d) too")
+    story.code(pick(story,
+            "right = x.reshape(B, L, H, d).transpose(1, 2)   # (B, H, L, d)\n"
+            "wrong = x.reshape(B, H, L, d)                  # (B, H, L, d) too",
+            "right = x.reshape(B, L, H, d).transpose(1, 2)   # (B, H, L, d)\n"
+            "wrong = x.reshape(B, H, L, d)                  # 形状也是 (B, H, L, d)"))
     story.tensor(pick(story, "right (B, H, L, d)", "正确 (B, H, L, d)"), right, layout=True)
     story.tensor(pick(story, "wrong (B, H, L, d)", "错误 (B, H, L, d)"), wrong, layout=True)
     story.table([pick(story, "head slot", "头的位置"), "reshape + transpose", "reshape(B, H, L, d)"],
@@ -184,7 +187,9 @@ def combine_heads_topic(story: Story) -> None:
                 not turned.is_contiguous(), f"stride {turned.stride()}")
     story.heading("2. view needs contiguous memory", "2. view 需要内存连续")
     err = error_of(lambda: turned.view(1, 3, 4))
-    story.code("heads.transpose(1, 2).view(B, L, d_model)   # without contiguous()")
+    story.code(pick(story,
+            "heads.transpose(1, 2).view(B, L, d_model)   # without contiguous()",
+            "heads.transpose(1, 2).view(B, L, d_model)   # 不调用 contiguous()"))
     story.check("view right after transpose raises a RuntimeError", "转置后直接 view 会抛出 RuntimeError",
                 isinstance(err, RuntimeError), error_text(err))
     packed = turned.contiguous()

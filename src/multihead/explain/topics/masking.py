@@ -75,7 +75,9 @@ def masked_fill_topic(story: Story) -> None:
                 returned is inplace and torch.equal(inplace, scores.masked_fill(keep == 0, -1e9)))
     model = ClassicTransformerHeads(d_model=8, num_heads=2).double()
     ours = mh.attention(q, k, v, mask=mh.Mask.keep(keep))
-    story.code("mh.attention(q, k, v, mask=mh.Mask.keep(mask))   # multihead: same convention, stated once")
+    story.code(pick(story,
+            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))   # multihead: same convention, stated once",
+            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))   # multihead：同样的约定，只说一次"))
     story.check("Document 002's scaled_dot_product_attention with -1e9 equals mh.attention with Mask.keep",
                 "文档 002 用 -1e9 的 scaled_dot_product_attention，与 mh.attention 配 Mask.keep 的结果相同",
                 max_diff(model.scaled_dot_product_attention(q, k, v, keep), ours) < 1e-12)
@@ -108,7 +110,9 @@ def mask_fill_value(story: Story) -> None:
                 "对 float16 的分数做 masked_fill(..., -1e9) 会直接报错",
                 isinstance(err, RuntimeError), error_text(err))
     block = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 1]]).half()   # document 000: 1 = blocked; row 2 all blocked
-    story.code("scores = scores + attention_mask * -1e9   # document 000, in float16; row 2 fully blocked")
+    story.code(pick(story,
+            "scores = scores + attention_mask * -1e9   # document 000, in float16; row 2 fully blocked",
+            "scores = scores + attention_mask * -1e9   # 文档 000 的写法，float16；第2行全部被屏蔽"))
     added = scores_h + block * -1e9
     story.check("Document 000's additive mask in float16 turns blocked scores into -inf, and the fully blocked "
                 "row into NaN after the softmax",
@@ -145,7 +149,9 @@ def mask_fill_value(story: Story) -> None:
     qh, kh, vh = (t.half().requires_grad_(True) for t in _qkv(dtype=torch.float32))
     out = mh.attention(qh, kh, vh, mask=mh.Mask.keep(keep))
     out.float().sum().backward()
-    story.code("out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))   # row 2 keeps nothing")
+    story.code(pick(story,
+            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))   # row 2 keeps nothing",
+            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))   # 第2行什么都不保留"))
     story.tensor("out[0, 0] (Lq, D), float16", out[0, 0])
     story.check("In float16, mh.attention gives no NaN or inf, and the fully masked row is exactly 0 with 0 gradient",
                 "在 float16 下，mh.attention 没有任何 NaN 或 inf，整行被屏蔽的那一行输出恰好为 0，梯度也恰好为 0",
@@ -172,9 +178,13 @@ def mask_asserts(story: Story) -> None:
                "query_shape[1] 才是批量大小。它的掩码形状是 (Lq, Lk, B)，0 表示屏蔽。温和地更正一下："
                "文中的解析把掩码第0维说成批量、把掩码说成 (batch, key, query)；下面实测可见，"
                "第0维是查询，第1维是键，第2维是批量。")
-    story.code("assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1: queries (or shared)\n"
-               "assert mask.shape[1] == key_shape[0]                         # 2: keys, exactly\n"
-               "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3: batch (or shared)")
+    story.code(pick(story,
+            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1: queries (or shared)\n"
+            "assert mask.shape[1] == key_shape[0]                         # 2: keys, exactly\n"
+            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3: batch (or shared)",
+            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1：查询（或共用）\n"
+            "assert mask.shape[1] == key_shape[0]                         # 2：键，必须完全相等\n"
+            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3：批量（或共用）"))
     cases = [((Lq, Lk, B), ("full", "完整掩码")),
              ((1, Lk, B), ("padding, shared by all queries", "填充掩码，所有查询共用")),
              ((Lq, Lk, 1), ("causal, shared by the batch", "因果掩码，整个批量共用")),
@@ -218,7 +228,9 @@ def mask_asserts(story: Story) -> None:
     labml = (torch.rand(Lq, Lk, B, generator=g) > 0.3).long()
     labml[:, 0] = 1                               # every query keeps key 0
     ours = mh.Mask.keep(labml.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk)
-    story.code("mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk), 1 = keep")
+    story.code(pick(story,
+            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk), 1 = keep",
+            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk)，1 = 保留"))
     keep, _ = ours.materialize(B, H, Lq, Lk)
     story.check("Materialised for (B, H, Lq, Lk), it keeps exactly what document 003's mask keeps, for every head",
                 "展开到 (B, H, Lq, Lk) 后，它保留的位置与文档 003 的掩码完全相同，每个头都一样",
@@ -231,7 +243,9 @@ def mask_asserts(story: Story) -> None:
                 "用这个 Mask 的 mh.attention，与文档 003 带掩码的 einsum 注意力结果相同",
                 max_diff(mh.attention(q, k, v, mask=ours), ref) < 1e-12)
     err = error_of(lambda: mh.attention(q, k, v, mask=mh.Mask.keep(labml)))
-    story.code("mh.attention(q, k, v, mask=mh.Mask.keep(m))   # forgot the permute: (Lq, Lk, B)")
+    story.code(pick(story,
+            "mh.attention(q, k, v, mask=mh.Mask.keep(m))   # forgot the permute: (Lq, Lk, B)",
+            "mh.attention(q, k, v, mask=mh.Mask.keep(m))   # 忘了 permute：(Lq, Lk, B)"))
     story.check("A mask that cannot broadcast raises AttentionError (a ValueError) saying what was expected "
                 "and what came",
                 "形状无法广播的掩码会抛出 AttentionError（ValueError 的子类），并说明期望什么、收到了什么",

@@ -38,9 +38,13 @@ def memory_order_topic(story: Story) -> None:
     r = x.reshape(3, 2)
     t = x.t()
     story.heading("The document's 2 x 3 example", "文档里 2 x 3 的例子")
-    story.code("x = torch.arange(6).reshape(2, 3)   # a..f = 0..5\n"
-               "r = x.reshape(3, 2)\n"
-               "t = x.t()                            # transpose")
+    story.code(pick(story,
+            "x = torch.arange(6).reshape(2, 3)   # a..f = 0..5\n"
+            "r = x.reshape(3, 2)\n"
+            "t = x.t()                            # transpose",
+            "x = torch.arange(6).reshape(2, 3)   # a..f = 0..5\n"
+            "r = x.reshape(3, 2)\n"
+            "t = x.t()                            # 转置"))
     story.table(cols, [_layout_row("x", x), _layout_row("x.reshape(3, 2)", r), _layout_row("x.t()", t)])
     story.check("On a contiguous tensor, reshape reads the numbers in memory order and shares the memory",
                 "对内存连续的张量，reshape 按内存顺序读数，而且和原张量共用同一块内存",
@@ -67,8 +71,11 @@ def memory_order_topic(story: Story) -> None:
     lab = labelled_tensor(B=1, L=3, H=2, D=2)    # value = 100*token + 10*head + feature
     split = split_right(lab, 2)                  # (B, H, L, d), a view
     packed = split.contiguous()
-    story.code("split = x.reshape(B, L, H, d).transpose(1, 2)   # value = 100*token + 10*head + feature\n"
-               "packed = split.contiguous()")
+    story.code(pick(story,
+            "split = x.reshape(B, L, H, d).transpose(1, 2)   # value = 100*token + 10*head + feature\n"
+            "packed = split.contiguous()",
+            "split = x.reshape(B, L, H, d).transpose(1, 2)   # 数值 = 100*词 + 10*头 + 特征\n"
+            "packed = split.contiguous()"))
     story.table(cols[:4] + [cols[5]], [r[:4] + [r[5]] for r in
                 (_layout_row("x", lab), _layout_row("split", split), _layout_row("split.contiguous()", packed))])
     tokens_in_memory = [decode(v)[1] for v in memory_order(split).tolist()]
@@ -117,8 +124,11 @@ def view_vs_contiguous(story: Story) -> None:
     samples = {"q (b, n, dim_out)": q, "q.view(b, n, H, d)": q.view(b, n, H, d),
                "q.view(...).transpose(1, 2)": heads, "context = weights @ v": ctx,
                "context.transpose(1, 2)": back, "q[:, ::2]": q[:, ::2], "q[:1]": q[:1]}
-    story.code("heads = q.view(b, n, H, d).transpose(1, 2)   # (b, H, n, d)\n"
-               "context = weights @ heads                   # weights = identity here: context holds q's numbers")
+    story.code(pick(story,
+            "heads = q.view(b, n, H, d).transpose(1, 2)   # (b, H, n, d)\n"
+            "context = weights @ heads                   # weights = identity here: context holds q's numbers",
+            "heads = q.view(b, n, H, d).transpose(1, 2)   # (b, H, n, d)\n"
+            "context = weights @ heads                   # 这里权重取单位矩阵：context 装的就是 q 的数"))
     rows = [[k, tuple(v.shape), v.stride(), row_major_strides(tuple(v.shape)), v.is_contiguous()]
             for k, v in samples.items()]
     story.table([pick(story, "tensor", "张量"), pick(story, "shape", "形状"), pick(story, "stride", "步幅"),
@@ -134,8 +144,11 @@ def view_vs_contiguous(story: Story) -> None:
                 and q[:1].is_contiguous())
 
     story.heading("view right after transpose", "转置之后直接 view")
-    story.code("context_vecs = context_vecs.transpose(1, 2)          # (b, num_tokens, H, head_dim)\n"
-               "context_vecs.view(b, num_tokens, dim_out)             # without contiguous()")
+    story.code(pick(story,
+            "context_vecs = context_vecs.transpose(1, 2)          # (b, num_tokens, H, head_dim)\n"
+            "context_vecs.view(b, num_tokens, dim_out)             # without contiguous()",
+            "context_vecs = context_vecs.transpose(1, 2)          # (b, num_tokens, H, head_dim)\n"
+            "context_vecs.view(b, num_tokens, dim_out)             # 不调用 contiguous()"))
     err = error_of(lambda: back.view(b, n, H * d))
     story.check("view fails with a RuntimeError: merging (H, head_dim) would need one stride, but the "
                 "transposed memory has two",

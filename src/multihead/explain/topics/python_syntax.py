@@ -79,7 +79,9 @@ def size_unpacking(story: Story) -> None:
                 "torch.Size 是 tuple 的子类，而且 x.size() == x.shape",
                 isinstance(size, tuple) and size == x.shape, f"{type(size).__mro__[:2]}")
     batch_size, seq_length, d_model = x.size()
-    story.code("batch_size, seq_length, d_model = x.size()   # like a, b, c = (1, 2, 3)")
+    story.code(pick(story,
+            "batch_size, seq_length, d_model = x.size()   # like a, b, c = (1, 2, 3)",
+            "batch_size, seq_length, d_model = x.size()   # 就像 a, b, c = (1, 2, 3)"))
     story.table([pick(story, "name", "变量"), pick(story, "value", "值"), pick(story, "same as", "等于")],
                 [["batch_size", batch_size, "x.size(0)"], ["seq_length", seq_length, "x.size(1)"],
                  ["d_model", d_model, "x.size(2)"]])
@@ -146,7 +148,9 @@ def underscore_placeholder(story: Story) -> None:
        ("What happens when forward is misspelled `farward` (and `masked_fill` as `mask_fill`)?",
         "把 forward 写成 `farward`（以及把 `masked_fill` 写成 `mask_fill`）会发生什么？"))
 def farward_typo(story: Story) -> None:
-    story.code("class MultiHeadAttention(nn.Module):\n    def farward(self, Q, K, V, mask=None):   # typo\n        ...")
+    story.code(pick(story,
+            "class MultiHeadAttention(nn.Module):\n    def farward(self, Q, K, V, mask=None):   # typo\n        ...",
+            "class MultiHeadAttention(nn.Module):\n    def farward(self, Q, K, V, mask=None):   # 拼写错误\n        ..."))
     errors = call_errors()
     err = errors["model(x)"]
     story.check("Calling the model raises NotImplementedError: nn.Module looks for a method named forward",

@@ -63,8 +63,11 @@ def k_transpose(story: Story) -> None:
                 isinstance(err, RuntimeError), error_text(err))
     Kt = K.transpose(-2, -1)                     # (B, H, d_k, Lk)
     scores = torch.matmul(Q, Kt)                 # (B, H, Lq, Lk)
-    story.code("Kt = K.transpose(-2, -1)          # (1, 2, 4, 5): swap the last two axes\n"
-               "scores = torch.matmul(Q, Kt)      # (1, 2, 3, 5)")
+    story.code(pick(story,
+            "Kt = K.transpose(-2, -1)          # (1, 2, 4, 5): swap the last two axes\n"
+            "scores = torch.matmul(Q, Kt)      # (1, 2, 3, 5)",
+            "Kt = K.transpose(-2, -1)          # (1, 2, 4, 5)：交换最后两维\n"
+            "scores = torch.matmul(Q, Kt)      # (1, 2, 3, 5)"))
     story.tensor("scores (B, H, Lq, Lk)", scores)
     story.check("scores[b, h, i, j] is the dot product of query i with key j (checked entry by entry, float64)",
                 "scores[b, h, i, j] 就是第 i 个查询与第 j 个键的点积（逐个元素核对，float64）",
@@ -159,7 +162,9 @@ def scale_sqrt_dk(story: Story) -> None:
                "for each d_k.",
                "取每个分量方差为 1 的 q 和 k。q·k 是 d_k 个方差为 1 的乘积之和，所以方差是 d_k，"
                "波动幅度按 sqrt(d_k) 增长。下面对每个 d_k 测 128 次、每次 16 个键的 softmax。")
-    story.code("scores = q @ k.T                 # unscaled\nscores = q @ k.T / sqrt(d_k)     # scaled dot product")
+    story.code(pick(story,
+            "scores = q @ k.T                 # unscaled\nscores = q @ k.T / sqrt(d_k)     # scaled dot product",
+            "scores = q @ k.T                 # 不缩放\nscores = q @ k.T / sqrt(d_k)     # 缩放点积"))
     story.table(["d_k", pick(story, "std (raw)", "标准差（不缩放）"), pick(story, "max weight (raw)", "最大权重（不缩放）"),
                  pick(story, "entropy (raw)", "熵（不缩放）"), pick(story, "std (scaled)", "标准差（缩放）"),
                  pick(story, "max weight (scaled)", "最大权重（缩放）"), pick(story, "entropy (scaled)", "熵（缩放）")],
