@@ -93,10 +93,12 @@ def text_setup(text: str, layer: int = 0):
         causal=False,
         heatmaps=False,
         input_code=(
-            f"bert = AutoModel.from_pretrained(...)   # all-MiniLM-L6-v2, offline\n"
-            f"x = bert(**tokenizer({text[:30]!r}), output_hidden_states=True)\n"
-            f"      .hidden_states[{layer}]           # the input of layer {layer}\n"
-            f"attn = mh.MultiHeadAttention.from_module(bert.encoder.layer[{layer}].attention)"
+            "bert = AutoModel.from_pretrained(path)   # all-MiniLM-L6-v2, offline\n"
+            "tokens = tokenizer(text, return_tensors=\"pt\")\n"
+            "states = bert(**tokens, output_hidden_states=True).hidden_states\n"
+            f"x = states[{layer}]                        # what layer {layer} receives\n"
+            f"layer = bert.encoder.layer[{layer}]\n"
+            "attn = mh.MultiHeadAttention.from_module(layer.attention)"
         ),
         about=(
             f"The input is the sentence you gave, as all-MiniLM-L6-v2 sees it when it enters layer {layer}: "
@@ -137,9 +139,9 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
         y = setup.module(setup.x)
     weights = record[0].weights  # (B, H, L, L)
     story.figure(f"layer {layer}", weights[0], tokens=setup.tokens)
-    zh = story.lang == "zh"
-    columns = (["头", "最受关注的词", "平均", "自己", "前一个", "后一个", "[CLS]+[SEP]"] if zh else
-               ["head", "top word", "mean", "self", "prev", "next", "[CLS]+[SEP]"])
+    columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词"), story.pick("mean", "平均"),
+               story.pick("self", "自己"), story.pick("prev", "前一个"), story.pick("next", "后一个"),
+               "[CLS]+[SEP]"]
     story.table(columns, head_summary(weights[0], setup.tokens))
     story.text(
         "Each row is one head: the word that receives the most attention on average (and how much), then the "

@@ -30,6 +30,10 @@ class Story:
     def _pick(self, en: str, zh: str) -> str:
         return zh if self.lang == "zh" else en
 
+    def pick(self, en: str, zh: str) -> str:
+        """The story's language version of a short label (tensor labels, table columns)."""
+        return self._pick(en, zh)
+
     def heading(self, en: str, zh: str) -> None:
         self.blocks.append(Block("heading", {"text": self._pick(en, zh)}))
 

@@ -55,7 +55,8 @@ def step_scale(story: Story, p) -> None:
         raw, scaled_var = dots.var().item(), (dots / math.sqrt(d)).var().item()
         ok &= abs(scaled_var - 1.0) < 0.1 and abs(raw / d - 1.0) < 0.1
         rows.append([d, f"{raw:.2f}", f"{scaled_var:.2f}"])
-    story.table(["D", "var(q·k)", "var(q·k / √D)"], rows)
+    story.table(["D", "var(q·k)", "var(q·k / √D)"], rows,
+                title=story.pick("random q, k with unit-variance entries", "元素方差为 1 的随机 q、k"))
     story.check(
         "Measured on 20000 random unit-variance pairs: var(q·k) ≈ D, and var(q·k / √D) ≈ 1.",
         "在 20000 对方差为 1 的随机向量上实测：var(q·k) ≈ D，而 var(q·k / √D) ≈ 1。",

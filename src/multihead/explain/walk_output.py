@@ -102,7 +102,7 @@ def step_verify(story: Story, p) -> None:
         ["mh.attention(..., backend=\"sdpa\")", "ctx", f"{max_diff(fused, p.t['ctx']):.2e}"],
         ["mh.MultiHeadAttention", "out", f"{max_diff(y, p.t['out']):.2e}"],
     ]
-    story.table(["fused path", "vs", "max |diff|"], rows)
+    story.table([story.pick("fused path", "融合实现"), story.pick("compared with", "对照"), "max |diff|"], rows)
     story.text(
         "Why: the fused kernel never stores the (L, L) weights it does not need to, so it is the one to "
         "use; the step-by-step path above is how it is defined.",
