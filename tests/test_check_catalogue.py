@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers import reference_mha
-from multihead.check.catalogue import BUG_BY_ID, BUGS, NEEDS_CAUSAL, NEEDS_MASK, forms_to_try, reference_variant
+from multihead.check.catalogue import (BUG_BY_ID, BUGS, NEEDS_CAUSAL, NEEDS_MASK, NEEDS_USER_MASK, forms_to_try,
+                                        reference_variant)
 from multihead.check.roles import Weights
 from multihead.check.text import BUG_TEXT, say
 from multihead.explain.topics import TOPICS
@@ -60,7 +61,7 @@ def test_every_form_differs_from_the_correct_maths(form):
     square = form == "scores-q-times-k"  # q @ k only runs when L == D
     xq, xk, xv = _inputs(Lq=D if square else 5, Lk=D if square else 6)
     keep = None
-    if form in NEEDS_MASK:
+    if form in NEEDS_MASK | NEEDS_USER_MASK:
         keep = torch.ones(2, 1, xq.shape[1], xk.shape[1], dtype=torch.bool)
         keep[..., -2:] = False
     causal = form in NEEDS_CAUSAL
@@ -77,6 +78,7 @@ def test_every_form_differs_from_the_correct_maths(form):
 
 def test_forms_to_try_leave_out_what_cannot_show():
     plain = forms_to_try(has_mask=False, causal=False)
-    assert not (set(plain) & (NEEDS_MASK | NEEDS_CAUSAL))
-    assert set(forms_to_try(has_mask=True, causal=True)) >= NEEDS_MASK | NEEDS_CAUSAL
+    assert not (set(plain) & (NEEDS_MASK | NEEDS_USER_MASK | NEEDS_CAUSAL))
+    assert set(forms_to_try(has_mask=True, causal=True)) >= NEEDS_MASK | NEEDS_USER_MASK | NEEDS_CAUSAL
+    assert not set(forms_to_try(has_mask=False, causal=True)) & NEEDS_USER_MASK
     assert "no-scale" in plain and "skip-output-projection" in plain

@@ -27,12 +27,15 @@ EXPECTED = {
     "scores_q_times_k.py:ScoresNoT": "scores-without-key-transpose",
     "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
     "farward_typo.py:MultiHeadAttention": "forward-misspelled",
+    "masked_fill_discarded.py:SelfAttn": "mask-ignored",
     "ok_seq_first_einsum.py:TimeMajorAttention": None,
     "ok_fused_causal.py:Block": None,
     "ok_folded_valid_lens.py:FoldMHA": None,
     "ok_stacked_heads.py:ManyHeads": None,
     "ok_lazy.py:LazyAttention": None,
     "ok_to_q_to_kv.py:XAttn": None,
+    "ok_key_padding_returns_weights.py:PadAwareAttention": None,
+    "ok_interleaved_qkv.py:InterleavedAttention": None,
 }
 
 
@@ -67,6 +70,8 @@ def test_zoo_modules_are_written_in_varied_styles():
     ("ok_to_q_to_kv.py:XAttn", {"q": "to_q", "k": "to_kv rows 0:16", "v": "to_kv rows 16:32", "o": "to_out"}),
     ("ok_folded_valid_lens.py:FoldMHA", {"q": "a", "k": "b", "v": "c", "o": "d"}),
     ("lazy_forgot_output.py:LazyHeads", {"q": "q_lin", "k": "k_lin", "v": "v_lin", "o": "o_lin"}),
+    ("ok_interleaved_qkv.py:InterleavedAttention",
+     {role: f"query_key_value rows viewed as (H=4, 3, D)[:, {i}]" for i, role in enumerate("qkv")} | {"o": "dense"}),
 ])
 def test_roles_are_found_by_behaviour(target, roles):
     assert check(str(ZOO / target)).roles == roles
@@ -85,6 +90,8 @@ def test_per_head_linears_are_stacked_in_head_order():
     ("ok_to_q_to_kv.py:XAttn", ["query, and one tensor for keys and values", "added to the scores, -inf"]),
     ("ok_lazy.py:LazyAttention", ["forward(x, mask)", "True/1 = may attend"]),
     ("padding_mask_after_softmax.py:BertishSelfAttention", ["'attention_mask' (B, Lk)"]),
+    ("ok_key_padding_returns_weights.py:PadAwareAttention", ["'key_padding_mask' (B, Lk): True/1 = blocked"]),
+    ("masked_fill_discarded.py:SelfAttn", ["'mask': has no effect on the outputs"]),
 ])
 def test_conventions_are_reported(target, wanted):
     text = "\n".join(check(str(ZOO / target)).convention_lines())
@@ -104,3 +111,13 @@ def test_typo_report_also_checks_the_misspelled_method():
     assert report.bug_values == {"method": "farward"}
     assert "'farward'" in report.explanation()
     assert any("PASS" in note for note in report.notes)
+
+
+def test_matching_outputs_with_wrong_gradients_fail(tmp_path):
+    learner = tmp_path / "detached.py"
+    source = (ZOO / "ok_lazy.py").read_text()
+    learner.write_text(source.replace("s = q @ k.transpose(-2, -1)", "s = q @ k.detach().transpose(-2, -1)"))
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and report.bug is None
+    assert report.error < 1e-6 < report.grad_error
+    assert "gradients differ" in report.headline()

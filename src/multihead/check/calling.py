@@ -39,6 +39,7 @@ class CallSpec:
     causal: bool = False
     causal_buffer: str | None = None
     encoding: object = None  # masks.Encoding once detected
+    mask_ignored: bool = False  # the mask argument changes nothing
     cross_lengths: bool = True  # accepts Lq != Lk
 
 

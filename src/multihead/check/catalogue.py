@@ -42,11 +42,14 @@ BUGS: tuple[Bug, ...] = (
     Bug("scores-without-key-transpose", "k-transpose", ("scores-q-times-k",)),
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
     Bug("forward-misspelled", "farward-typo", ()),
+    Bug("mask-ignored", "masked-fill", ("ignore-mask",)),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
-# Forms that only differ from the correct maths when some key is masked (by a mask or causally).
+# Forms that only differ from the correct maths when some key is masked (by a mask or causally),
+# or only when the caller passes a mask.
 NEEDS_MASK = {"mask-weights-with-zero", "mask-weights-with-fill"}
+NEEDS_USER_MASK = {"ignore-mask"}
 NEEDS_CAUSAL = {"causal-blocks-diagonal", "causal-sees-next-token"}
 
 BLOCKED_FILL = -1e9  # the finite fill learners use; the correct maths uses -inf
@@ -85,6 +88,8 @@ def _causal_keep(Lq: int, Lk: int, mistake: str | None, device) -> torch.Tensor:
 def reference_variant(xq, xk, xv, weights: Weights, keep, num_heads: int, *, causal: bool = False,
                       mistake: str | None = None, fill: float = -math.inf) -> torch.Tensor:
     """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become."""
+    if mistake == "ignore-mask":
+        keep = None  # e.g. `scores.masked_fill(...)` whose result is thrown away
     q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
     k = _split(_project(xk, weights.k), num_heads, mistake)  # (B, H, Lk, D)
     v = _split(_project(xv, weights.v), num_heads, mistake)  # (B, H, Lk, D)
@@ -120,6 +125,8 @@ def forms_to_try(has_mask: bool, causal: bool) -> list[str]:
     for bug in BUGS:
         for form in bug.forms:
             if form in NEEDS_MASK and not (has_mask or causal):
+                continue
+            if form in NEEDS_USER_MASK and not has_mask:
                 continue
             if form in NEEDS_CAUSAL and not causal:
                 continue

@@ -118,8 +118,10 @@ def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | No
 
 
 def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make_cases, tol: float):
-    """The convention under which the masked outputs match the correct maths or a mask-after-softmax
-    variant (whose blocked keys are not inert: they still count in the softmax), or None."""
+    """(encoding, ignored): the convention under which the masked outputs match the correct maths or a
+    mask-after-softmax variant (whose blocked keys are not inert: they still count in the softmax);
+    else, when every convention leaves the outputs unchanged, the first that runs and ignored=True;
+    else (None, False)."""
     from multihead.check.catalogue import NEEDS_MASK, forms_to_try
     from multihead.check.diagnose import closest
 
@@ -127,13 +129,19 @@ def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make
         wanted = [invoke(module, spec, *case) for case in plain_cases]
         forms = [None, *forms_to_try(False, spec.causal)]
         roles = closest(module, spec, assignments, plain_cases, wanted, forms).roles
+        running, all_ignored = None, True
         for encoding in ENCODINGS + LENGTHS:
             trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
             cases = make_cases(trial)
             try:
                 got = [invoke(module, trial, *case) for case in cases]
+                unmasked = [invoke(module, trial, *case[:3]) for case in cases]
             except LearnerError:
                 continue
             if closest(module, trial, [roles], cases, got, [None, *sorted(NEEDS_MASK)]).error <= tol:
-                return encoding
-    return None
+                return encoding, False
+            running = running or encoding
+            all_ignored = all_ignored and all(_same(g, u, tol) for g, u in zip(got, unmasked))
+    if running is not None and all_ignored:
+        return running, True
+    return None, False

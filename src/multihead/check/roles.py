@@ -42,7 +42,7 @@ class RoleAssignment:
     pieces: dict[str, list[Piece]]  # "q"/"k"/"v" -> pieces stacked along output rows; "o" -> 0 or 1
     num_heads: int
     style: str  # "separate", "fused", "fused-per-head", "per-head", "fused-kv"
-    notes: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # role -> description overriding the pieces'
 
     def weights(self, module: nn.Module) -> Weights:
         """The current parameters (differentiable views of the learner's own tensors)."""
@@ -57,6 +57,9 @@ class RoleAssignment:
         described = {}
         for role in (*ROLES, "o"):
             pieces = self.pieces.get(role) or []
+            if role in self.labels:
+                described[role] = self.labels[role]
+                continue
             names = sorted({name for name, _ in pieces})
             if not pieces:
                 described[role] = "(none)"
@@ -70,9 +73,7 @@ class RoleAssignment:
 def _rows_text(rows) -> str:
     if rows is None:
         return ""
-    if isinstance(rows, slice):
-        return f" rows {rows.start}:{rows.stop}"
-    return " rows " + ",".join(str(int(i)) for i in rows[:3]) + ",..."
+    return f" rows {rows.start}:{rows.stop}"
 
 
 def _row_count(layer: nn.Linear, rows) -> int:
@@ -243,6 +244,11 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
              else _qkv_candidates(layers, seen, unused, heads))
     assignments = []
     for pieces, h, style in found:
+        labels = {}
+        if style == "fused-per-head":  # rows laid out (H, 3, D): say which third of each head
+            name = pieces["q"][0][0]
+            order = {role: int(pieces[role][0][1][0]) // (layers[name].out_features // h // 3) % 3 for role in ROLES}
+            labels = {role: f"{name} rows viewed as (H={h}, 3, D)[:, {order[role]}]" for role in ROLES}
         taken = {name for role in ROLES for name, _ in pieces[role]}
         inner = sum(_row_count(layers[n], rows) for n, rows in pieces["q"])
         if mids:
@@ -252,5 +258,5 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
             # an output layer defined but never called is still the output layer (no-output-projection)
             outs = [[(n, None)] for n in spare] or [[]]
         for out in outs:
-            assignments.append(RoleAssignment({**pieces, "o": out}, h, style))
+            assignments.append(RoleAssignment({**pieces, "o": out}, h, style, labels))
     return assignments

@@ -190,8 +190,8 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
         report.reason = "could not tell which Linear layers project queries, keys and values"
         return report
     if spec.mask_param and spec.encoding is None:  # blocked keys not inert: maybe masked after softmax
-        spec.encoding = encoding_by_agreement(module, spec, assignments, plain,
-                                              lambda trial: _masked_cases(trial, dims, dtype, L, Lk), tol)
+        spec.encoding, spec.mask_ignored = encoding_by_agreement(
+            module, spec, assignments, plain, lambda trial: _masked_cases(trial, dims, dtype, L, Lk), tol)
         report.conventions = _conventions(spec, dtype)
     cases = plain + _masked_cases(spec, dims, dtype, L, Lk)
     with torch.no_grad():
@@ -250,6 +250,8 @@ def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
         found.append(("mask:none", {}))
     elif spec.encoding is None:
         found.append(("mask:unknown", {"param": spec.mask_param}))
+    elif spec.mask_ignored:
+        found.append(("mask:ignored", {"param": spec.mask_param}))
     else:
         found.append((spec.encoding.kind, {"param": spec.mask_param, "shape": spec.encoding.shape}))
     if spec.inputs != "x":

@@ -59,6 +59,11 @@ BUG_TEXT = {
         "The class has no forward method (nn.Module calls forward); '{method}' looks like a misspelling "
         "of it.",
         "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
+    "mask-ignored": (
+        "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
+        "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
+        "掩码对输出没有任何影响。masked_fill 会返回一个新张量：要把结果赋值回去"
+        "（scores = scores.masked_fill(...)），或者使用原地操作 masked_fill_。"),
 }
 
 # convention key -> (English, Chinese)
@@ -73,6 +78,8 @@ CONVENTION_TEXT = {
                    "模块内部带因果掩码（词看不到后面的词）{buffer}"),
     "causal:no": ("not causal", "非因果"),
     "mask:none": ("no mask argument", "没有掩码参数"),
+    "mask:ignored": ("mask argument '{param}': has no effect on the outputs",
+                     "掩码参数 '{param}'：对输出没有任何影响"),
     "mask:unknown": ("mask argument '{param}': convention not recognised, compared without masks",
                      "掩码参数 '{param}'：无法识别其约定，只比较了不带掩码的情况"),
     "cross-lengths": ("Lq != Lk accepted", "支持 Lq != Lk"),
