@@ -115,6 +115,13 @@ def test_an_unknown_topic_exits_2_naming_the_known_ones(capsys):
     assert "no-such-topic" in err and next(iter(TOPICS)) in err.replace("\n", "")
 
 
+def test_an_unwritable_html_path_exits_2(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code, _, err = run(capsys, "--html", str(blocker / "report.html"))
+    assert code == 2 and "cannot write" in err
+
+
 def test_list_topic_and_text_exclude_each_other(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["explain", "--list", "--topic", "x"])
@@ -141,7 +148,8 @@ def test_the_installed_console_script_runs_the_walkthrough(tmp_path):
     script = console_script()
     if script is None:
         pytest.skip("the `multihead` console script is not installed (pip install -e .)")
-    env = {k: v for k, v in os.environ.items() if k not in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR")}
+    unset = ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["COLUMNS"] = "80"
     done = subprocess.run([str(script), "explain"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)

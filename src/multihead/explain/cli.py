@@ -6,6 +6,7 @@ Exit codes: 0 every check passed, 1 some check failed, 2 bad usage or the 'model
 from __future__ import annotations
 
 import argparse
+import sys
 
 from multihead.errors import AttentionError
 from multihead.explain.lang import resolve_lang, ui
@@ -84,10 +85,14 @@ def build_story(args, lang: str) -> Story:
 
 def main(args: argparse.Namespace) -> int:
     """Run `multihead explain` with parsed arguments; returns the exit code."""
-    from rich.console import Console
+    try:
+        from rich.console import Console
 
+        from multihead.explain.render_terminal import make_console, render, render_summary
+    except ImportError as exc:
+        print(f"multihead explain needs the 'cli' extra ({exc}): pip install \"multihead[cli]\"", file=sys.stderr)
+        return 2
     from multihead.explain.model_text import ModelsMissing
-    from multihead.explain.render_terminal import make_console, render, render_summary
 
     console = make_console()
     try:
@@ -103,6 +108,10 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "html", None):
         from multihead.explain.render_html import write_html
 
-        path = write_html(args.html, [story], lang)
+        try:
+            path = write_html(args.html, [story], lang)
+        except OSError as exc:
+            Console(stderr=True).print(f"multihead explain: cannot write {args.html}: {exc}", markup=False)
+            return 2
         console.print(ui("wrote_html", lang, path=str(path)), markup=False)
     return 1 if story.failed_checks else 0
