@@ -78,15 +78,18 @@ class BertLikeAttention(nn.Module):
 
 
 class LectureHead(nn.Module):
-    """One causal head as GPT lecture code writes it: key/query/value Linear(E, D, bias=False)."""
+    """One causal head as GPT lecture code writes it: key/query/value Linear(E, D, bias=False), a tril buffer."""
 
-    def __init__(self, n_embd, head_size):
+    def __init__(self, n_embd, head_size, block_size=8):
         super().__init__()
         self.key, self.query, self.value = (nn.Linear(n_embd, head_size, bias=False) for _ in range(3))
+        self.register_buffer("tril", torch.tril(torch.ones(block_size, block_size)))  # 1 = may attend
 
     def forward(self, x):
         q, k, v = self.query(x), self.key(x), self.value(x)  # (B, L, D)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, L, D)
+        scores = q @ k.transpose(-2, -1) * k.shape[-1] ** -0.5  # (B, L, L)
+        scores = scores.masked_fill(self.tril[:x.shape[1], :x.shape[1]] == 0, float("-inf"))
+        return scores.softmax(dim=-1) @ v  # (B, L, D)
 
 
 class LectureMultiHead(nn.Module):
@@ -124,14 +127,15 @@ def four(names, e=E, bias=True):
 
 
 def check_against_reference(source, q, k, v, out, num_heads, *, batch_first=True, causal=False):
-    """The conversion of `source` equals reference_mha on the layers q, k, v, out (out may be None)."""
-    ours = mh.MultiHeadAttention.from_module(source.double())
+    """The conversion of `source` (hint causal=...) equals reference_mha on the layers q, k, v, out (or None)."""
+    ours = mh.MultiHeadAttention.from_module(source.double(), causal=causal)
+    assert ours.causal is causal
     x = randn(B, L, q.in_features)
     keep = torch.ones(L, L, dtype=torch.bool).tril() if causal else None
     expected = reference_mha(x, x, x, wq=q.weight, wk=k.weight, wv=v.weight, bq=q.bias, bk=k.bias, bv=v.bias,
                              wo=None if out is None else out.weight, bo=None if out is None else out.bias,
                              num_heads=num_heads, keep_mask=keep)
-    got = ours(x if batch_first else x.transpose(0, 1), causal=causal)
+    got = ours(x if batch_first else x.transpose(0, 1))
     torch.testing.assert_close(got if batch_first else got.transpose(0, 1), expected)
     return ours
 
@@ -142,8 +146,9 @@ def check_against_reference(source, q, k, v, out, num_heads, *, batch_first=True
 def test_nanogpt_fused_c_attn_converts(bias):
     source = FusedCausalSelfAttention(E, H, bias=bias).double().eval()
     ours = mh.MultiHeadAttention.from_module(source)
-    assert (ours.num_heads, ours.embed_dim) == (H, E)
-    assert_same_forward_backward(source, lambda x: ours(x, causal=True), [randn(B, L, E)])
+    assert (ours.num_heads, ours.embed_dim, ours.causal) == (H, E, True)  # nanoGPT is always causal
+    assert_same_forward_backward(source, ours, [randn(B, L, E)])
+    assert not mh.MultiHeadAttention.from_module(source, causal=False).causal
 
 
 @pytest.mark.parametrize("cls", [BertLikeAttention, BertLikeSelfAttention])
@@ -158,8 +163,8 @@ def test_bert_names_convert_with_key_padding(cls):
 def test_stacked_heads_with_an_output_projection_convert():
     source = LectureMultiHead(E, H).double().eval()
     ours = mh.MultiHeadAttention.from_module(source)
-    assert (ours.num_heads, ours.head_dim) == (H, E // H)
-    assert_same_forward_backward(source, lambda x: ours(x, causal=True), [randn(B, L, E)])
+    assert (ours.num_heads, ours.head_dim, ours.causal) == (H, E // H, True)  # from the heads' tril buffers
+    assert_same_forward_backward(source, ours, [randn(B, L, E)])
 
 
 # --- styles checked against the plain reference ---------------------------------------------------
@@ -182,6 +187,19 @@ def test_single_causal_head_without_a_head_count_is_one_head():
     source = Named(four(("W_query", "W_key", "W_value")))
     ours = check_against_reference(source, source.W_query, source.W_key, source.W_value, None, 1, causal=True)
     assert ours.num_heads == 1 and ours.out_proj.bias is None
+
+
+@pytest.mark.parametrize("buffer, causal", [
+    (torch.ones(6, 6).triu(1), True),  # document 001: 1 = future key
+    (torch.ones(6, 6, dtype=torch.bool).tril().view(1, 1, 6, 6), True),  # nanoGPT's bias: 1 = may attend
+    (torch.ones(6, 6).tril(-1), False),  # not a causal mask (the diagonal is blocked)
+    (torch.ones(6, 6), False),
+    (torch.ones(1, 1), False),  # too small to tell
+])
+def test_causal_mask_buffers_are_recognised(buffer, causal):
+    source = Named(four(("q_linear", "k_linear", "v_linear", "o_linear")), num_heads=H)
+    source.register_buffer("mask", buffer)
+    assert mh.MultiHeadAttention.from_module(source).causal is causal
 
 
 def test_head_count_comes_from_the_config():

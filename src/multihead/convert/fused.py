@@ -2,8 +2,8 @@
 
 nanoGPT computes `q, k, v = c_attn(x).split(E, dim=2)`, so the rows of c_attn's weight (3E, E) are
 the query rows, then the key rows, then the value rows: three (E, E) blocks. The head count is
-`n_head`; the layout is batch-first (B, L, E). nanoGPT's attention is causal: call the converted
-module with `causal=True` to get its outputs.
+`n_head`; the layout is batch-first (B, L, E). nanoGPT's attention is always causal, so the converted
+module is built with causal=True (the hint causal=False says otherwise).
 """
 from __future__ import annotations
 
@@ -34,4 +34,5 @@ def convert_fused_c_attn(module: nn.Module, **hints) -> MultiHeadAttention | Non
     q, k, v = zip(weights, biases)
     num_heads = require_head_count(module, hints, "nanoGPT's fused c_attn/c_proj")
     return build_attention(q, k, v, c_proj, num_heads, batch_first=hints.get("batch_first", True),
-                           dropout=find_dropout(module, "attn_dropout"), training=module.training)
+                           dropout=find_dropout(module, "attn_dropout"), causal=hints.get("causal", True),
+                           training=module.training)

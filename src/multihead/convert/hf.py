@@ -45,4 +45,5 @@ def convert_bert_attention(module: nn.Module, **hints) -> MultiHeadAttention | N
     _check_absolute_positions(inner)
     num_heads = require_head_count(module, hints, "Hugging Face BERT attention", inner)
     return build_attention(q, k, v, out, num_heads, batch_first=hints.get("batch_first", True),
-                           dropout=find_dropout(inner, "dropout"), training=module.training)
+                           dropout=find_dropout(inner, "dropout"), causal=hints.get("causal", False),
+                           training=module.training)

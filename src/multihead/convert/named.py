@@ -11,8 +11,8 @@ so a learner's own class with the same names converts too. Shapes: E embed, H he
     labml (document 003)           query.linear / key.linear / ...   output     (L, B, E)
     one head, or LLMs-from-scratch W_query / W_key / W_value         out_proj?  (B, L, E), causal
 
-Sources that apply a causal mask inside (document 001's triu buffer) give the same outputs when the
-converted module is called with `causal=True`.
+A source that keeps a causal mask buffer (document 001's triu `mask`) converts to a causal module
+(`causal=True`, every call masks the future); the hint `causal=` overrides what is detected.
 
 Also here: the explicit fallback `from_module(m, num_heads=H, q=..., k=..., v=..., out=...)`, where each
 projection is a linear layer, a (weight, bias) pair, or the dotted name of a linear layer inside m.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, find_head_count,
-                                           linear_at, require_head_count, submodule)
+                                           has_causal_buffer, linear_at, require_head_count, submodule)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.module import MultiHeadAttention
@@ -72,7 +72,8 @@ def convert_named(module: nn.Module, style: NamingStyle, hints: dict) -> MultiHe
     else:
         num_heads = require_head_count(module, hints, style.name, *owners)
     return build_attention(q, k, v, out, num_heads, batch_first=hints.get("batch_first", style.batch_first),
-                           dropout=find_dropout(module, *style.dropout), training=module.training)
+                           dropout=find_dropout(module, *style.dropout),
+                           causal=hints.get("causal", has_causal_buffer(module)), training=module.training)
 
 
 def _style_converter(style: NamingStyle):
@@ -107,7 +108,8 @@ def convert_explicit(module: nn.Module, **hints) -> MultiHeadAttention | None:
         layers[role] = layer
     return build_attention(layers["q"], layers["k"], layers["v"], layers["out"], hints["num_heads"],
                            batch_first=hints.get("batch_first", True), num_kv_heads=hints.get("num_kv_heads"),
-                           dropout=find_dropout(module, "dropout"), training=module.training)
+                           dropout=find_dropout(module, "dropout"), causal=hints.get("causal", False),
+                           training=module.training)
 
 
 register_converter("explicit projections")(convert_explicit)

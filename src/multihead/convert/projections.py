@@ -6,8 +6,8 @@ heads, D head dim, O output features.
 
     q   (H*D, E)      k (Hkv*D, kdim)      v (Hkv*D, vdim)      out (O, H*D), or None = identity
 
-Also here: reading a head count or a dropout probability from a module's attributes, and finding
-linear layers by dotted name (`"query.linear"`), so that each converter states only its naming.
+Also here: reading a head count, a dropout probability or a causal mask buffer from a module, and
+finding linear layers by dotted name (`"query.linear"`), so that each converter states only its naming.
 """
 from __future__ import annotations
 
@@ -124,13 +124,32 @@ def find_dropout(module: nn.Module, *paths: str) -> float:
     return 0.0
 
 
+def has_causal_buffer(*modules: nn.Module | None) -> bool:
+    """True when one of `modules` keeps a causal mask as a buffer of its own, of size S x S (S >= 2).
+
+    Either triu(ones, 1), 1 = a future key (document 001's `mask`), or tril(ones), 1 = may attend
+    (nanoGPT's `bias` (1, 1, S, S), the GPT lecture's `tril`). Such a source is causal on every call.
+    """
+    for module in modules:
+        for buffer in [] if module is None else module.buffers(recurse=False):
+            size = buffer.shape[-1] if buffer.dim() >= 2 else 0
+            if size < 2 or buffer.shape[-2] != size or buffer.numel() != size * size:
+                continue
+            square = buffer.reshape(size, size).to(torch.float32)  # drop leading 1s: (S, S)
+            ones = torch.ones_like(square)
+            if torch.equal(square, ones.triu(1)) or torch.equal(square, ones.tril()):
+                return True
+    return False
+
+
 def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv_heads: int | None = None,
-                    dropout: float = 0.0, training: bool = False) -> MultiHeadAttention:
+                    dropout: float = 0.0, causal: bool = False, training: bool = False) -> MultiHeadAttention:
     """A MultiHeadAttention computing exactly what the given projections compute (weights copied).
 
     q, k, v, out: linear layers or (weight, bias) pairs with the shapes in the module docstring;
-    out=None means the heads' concatenation is the output (an identity out_proj). training: the
-    source's mode, so that an eval-mode source gives an eval-mode (dropout-free) result.
+    out=None means the heads' concatenation is the output (an identity out_proj). causal: the source
+    masks the future inside its forward. training: the source's mode, so that an eval-mode source
+    gives an eval-mode (dropout-free) result.
     """
     if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
         raise AttentionError(f"num_heads must be a positive int; got {num_heads!r}.")
@@ -138,5 +157,5 @@ def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv
     pairs.append(None if out is None else weight_and_bias(out, "output"))
     pairs = [None if pair is None else tuple(None if t is None else t.detach() for t in pair) for pair in pairs]
     mod = linears_to_module(*pairs, num_heads=num_heads, num_kv_heads=num_kv_heads, batch_first=batch_first,
-                            dropout=dropout)
+                            dropout=dropout, causal=causal)
     return mod.train(training)

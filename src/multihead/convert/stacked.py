@@ -6,15 +6,15 @@ weight-split version's Wq / Wk / Wv, where head h owns rows [h*D, (h+1)*D). Docu
 output projection: the result's out_proj is the identity, so its output is the heads' concatenation
 (B, L, H*D). Where the stacking module projects the concatenation (a Linear named proj, out_proj,
 o_proj, W_o, Wo or output, as in the common `heads` + `proj` GPT lecture code), that is out_proj.
-Document 001's heads are causal: call the converted module with `causal=True`.
+Heads that keep a causal mask buffer (document 001's CausalAttention) give a causal module.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, linear_at,
-                                           submodule, weight_and_bias)
+from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout,
+                                           has_causal_buffer, linear_at, submodule, weight_and_bias)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
@@ -70,4 +70,5 @@ def convert_stacked_heads(module: nn.Module, **hints) -> MultiHeadAttention | No
     q, k, v = (_stack([projections[i] for projections in per_head], role)
                for i, role in enumerate(("query", "key", "value")))
     return build_attention(q, k, v, out, len(heads), batch_first=hints.get("batch_first", True),
-                           dropout=find_dropout(heads[0], "dropout"), training=module.training)
+                           dropout=find_dropout(heads[0], "dropout"),
+                           causal=hints.get("causal", has_causal_buffer(module, heads[0])), training=module.training)
