@@ -46,7 +46,7 @@ def test_to_torch_gives_the_same_outputs(batch_first, dims, bias):
 
 def test_round_trip_through_torch_and_back():
     ours = randomised(mh.MultiHeadAttention(E, H, dropout=0.1))
-    back = mh.MultiHeadAttention.from_module(to_torch(ours))
+    back = mh.MultiHeadAttention.from_module(ours.to_torch())  # the method is this module's function
     assert back.dropout == 0.1
     for name, param in ours.named_parameters():
         torch.testing.assert_close(back.get_parameter(name), param)
@@ -56,6 +56,7 @@ def test_round_trip_through_torch_and_back():
     ({"num_kv_heads": 1}, "GQA"),
     ({"head_dim": 8}, "not embed_dim=12"),
     ({"out_dim": 5}, "out_dim=5"),
+    ({"causal": True}, "causal on every call"),
 ])
 def test_to_torch_says_why_it_cannot(kwargs, match):
     with pytest.raises(mh.AttentionError, match=match):

@@ -1,7 +1,8 @@
 """The way back: a MultiHeadAttention -> torch.nn.MultiheadAttention with the same outputs.
 
 nn.MultiheadAttention can hold the same maths when every head reads the same keys and values (no
-GQA), the heads fill the embedding exactly (H * D == E), and the output has E features. Its biases
+GQA), the heads fill the embedding exactly (H * D == E), the output has E features, and the module is
+not causal by construction (nn.MultiheadAttention takes its causal mask per call). Its biases
 are all-or-nothing (in_proj_bias (3E,) and out_proj.bias (E,)): a projection of ours without a bias
 gets a zero bias there, which computes the same (and is trainable from then on).
 
@@ -30,6 +31,11 @@ def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:
         )
     if mod.out_dim != mod.embed_dim:
         reasons.append(f"its output has out_dim={mod.out_dim} features, not embed_dim={mod.embed_dim}")
+    if getattr(mod, "causal", False):
+        reasons.append(
+            "it is causal on every call, which nn.MultiheadAttention cannot remember (set mod.causal = False "
+            "first, then pass attn_mask=nn.Transformer.generate_square_subsequent_mask(L) on each call)"
+        )
     return reasons
 
 
