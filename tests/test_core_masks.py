@@ -1,6 +1,7 @@
 """Mask: each convention's meaning, combination, structure, and dense forms."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import multihead as mh
@@ -61,3 +62,8 @@ def test_structure_queries_and_repr():
     assert (mh.Mask.causal() & mh.Mask.lengths(torch.tensor([1]))).causal_align is None
     text = repr(mh.Mask.causal() & mh.Mask.lengths(torch.tensor([1, 2])) & mh.Mask.additive(torch.zeros(3, 4)))
     assert text == "Mask(causal(top_left) & lengths(2,) & additive(3, 4))"
+
+
+def test_materialize_checks_the_target_shape():
+    with pytest.raises(mh.AttentionError, match="cannot broadcast"):
+        mh.Mask.keep(torch.ones(4, 5, 2, dtype=torch.bool)).materialize(2, 2, 4, 5)

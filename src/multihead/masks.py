@@ -162,8 +162,15 @@ class Mask:
     def materialize(self, B: int, H: int, Lq: int, Lk: int, *, device=None, dtype=torch.float32):
         """Dense form: (keep, bias), each broadcastable to (B, H, Lq, Lk) or None.
 
-        keep is bool (True = attend); bias is `dtype`, added to the scaled scores.
+        keep is bool (True = attend); bias is `dtype`, added to the scaled scores. Raises
+        AttentionError when a part does not fit (B, H, Lq, Lk).
         """
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self.validate(B, H, Lq, Lk, device)
+        return self.dense(Lq, Lk, device=device, dtype=dtype)
+
+    def dense(self, Lq: int, Lk: int, *, device=None, dtype=torch.float32):
+        """`materialize` without the checks, for callers that validated already (the backends)."""
         keep = bias = None
         for part in self.parts:
             if isinstance(part, BiasPart):

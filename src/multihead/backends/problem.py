@@ -37,4 +37,5 @@ class Problem:
         if self.mask is None:
             return None, None
         dtype = dtype or torch.promote_types(self.q.dtype, torch.float32)
-        return self.mask.materialize(*self.dims, device=self.q.device, dtype=dtype)
+        B, H, Lq, Lk = self.dims
+        return self.mask.dense(Lq, Lk, device=self.q.device, dtype=dtype)  # validated in make_problem
