@@ -1,0 +1,190 @@
+"""The checker's parts one by one: signature reading, hints, layout/causal/mask detection, role
+candidates, error measures, exception matching and the report object."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from multihead import AttentionError, textbook
+from multihead.check.calling import CallSpec, LearnerError, first_tensor, invoke, read_signature, to_layout
+from multihead.check.compare import compare_with_reference, reference_output, relative_error
+from multihead.check.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
+from multihead.check.diagnose import exception_signature, match_exception, random_weights
+from multihead.check.hints import Hints, apply_hints, parse_hints
+from multihead.check.load import LoadError
+from multihead.check.masks import ENCODINGS, detect_encoding, probe_pattern, random_pattern
+from multihead.check.report import CheckReport
+from multihead.check.roles import LinearInputs, candidate_roles, linear_layers
+from multihead.check.text import check_lang, say
+
+TOL = 1e-6
+
+
+def _x(B=3, L=5, E=16, seed=0):
+    return torch.randn(B, L, E, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("signature, inputs, args, mask, kind", [
+    ("self, x", "x", ["x"], None, None),
+    ("self, hidden_state, attention_mask=None", "x", ["hidden_state"], "attention_mask", "mask"),
+    ("self, Q, K, V, mask=None", "qkv", ["Q", "K", "V"], "mask", "mask"),
+    ("self, queries, keys, values, valid_lens", "qkv", ["queries", "keys", "values"], "valid_lens", "lengths"),
+    ("self, query, key=None, value=None, need_weights=False", "qkv", ["query", "key", "value"], None, None),
+    ("self, x, context, attn_bias=None", "q_kv", ["x", "context"], "attn_bias", "mask"),
+])
+def test_read_signature(signature, inputs, args, mask, kind):
+    namespace = {}
+    exec(f"def forward({signature}):\n    pass\n", namespace)
+    spec = read_signature(namespace["forward"])
+    assert (spec.inputs, spec.args, spec.mask_param, spec.mask_kind) == (inputs, args, mask, kind)
+
+
+def test_hints_parse_and_apply():
+    hints = parse_hints("heads=2, layout=seq, causal=no, inputs=qkv")
+    assert hints == Hints(heads=2, layout="seq", causal=False, inputs="qkv")
+    spec = apply_hints(CallSpec(args=["x"], inputs="x", causal=True), hints)
+    assert (spec.inputs, spec.layout, spec.causal) == ("qkv", "seq", False)
+    assert parse_hints(None) == Hints()
+    for bad, words in [("heads=0", "positive"), ("color=red", "unknown"), ("layout", "key=value")]:
+        with pytest.raises(LoadError, match=words):
+            parse_hints(bad)
+
+
+def test_layout_and_causality_are_found_by_behaviour():
+    seq = textbook.SeqFirstEinsumHeads(4, 16, dropout_prob=0.0).double().eval()
+    spec = read_signature(seq.forward)
+    assert detect_layout(seq, spec, _x(), TOL) == "seq"
+    split = textbook.SplitHeads(16, 16, 8, 0.0, 4).double().eval()
+    split_spec = read_signature(split.forward)
+    assert detect_layout(split, split_spec, _x(), TOL) == "batch"
+    assert detect_causal(split, split_spec, _x(2, 6), TOL)
+    classic = textbook.ClassicTransformerHeads(16, 4).double().eval()
+    classic_spec = read_signature(classic.forward)
+    assert not detect_causal(classic, classic_spec, _x(2, 6), TOL)
+    assert accepts_cross_lengths(classic, classic_spec, _x(3, 5), _x(3, 7))
+    assert causal_buffer(split) == "mask" and causal_buffer(classic) is None
+
+
+def test_layout_conversion_and_output_unwrapping():
+    x = _x()
+    assert to_layout(x, "seq").shape == (5, 3, 16) and torch.equal(to_layout(to_layout(x, "seq"), "seq"), x)
+    assert first_tensor(((x, None), "weights")) is x
+    with pytest.raises(TypeError, match="expected a tensor"):
+        first_tensor({"out": x})
+
+
+def test_invoke_wraps_learner_errors_with_their_line():
+    class Broken(nn.Module):
+        def forward(self, x):
+            return x.view(-1, 7, 3)  # raises: 240 elements do not split into (-1, 7, 3)
+
+    with pytest.raises(LearnerError) as caught:
+        invoke(Broken(), CallSpec(args=["x"], inputs="x"), _x(), source_file=__file__)
+    assert "test_check_parts.py" in caught.value.where and "x.view(-1, 7, 3)" in caught.value.where
+
+
+@pytest.mark.parametrize("family", ["full", "shared", "key", "lengths"])
+def test_random_patterns_fit_their_family(family):
+    keep = random_pattern(family, 3, 4, 6, torch.Generator().manual_seed(0))
+    assert keep.shape == (3, 4, 6) and keep.any(-1).all()
+    if family in ("shared",):
+        assert (keep == keep[:1]).all()
+    if family in ("key", "lengths"):
+        assert (keep == keep[:, :1]).all()
+    if family == "lengths":
+        assert torch.equal(keep, keep.cummin(-1).values)  # a prefix of kept keys
+    probe = probe_pattern(family, 3, 4, 6)
+    assert (~probe).any() and probe.any(-1).all()
+
+
+@pytest.mark.parametrize("module, kind, shape", [
+    (textbook.ReshapeTransposeHeads(16, 4), "block01", "(B, 1, Lq, Lk)"),
+    (textbook.ClassicTransformerHeads(16, 4), "keep", "(B, 1, Lq, Lk)"),
+    (textbook.SeqFirstEinsumHeads(4, 16, dropout_prob=0.0), "keep", "(Lq, Lk, B)"),
+    (textbook.FoldedBatchHeads(16, 16, 16, 16, 4, 0.0), "lengths", "(B,)"),
+])
+def test_mask_conventions_are_found(module, kind, shape):
+    module = module.double().eval()
+    spec = read_signature(module.forward)
+    spec.layout = detect_layout(module, spec, _x(), TOL)
+    encoding = detect_encoding(module, spec, (_x(3, 5), _x(3, 5, seed=1), _x(3, 5, seed=2)), TOL)
+    assert (encoding.kind, encoding.shape) == (kind, shape)
+
+
+def test_every_encoding_keeps_the_pattern():
+    keep = random_pattern("full", 2, 3, 4, torch.Generator().manual_seed(1))
+    for encoding in ENCODINGS:
+        encoded = encoding.encode(keep, torch.float64)
+        assert encoded.numel() in (keep.numel(), keep[0].numel(), keep[:, 0].numel())
+
+
+def test_role_candidates_for_a_fused_projection():
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mix = nn.Linear(16, 48)
+            self.back = nn.Linear(16, 16)
+
+        def forward(self, x):
+            q, k, v = self.mix(x).chunk(3, -1)
+            return self.back(q + k + v)
+
+    module = Fused()
+    x = _x().float()
+    with LinearInputs(module, {"x": x}) as seen:
+        module(x)
+    assert seen.seen == {"mix": ["x"], "back": ["mid"]}
+    assert list(linear_layers(module)) == ["mix", "back"]
+    found = candidate_roles(module, seen.seen, True, 4)
+    assert {a.style for a in found} == {"fused", "fused-per-head"}
+    assert all(a.describe()["o"] == "back" and a.num_heads == 4 for a in found)
+    assert found[0].weights(module).q[0].shape == (16, 16)
+
+
+def test_relative_error_treats_nan_positions():
+    a = torch.tensor([1.0, float("nan"), 2.0])
+    assert relative_error(a, a.clone()) == 0.0
+    assert relative_error(a, torch.tensor([1.0, 0.0, 2.0])) == math.inf
+    assert relative_error(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 2.0])) == pytest.approx(0.5)
+    assert relative_error(torch.zeros(2), torch.zeros(3)) == math.inf
+
+
+def test_reference_comparison_on_a_textbook_module():
+    module = textbook.ClassicTransformerHeads(16, 4).double().eval()
+    spec = read_signature(module.forward)
+    roles = candidate_roles(module, {"W_q": ["q"], "W_k": ["k"], "W_v": ["v"], "W_o": ["mid"]}, False, 4)[0]
+    keep = torch.ones(2, 5, 7, dtype=torch.bool)
+    keep[..., 5:] = False
+    spec.encoding = ENCODINGS[0]  # keep, (B, 1, Lq, Lk)
+    cases = [(_x(2, 5), _x(2, 7, seed=1), _x(2, 7, seed=2), keep)]
+    assert reference_output(roles.weights(module), spec, *cases[0]).shape == (2, 5, 16)
+    forward_error, grad_error = compare_with_reference(module, spec, roles, cases)
+    assert forward_error < 1e-9 and grad_error < 1e-9
+
+
+def test_exceptions_are_matched_by_kind_and_words():
+    spec = CallSpec(args=["x"], inputs="x")
+    case = (_x(2, 5), None, None, None)
+    weights = random_weights(16, 16, 4, torch.float64)
+    try:
+        torch.zeros(2, 4, 5, 4).transpose(1, 2).view(2, 5, 16)
+    except RuntimeError as error:
+        assert match_exception(error, weights, spec, case) == "merge-by-view"
+        assert exception_signature(error).startswith("RuntimeError: view size is not compatible")
+    assert match_exception(KeyError("q"), weights, spec, case) is None
+
+
+def test_report_object():
+    report = CheckReport(target="a.py:A", verdict="fail", bug="missing-scale", error=0.3, lang="zh")
+    assert report.exit_code == 1 and not report.passed and report.topic == "scale-sqrt-dk"
+    data = report.to_dict()
+    assert data["bug"] == "missing-scale" and "sqrt(head_dim)" in data["explanation"]
+    assert str(report).startswith("未通过：a.py:A：missing-scale")
+    assert CheckReport(target="a", reason="x").exit_code == 2
+    assert say("pass", "en", target="t", error=0.0).startswith("PASS")
+    assert check_lang("zh") == "zh"
+    with pytest.raises(AttentionError, match="en, zh"):
+        check_lang("fr")
