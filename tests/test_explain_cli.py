@@ -43,6 +43,8 @@ def test_default_walkthrough_in_english(capsys):
     assert "✗" not in out and "All " in out and "checks passed" in out
     assert "max |diff|" in out
     assert max(cell_len(line) for line in out.splitlines()) <= 80
+    closing = out[out.index("Questions from the documents, answered live"):]
+    assert all(name in closing for name in TOPICS), "the closing note lists every topic"
 
 
 def test_default_walkthrough_in_chinese(capsys):
@@ -53,6 +55,8 @@ def test_default_walkthrough_in_chinese(capsys):
     for term in ("多头注意力", "掩码", "转置", "注意力权重", "形状", "步幅", "连续"):
         assert term in out, term
     assert "✗" not in out and "项检查都通过了" in out
+    closing = out[out.index("文档里的问题"):]
+    assert all(name in closing for name in TOPICS), "the closing note lists every topic"
     assert max(cell_len(line) for line in out.splitlines()) <= 80
 
 

@@ -77,9 +77,10 @@ def build_story(args, lang: str) -> Story:
 
         tell_text(story, args.text, args.layer)
     else:
-        from multihead.explain.walkthrough import tell
+        from multihead.explain.walkthrough import tell, tell_closing
 
         tell(story)
+        tell_closing(story)
     return story
 
 

@@ -147,3 +147,19 @@ def tell(story: Story, setup: Setup | None = None) -> Pass:
             story.heading(f"Step {number} · {en}", f"第 {number} 步 · {zh}")
             step(story, p)
     return p
+
+
+def tell_closing(story: Story) -> None:
+    """The closing note: every question the documents ask, with the topic that answers it live."""
+    from multihead.explain.topics import TOPICS
+
+    story.heading("Questions from the documents, answered live", "文档里的问题，逐一现场解答")
+    story.text(
+        "Each question below has a topic that computes its answer and checks it: "
+        "multihead explain --topic NAME (add --html PATH for a report).",
+        "下面每个问题都有一个专题，现场计算出答案并加以检查：multihead explain --topic 名称"
+        "（加上 --html 路径 可以生成报告）。",
+    )
+    rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
+    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), "--topic"], rows)
+
