@@ -112,3 +112,13 @@ def test_misspelled_forward_is_found_only_when_forward_is_missing():
     assert misspelled_forward(Typo) == "foward"
     assert misspelled_forward(Fine) is None
     assert misspelled_forward(Unrelated) is None
+
+
+def test_random_state_and_thread_count_are_restored():
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    threads = torch.get_num_threads()
+    check(str(ZOO / "ok_lazy.py:LazyAttention"))
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads

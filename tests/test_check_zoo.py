@@ -121,3 +121,21 @@ def test_matching_outputs_with_wrong_gradients_fail(tmp_path):
     assert report.verdict == "fail" and report.bug is None
     assert report.error < 1e-6 < report.grad_error
     assert "gradients differ" in report.headline()
+
+
+def test_dropout_left_on_in_eval_mode_is_reported(tmp_path):
+    learner = tmp_path / "always_dropout.py"
+    source = (ZOO / "ok_lazy.py").read_text()
+    learner.write_text(source.replace("y = (s.softmax(-1) @ v)", "y = (nn.functional.dropout(s.softmax(-1), 0.5) @ v)"))
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and "training=True" in report.headline()
+
+
+def test_module_without_linear_layers_cannot_be_checked(tmp_path):
+    learner = tmp_path / "raw.py"
+    learner.write_text("import torch\nfrom torch import nn\n\n\nclass Raw(nn.Module):\n"
+                       "    def __init__(self, d_model, num_heads):\n        super().__init__()\n"
+                       "        self.w = nn.Parameter(torch.randn(d_model, d_model))\n\n"
+                       "    def forward(self, x):\n        return x @ self.w\n")
+    report = check(f"{learner}:Raw")
+    assert report.exit_code == 2 and "Linear" in report.reason

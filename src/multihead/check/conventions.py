@@ -25,6 +25,11 @@ def _raw_call(module, spec: CallSpec, tensors):
     return invoke(module, raw, *tensors)
 
 
+def deterministic(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool:
+    """Do two identical calls (eval mode) give the same output?"""
+    return _unchanged(invoke(module, spec, *inputs), invoke(module, spec, *inputs), tol)
+
+
 def detect_layout(module: nn.Module, spec: CallSpec, x: torch.Tensor, tol: float) -> str | None:
     """"batch" or "seq" for a (B, L, E)-shaped probe x with B != L; None when neither fits."""
     tensors = [x] if spec.inputs == "x" else [x, x + 0.5, x - 0.25][: {"q_kv": 2, "qkv": 3}[spec.inputs]]

@@ -59,6 +59,8 @@ class CheckReport:
             return say("fail-bug", lang, target=target, bug=self.bug)
         if self.exception:
             return say("fail-raises", lang, target=target, exception=self.exception)
+        if self.reason:
+            return say("fail-reason", lang, target=target, reason=self.reason)
         if self.grad_error is not None and (self.error or 0.0) <= self.grad_error:
             return say("fail-grad", lang, target=target, error=self.grad_error)
         return say("fail-unknown", lang, target=target, error=self.error or float("nan"))

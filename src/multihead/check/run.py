@@ -43,8 +43,8 @@ def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
     threads = torch.get_num_threads()
     printed = io.StringIO()
     torch.set_num_threads(1)  # the probes are tiny: one thread is many times faster than a pool
-    try:
-        with contextlib.redirect_stdout(printed):  # the learner's debugging prints stay out of the report
+    try:  # the learner's debugging prints stay out of the report; the caller's random state is kept
+        with contextlib.redirect_stdout(printed), torch.random.fork_rng(devices=[]):
             report = _check(target, init, call, lang)
     finally:
         torch.set_num_threads(threads)
@@ -88,7 +88,7 @@ def _resolve(target, init):
     """(module instance, constructor kwargs, source file or None)."""
     kwargs = parse_init(init) if isinstance(init, (str, type(None))) else dict(init)
     if isinstance(target, nn.Module):
-        return copy.deepcopy(target), kwargs, inspect.getsourcefile(type(target))
+        return copy.deepcopy(target).cpu(), kwargs, inspect.getsourcefile(type(target))
     cls = load_class(target) if isinstance(target, str) else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}")
@@ -166,9 +166,13 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
     dtype = _dtype(module, spec, dims)
     tol = TOLERANCE[dtype]
     L = square or 5
+    probe = _inputs(dims, 3, L, L, dtype, 1)
+    if not conv.deterministic(module, spec, probe, tol):  # e.g. F.dropout(..., training=True)
+        report.verdict, report.reason = "fail", say("random", report.lang)
+        report.conventions = _conventions(spec, dtype)[:1]
+        return report
     if not hints.layout:
-        probe = _inputs(dims, 3, L, L, dtype, 1)[0]
-        spec.layout = conv.detect_layout(module, spec, probe, tol) or "batch"
+        spec.layout = conv.detect_layout(module, spec, probe[0], tol) or "batch"
     if hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
     spec.causal_buffer = conv.causal_buffer(module)
@@ -187,7 +191,7 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
     assignments = candidate_roles(module, seen.seen, spec.inputs == "x", heads)
     report.conventions = _conventions(spec, dtype)
     if not assignments:
-        report.reason = "could not tell which Linear layers project queries, keys and values"
+        report.reason = say("no-roles", report.lang)
         return report
     if spec.mask_param and spec.encoding is None:  # blocked keys not inert: maybe masked after softmax
         spec.encoding, spec.mask_ignored = encoding_by_agreement(

@@ -111,6 +111,7 @@ MESSAGES = {
                      "不属于已知错误"),
     "fail-grad": ("FAIL: {target}: outputs match but gradients differ (max error {error:.2e})",
                   "未通过：{target}：输出一致但梯度不一致（最大误差 {error:.2e}）"),
+    "fail-reason": ("FAIL: {target}: {reason}", "未通过：{target}：{reason}"),
     "fail-raises": ("FAIL: {target} raises {exception}", "未通过：{target} 运行时报错 {exception}"),
     "error": ("ERROR: could not check {target}: {reason}", "错误：无法检查 {target}：{reason}"),
     "explain": ("learn more: multihead explain {topic}", "详细讲解：multihead explain {topic}"),
@@ -120,6 +121,13 @@ MESSAGES = {
     "at": ("at {where}", "位置 {where}"),
     "after-rename": ("with '{method}' used as forward, the rest of the check says: {verdict}",
                      "把 '{method}' 当作 forward 后，其余检查结果：{verdict}"),
+    "random": ("two identical calls in eval mode give different outputs: is dropout applied with "
+               "training=True (F.dropout(x, p) defaults to it)? Use nn.Dropout or pass training=self.training",
+               "eval 模式下两次相同的调用得到不同输出：是否用了 training=True 的 dropout（F.dropout(x, p) "
+               "默认如此）？请用 nn.Dropout，或传入 training=self.training"),
+    "no-roles": ("could not tell which Linear layers project queries, keys and values (pass heads=N with "
+                 "--call if the number of heads is unusual)",
+                 "无法判断哪些线性层分别投影查询、键和值（头数特殊时可用 --call heads=N 指定）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
     "fill-note": ("its masked rows use a finite fill such as -1e9", "被屏蔽位置填充的是有限值（如 -1e9）"),
