@@ -71,6 +71,7 @@ CATALOGUE = [
     # conversion
     ("unrecognised module", lambda: mh.MultiHeadAttention.from_module(nn.Sequential(nn.Linear(4, 4))), "cannot recognise"),
     ("not a module", lambda: mh.MultiHeadAttention.from_module("attention"), "expects a torch.nn.Module"),
+    ("misspelt hint", lambda: mh.MultiHeadAttention.from_module(nn.MultiheadAttention(8, 2), num_head=2), "unknown hints ['num_head']"),
     ("add_bias_kv", lambda: mh.MultiHeadAttention.from_module(nn.MultiheadAttention(8, 2, add_bias_kv=True)), "add_bias_kv"),
 ]
 

@@ -23,6 +23,17 @@ STYLE_MODULES = [
     "multihead.convert.stacked",
 ]
 _CONVERTERS: list[tuple[str, Callable]] = []
+# What a caller may tell from_module when the module does not say it itself.
+HINTS = {
+    "num_heads": "the head count",
+    "num_kv_heads": "fewer key/value heads (GQA), with explicit projections",
+    "batch_first": "the source's layout",
+    "causal": "whether the source masks the future inside its forward",
+    "q": "the query projection (a Linear, a (weight, bias) pair, or a dotted name)",
+    "k": "the key projection",
+    "v": "the value projection",
+    "out": "the output projection (None: no output projection)",
+}
 _loaded = False
 
 
@@ -57,6 +68,9 @@ def from_module(module: nn.Module, **hints):
         return copy.deepcopy(module)
     if not isinstance(module, nn.Module):
         raise AttentionError(f"from_module expects a torch.nn.Module; got {type(module).__name__}.")
+    unknown = sorted(set(hints) - set(HINTS))
+    if unknown:
+        raise AttentionError(f"from_module got unknown hints {unknown}; expected some of {sorted(HINTS)}.")
     _load_styles()
     for _, convert in _CONVERTERS:
         result = convert(module, **hints)
@@ -72,11 +86,17 @@ def from_module(module: nn.Module, **hints):
 def describe_linears(module: nn.Module) -> str:
     """'q_lin: Linear(16 -> 16), ...' for every Linear inside `module`, for error messages."""
     found = [
-        f"{name}: Linear({sub.in_features} -> {sub.out_features}{'' if sub.bias is not None else ', no bias'})"
+        f"{name}: {type(sub).__name__}({_in_features(sub)} -> {sub.out_features}"
+        f"{'' if sub.bias is not None else ', no bias'})"
         for name, sub in module.named_modules()
         if isinstance(sub, nn.Linear)
     ]
     return ", ".join(found) if found else "no nn.Linear layers"
+
+
+def _in_features(layer: nn.Linear) -> str:
+    """The input width, or "?" for a LazyLinear that has not seen an input yet."""
+    return "?" if isinstance(layer.weight, nn.parameter.UninitializedParameter) else str(layer.in_features)
 
 
 def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None = None,

@@ -27,5 +27,5 @@ def from_torch(m: nn.Module, **hints):
     out = (m.out_proj.weight.detach(), None if m.out_proj.bias is None else m.out_proj.bias.detach())
     return linears_to_module(
         (wq.detach(), bq), (wk.detach(), bk), (wv.detach(), bv), out,
-        num_heads=m.num_heads, batch_first=m.batch_first, dropout=m.dropout,
+        num_heads=m.num_heads, batch_first=m.batch_first, dropout=m.dropout, causal=hints.get("causal", False),
     )
