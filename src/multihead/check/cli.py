@@ -54,7 +54,8 @@ def render(report: CheckReport, console: Console) -> None:
         content.add_row(table)
     else:
         content = body
-    title = Text(TITLE[report.verdict][report.lang == "zh"] + (f": {report.bug}" if report.bug else ""),
+    colon = "：" if report.lang == "zh" else ": "
+    title = Text(TITLE[report.verdict][report.lang == "zh"] + (colon + report.bug if report.bug else ""),
                  style=STYLE[report.verdict])
     console.print(Panel(content, title=title, title_align="left", border_style=STYLE[report.verdict]))
 

@@ -74,6 +74,11 @@ def _check(target, init, call, lang: str) -> CheckReport:
 
 
 def _say_after_rename(method: str, inner: CheckReport) -> str:
+    """What the rest of the check found once ``method`` is used as forward."""
+    if inner.passed:
+        return say("after-rename-pass", inner.lang, method=method)
+    if inner.bug:
+        return say("after-rename-bug", inner.lang, method=method, bug=inner.bug)
     return say("after-rename", inner.lang, method=method, verdict=inner.headline())
 
 

@@ -119,6 +119,10 @@ MESSAGES = {
     "roles": ("Roles of its Linear layers", "各线性层的角色"),
     "no-out": ("(none: heads are concatenated)", "（无：各头直接拼接）"),
     "at": ("at {where}", "位置 {where}"),
+    "after-rename-pass": ("with '{method}' renamed to forward, it matches the reference",
+                          "把 '{method}' 改名为 forward 后，它与参考实现一致"),
+    "after-rename-bug": ("with '{method}' renamed to forward, it still has a bug: {bug}",
+                         "把 '{method}' 改名为 forward 后，仍有错误：{bug}"),
     "after-rename": ("with '{method}' used as forward, the rest of the check says: {verdict}",
                      "把 '{method}' 当作 forward 后，其余检查结果：{verdict}"),
     "random": ("two identical calls in eval mode give different outputs: is dropout applied with "
