@@ -29,7 +29,6 @@ def resolve_lang(choice: str | None = None, environ: Mapping[str, str] | None = 
 
 
 UI: dict[str, tuple[str, str]] = {
-    "ok": ("ok", "通过"),
     "failed": ("FAILED", "未通过"),
     "summary_ok": ("All {n} checks passed.", "全部 {n} 项检查都通过了。"),
     "summary_failed": ("{k} of {n} checks FAILED:", "{n} 项检查中有 {k} 项未通过："),
@@ -48,7 +47,6 @@ UI: dict[str, tuple[str, str]] = {
     "unknown_topic": ("Unknown topic {name!r}. Known: {known}.", "没有名为 {name!r} 的专题。可选：{known}。"),
     "wrote_html": ("Wrote the HTML report to {path}", "HTML 报告已写入 {path}"),
     "report_title": ("multihead explain", "multihead explain：多头注意力逐步讲解"),
-    "question": ("Question from document {doc}", "文档 {doc} 中的问题"),
 }
 
 
