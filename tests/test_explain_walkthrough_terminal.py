@@ -109,3 +109,14 @@ def test_chinese_lines_break_between_characters_and_fill_the_width():
 def test_english_lines_break_at_spaces_and_long_words_are_folded():
     lines = lines_of("one two three " + "x" * 25, 10)
     assert lines[:3] == ["one two", "three", "x" * 10] and all(cell_len(line) <= 10 for line in lines)
+
+
+def test_table_and_tensor_text_is_literal_not_rich_markup():
+    story = Story("en")
+    story.table(["[col]"], [["[nan, nan]"], ["[bold]x"]])
+    story.tensor("t", torch.zeros(2, 2), rows=["[CLS]", "[SEP]"])
+    console = Console(width=80, record=True, color_system=None)
+    render(story, console)
+    text = console.export_text()
+    for literal in ("[col]", "[nan, nan]", "[bold]x", "[CLS]", "[SEP]"):
+        assert literal in text

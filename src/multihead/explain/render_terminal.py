@@ -101,9 +101,9 @@ def _matrix(index: str, cells, row_labels, col_labels) -> Table:
                   title_style="dim", header_style="dim", show_edge=False)
     table.add_column("", style="dim", no_wrap=True)
     for label in col_labels:
-        table.add_column(label, justify="right", no_wrap=True)
-    for label, row in zip(row_labels, cells, strict=True):
-        table.add_row(short(label), *row)
+        table.add_column(Text(label), justify="right", no_wrap=True)
+    for label, row in zip(row_labels, cells, strict=True):  # Text: "[CLS]" or "[nan]" is not markup
+        table.add_row(Text(short(label)), *(Text(cell) for cell in row))
     return table
 
 
@@ -123,9 +123,9 @@ def _tensor(block: Block, lang: str) -> RenderableType:
 def _table(block: Block, lang: str) -> RenderableType:
     table = Table(title=block.data["title"] or None, box=box.SIMPLE_HEAVY, title_style="bold")
     for column in block.data["columns"]:
-        table.add_column(str(column))
+        table.add_column(Text(str(column)))
     for row in block.data["rows"]:
-        table.add_row(*(str(cell) for cell in row))
+        table.add_row(*(Text(str(cell)) for cell in row))  # literal text, never rich markup
     return Padding(table, (0, 0, 0, 2))
 
 
