@@ -34,6 +34,7 @@ def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monke
     data = json.loads((tmp_path / "r.json").read_text())
     assert json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1]) == data
     assert set(data["suites"]) == set(cli.SUITES)
+    assert "ours[sdpa]" in stdout  # names with brackets are printed as text, not as rich markup
     assert data["machine"]["threads"] == torch.get_num_threads()
     shoot = data["suites"]["shootout"]
     assert {r["implementation"] for r in shoot["rows"]} == set(names())

@@ -31,6 +31,7 @@ def target_cells(t: Target) -> list[str]:
 def print_rich(results: list[SuiteResult], machine: dict) -> None:
     """Every suite's table, then the targets, on stdout."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -43,7 +44,7 @@ def print_rich(results: list[SuiteResult], machine: dict) -> None:
         for c in r.columns:
             table.add_column(c, justify="left" if c in ("implementation", "note", "measurement") else "right")
         for row in r.rows:
-            table.add_row(*(cell(c, row.get(c)) for c in r.columns))
+            table.add_row(*(escape(cell(c, row.get(c))) for c in r.columns))  # "ours[sdpa]" is text
         console.print(table)
         for note in r.notes:
             console.print(f"  {note}")
@@ -53,7 +54,7 @@ def print_rich(results: list[SuiteResult], machine: dict) -> None:
         for c in ("target", "value", "goal", "verdict", "note"):
             table.add_column(c)
         for t in targets:
-            table.add_row(*target_cells(t), style=None if t.met is not False else "red")
+            table.add_row(*map(escape, target_cells(t)), style=None if t.met is not False else "red")
         console.print(table)
 
 

@@ -46,7 +46,8 @@ def attention_flops(batch: int, heads: int, lq: int, lk: int, head_dim: int, cau
 def machine_rates(ctx: Context, sizes: Sizes, steps) -> dict[str, float]:
     """{"fp32 GEMM": FLOP/s, "bf16 GEMM": FLOP/s, "copy": bytes/s}."""
     n = sizes.gemm
-    mats = {dt: (torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)) for dt in (torch.float32, torch.bfloat16)}
+    mats = {dt: (torch.randn(n, n).to(dt), torch.randn(n, n).to(dt))
+            for dt in (torch.float32, torch.bfloat16)}
     src = torch.randn(sizes.copy_mib * 1024**2 // 4)
     dst = torch.empty_like(src)
     t = compare({
@@ -77,6 +78,12 @@ def core_rates(ctx: Context, sizes: Sizes, steps) -> dict[tuple[str, str, bool],
         fns[("ours", "bf16", causal)] = lambda c=causal: mh.attention(q16, k16, v16, causal=c)
         fns[("002 textbook core", "fp32", causal)] = lambda c=causal: book.scaled_dot_product_attention(
             q32, k32, v32, causal_keep if c else None)
+    # What bounds the fused kernel: its own two GEMM shapes, run alone on materialised scores
+    # (inner dim D for q k^T, output width D for p v), and the same work with D doubled.
+    p32 = torch.softmax(torch.randn(1, H, N, N, generator=g), dim=-1)  # (1, H, N, N)
+    fns[("q k^T + p v GEMMs alone", "fp32", False)] = lambda: (q32 @ k32.transpose(-2, -1), p32 @ v32)
+    q128, k128, v128 = (t.reshape(1, H // 2, N, 2 * D) for t in (q32, k32, v32))  # (1, H/2, N, 2D)
+    fns[(f"ours, D={2 * D}, H={H // 2}", "fp32", False)] = lambda: mh.attention(q128, k128, v128)
     with torch.no_grad():
         t = compare(fns, rounds=ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s,
                     on_round=steps.advance)
@@ -105,9 +112,11 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
         gemm = machine[f"{dtype} GEMM"]
         result.rows.append({"measurement": f"attention {name}", "dtype": dtype, "causal": causal,
                             "rate": rate / 1e9, "unit": "GFLOP/s", "% of GEMM": 100.0 * rate / gemm})
+    shapes_alone = cores[("q k^T + p v GEMMs alone", "fp32", False)] / machine["fp32 GEMM"]
     for causal in (False, True):
         share = cores[("ours", "fp32", causal)] / machine["fp32 GEMM"]
         kind = "causal" if causal else "non-causal"
-        result.targets.append(Target(f"P3 attention core N={sizes.length} {kind}: share of fp32 GEMM rate",
-                                     share, ">=", P3_GOAL))
+        result.targets.append(Target(
+            f"P3 attention core N={sizes.length} {kind}: share of fp32 GEMM rate", share, ">=", P3_GOAL,
+            note=f"attention's own GEMM shapes alone reach {shapes_alone:.0%}"))
     return result
