@@ -92,6 +92,8 @@ def test_per_head_linears_are_stacked_in_head_order():
     ("padding_mask_after_softmax.py:BertishSelfAttention", ["'attention_mask' (B, Lk)"]),
     ("ok_key_padding_returns_weights.py:PadAwareAttention", ["'key_padding_mask' (B, Lk): True/1 = blocked"]),
     ("masked_fill_discarded.py:SelfAttn", ["'mask': has no effect on the outputs"]),
+    ("causal_sees_next.py:CausalSelfAttention", ["causal inside the module", "buffer 'allowed'"]),
+    ("causal_blocks_self.py:MaskedHeads", ["buffer 'mask'"]),
 ])
 def test_conventions_are_reported(target, wanted):
     text = "\n".join(check(str(ZOO / target)).convention_lines())

@@ -36,11 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def render(report: CheckReport, console: Console) -> None:
     """Print the report as a PASS / FAIL / ERROR panel with the conventions and roles found."""
-    body = Text(report.headline() + "\n", style=STYLE[report.verdict])
+    body = Text(report.headline(), style=STYLE[report.verdict])
     for line in report.detail_lines():
-        body.append(line + "\n")
+        body.append("\n" + line)
     if report.exception and not report.bug:
-        body.append(report.exception + "\n")
+        body.append("\n" + report.exception)
+    content = body
     if report.verdict != "error" and (report.conventions or report.roles):
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
@@ -51,9 +52,8 @@ def render(report: CheckReport, console: Console) -> None:
             table.add_row(say("roles", report.lang) if index == 0 else "", line)
         content = Table.grid()
         content.add_row(body)
+        content.add_row("")
         content.add_row(table)
-    else:
-        content = body
     colon = "：" if report.lang == "zh" else ": "
     title = Text(TITLE[report.verdict][report.lang == "zh"] + (colon + report.bug if report.bug else ""),
                  style=STYLE[report.verdict])

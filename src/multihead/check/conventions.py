@@ -62,7 +62,8 @@ def causal_buffer(module: nn.Module) -> str | None:
             buf = buf[0]  # (1, 1, T, T) -> (T, T)
         if buf.dim() == 2 and buf.shape[0] == buf.shape[1] and buf.shape[0] > 1:
             nonzero = buf != 0
-            if torch.equal(nonzero, nonzero.triu(1)) or torch.equal(nonzero, nonzero.tril()):
+            # triangular, give or take one diagonal (an off-by-one causal mask is still a causal buffer)
+            if torch.equal(nonzero, nonzero.triu(0)) or torch.equal(nonzero, nonzero.tril(1)):
                 return name
     return None
 
