@@ -77,3 +77,18 @@ def test_library_check_works_without_rich():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "linear-d-model"
+
+
+def test_sessions_in_the_docs_are_real(capsys):
+    """Every `$ multihead check ...` session in docs/check.md gives the exit code and verdict shown."""
+    import re
+    import shlex
+
+    doc = (Path(__file__).parent.parent / "docs" / "check.md").read_text()
+    sessions = re.findall(r"\$ multihead check (.+)\n(.*?)\n\$ echo \$\?\n(\d)", doc, flags=re.S)
+    assert len(sessions) >= 6
+    for argv, panel, code in sessions:
+        headline = panel.splitlines()[1].strip("│ ").split(":")[0].split("：")[0]
+        got_code, out = run_cli(capsys, *shlex.split(argv))
+        assert got_code == int(code), argv
+        assert out.startswith(headline) or headline in out, (argv, headline)
