@@ -2,6 +2,8 @@
 library entry point working without rich."""
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -81,11 +83,8 @@ def test_library_check_works_without_rich():
 
 def test_sessions_in_the_docs_are_real(capsys):
     """Every `$ multihead check ...` session in docs/check.md gives the exit code and verdict shown."""
-    import re
-    import shlex
-
     doc = (Path(__file__).parent.parent / "docs" / "check.md").read_text()
-    sessions = re.findall(r"\$ multihead check (.+)\n(.*?)\n\$ echo \$\?\n(\d)", doc, flags=re.S)
+    sessions = re.findall(r"\$ multihead check ([^\n]+)\n(.*?)\n\$ echo \$\?\n(\d)", doc, flags=re.S)
     assert len(sessions) >= 6
     for argv, panel, code in sessions:
         headline = panel.splitlines()[1].strip("│ ").split(":")[0].split("：")[0]
