@@ -82,7 +82,7 @@ def test_invoke_wraps_learner_errors_with_their_line():
             return x.view(-1, 7, 3)  # raises: 240 elements do not split into (-1, 7, 3)
 
     with pytest.raises(LearnerError) as caught:
-        invoke(Broken(), CallSpec(args=["x"], inputs="x"), _x(), source_file=__file__)
+        invoke(Broken(), CallSpec(args=["x"], inputs="x"), _x())
     assert "test_check_parts.py" in caught.value.where and "x.view(-1, 7, 3)" in caught.value.where
 
 
@@ -188,3 +188,14 @@ def test_report_object():
     assert check_lang("zh") == "zh"
     with pytest.raises(AttentionError, match="en, zh"):
         check_lang("fr")
+
+
+def test_checker_failures_are_reported_not_raised(monkeypatch):
+    import multihead.check.run as run
+
+    def broken(*args, **kwargs):
+        raise IndexError("unexpected layout")
+
+    monkeypatch.setattr(run, "candidate_roles", broken)
+    report = run.check(textbook.SplitHeads)
+    assert report.exit_code == 2 and "IndexError: unexpected layout" in report.reason

@@ -141,3 +141,17 @@ def test_module_without_linear_layers_cannot_be_checked(tmp_path):
                        "    def forward(self, x):\n        return x @ self.w\n")
     report = check(f"{learner}:Raw")
     assert report.exit_code == 2 and "Linear" in report.reason
+
+
+def test_missing_key_transpose_is_named_with_the_line_that_raised():
+    report = check(str(ZOO / "scores_q_times_k.py:ScoresNoT"))
+    assert report.bug == "scores-without-key-transpose"
+    assert "scores_q_times_k.py:21: scores = torch.matmul(q, k)" in report.exception
+
+
+def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
+    learner = tmp_path / "no_grad.py"
+    source = (ZOO / "ok_lazy.py").read_text()
+    learner.write_text(source.replace("        return self.po(y)", "        return self.po(y).detach()"))
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and report.grad_error == float("inf") and report.error < 1e-6

@@ -8,6 +8,7 @@ batch first. Anything the learner's code raises is wrapped in ``LearnerError``.
 from __future__ import annotations
 
 import inspect
+import os
 import traceback
 from dataclasses import dataclass, field
 
@@ -74,12 +75,13 @@ def read_signature(forward) -> CallSpec:
                     required_none=extras)
 
 
-def learner_frame(error: BaseException, source_file: str | None) -> str:
-    """``file.py:23: scores = q @ k`` for the deepest frame of the learner's file (or outside torch)."""
+_NOT_LEARNER = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
+
+
+def learner_frame(error: BaseException) -> str:
+    """``file.py:23: scores = q @ k``: the deepest frame outside torch and this checker."""
     frames = traceback.extract_tb(error.__traceback__)
-    own = [f for f in frames if source_file and f.filename == source_file]
-    if not own:
-        own = [f for f in frames if "torch" not in f.filename and "multihead/check" not in f.filename]
+    own = [f for f in frames if not f.filename.startswith(_NOT_LEARNER)]
     if not own:
         return ""
     frame = own[-1]
@@ -100,7 +102,7 @@ def first_tensor(output):
     return output
 
 
-def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None, source_file=None):
+def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output batch first."""
     xk = xq if xk is None else xk
     xv = xk if xv is None else xv
@@ -112,5 +114,5 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None, s
     try:
         out = first_tensor(module(*args, **kwargs))
     except Exception as error:
-        raise LearnerError(error, learner_frame(error, source_file)) from error
+        raise LearnerError(error, learner_frame(error)) from error
     return to_layout(out, spec.layout)

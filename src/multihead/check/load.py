@@ -24,12 +24,12 @@ _EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_
                 "emb_dim", "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_in",
                 "dim_out", "d_in", "d_out", "query_size", "key_size", "value_size", "in_dim", "d",
                 "width", "features", "n_embed", "embedding_size", "input_dim", "kdim", "vdim")
-_HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
+HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
                "num_attention_heads", "n_heads_q", "nheads")
 _LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
                  "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
 _DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")
-DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in _HEAD_NAMES},
+DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in HEAD_NAMES},
             **{n: LENGTH for n in _LENGTH_NAMES}}
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import io
 
 import torch
@@ -20,19 +19,19 @@ from torch import nn
 
 from multihead.check import conventions as conv
 from multihead.check.calling import CallSpec, LearnerError, invoke, read_signature
-from multihead.check.catalogue import forms_to_try
+from multihead.check.catalogue import BUG_OF_FORM, forms_to_try
 from multihead.check.compare import compare_with_reference
 from multihead.check.diagnose import closest, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
-from multihead.check.load import (DEFAULTS, EMBED, LoadError, build, load_class, misspelled_forward,
-                                  parse_init)
+from multihead.check.load import (DEFAULTS, EMBED, HEAD_NAMES, LoadError, build, load_class,
+                                  misspelled_forward, parse_init)
 from multihead.check.masks import detect_encoding, encoding_by_agreement, random_pattern
 from multihead.check.report import CheckReport
 from multihead.check.roles import LinearInputs, candidate_roles
 from multihead.check.text import check_lang, say
 
-TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}
-HEAD_ATTRS = ("num_heads", "heads", "n_heads", "n_head", "nhead", "h", "num_attention_heads")
+TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
+PROBE_BATCH = 3  # B of the main probes; lengths are 5 and 7 (B != L, Lq != Lk, L != head_dim 4)
 
 
 def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
@@ -56,17 +55,28 @@ def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
 def _check(target, init, call, lang: str) -> CheckReport:
     report = CheckReport(target=_target_name(target), lang=lang)
     try:
-        module, kwargs, source = _resolve(target, init)
+        module, kwargs = _resolve(target, init)
         hints = parse_hints(call)
     except LoadError as error:
         report.reason = str(error)
         return report
+    try:
+        return _check_built(module, kwargs, hints, report)
+    except Exception as error:  # a module the checker cannot handle: say so, never a traceback
+        report.verdict, report.bug = "error", None
+        report.reason = say("internal", lang, error=f"{type(error).__name__}: {error}")
+        return report
+
+
+def _check_built(module, kwargs, hints, report) -> CheckReport:
+    """Check a built module, naming a misspelled forward first."""
+    lang = report.lang
     method = misspelled_forward(type(module))
     if method is None:
-        return _check_module(module, kwargs, hints, source, report)
+        return _check_module(module, kwargs, hints, report)
     # nn.Module.forward raises NotImplementedError: name the typo, then check the method it meant.
     module.__class__ = type(type(module).__name__, (type(module),), {"forward": getattr(module, method).__func__})
-    inner = _check_module(module, kwargs, hints, source, CheckReport(target=report.target, lang=lang))
+    inner = _check_module(module, kwargs, hints, CheckReport(target=report.target, lang=lang))
     report.verdict, report.bug, report.bug_values = "fail", "forward-misspelled", {"method": method}
     report.conventions, report.roles = inner.conventions, inner.roles
     report.notes.append(_say_after_rename(method, inner))
@@ -89,26 +99,22 @@ def _target_name(target) -> str:
     return cls.__name__
 
 
-def _resolve(target, init):
-    """(module instance, constructor kwargs, source file or None)."""
+def _resolve(target, init) -> tuple[nn.Module, dict]:
+    """(a module instance the checker may change, the constructor kwargs)."""
     kwargs = parse_init(init) if isinstance(init, (str, type(None))) else dict(init)
     if isinstance(target, nn.Module):
-        return copy.deepcopy(target).cpu(), kwargs, inspect.getsourcefile(type(target))
+        return copy.deepcopy(target).cpu(), kwargs
     cls = load_class(target) if isinstance(target, str) else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}")
-    module, kwargs = build(cls, kwargs)
-    try:
-        source = inspect.getsourcefile(cls)
-    except TypeError:
-        source = None
-    return module, kwargs, source
+    return build(cls, kwargs)
 
 
 def _heads_hint(module, kwargs, hints: Hints) -> int | None:
+    """The number of heads from --call, the constructor arguments or the module's attributes."""
     if hints.heads:
         return hints.heads
-    for name in HEAD_ATTRS:
+    for name in HEAD_NAMES:
         value = kwargs.get(name, getattr(module, name, None))
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -129,49 +135,54 @@ def _input_dims(module, kwargs) -> tuple[int, int, int]:
     return (EMBED,) * 3
 
 
-def _inputs(dims, B, Lq, Lk, dtype, seed):
+def _inputs(dims, B, Lq, Lk, dtype, seed) -> tuple:
+    """Random batch-first (xq (B, Lq, Eq), xk (B, Lk, Ek), xv (B, Lk, Ev))."""
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(B, L, e, generator=gen).to(dtype) for e, L in zip(dims, (Lq, Lk, Lk)))
 
 
-def _check_module(module, kwargs, hints, source, report, square: int | None = None) -> CheckReport:
+def _check_module(module, kwargs, hints, report, square: int | None = None) -> CheckReport:
+    """Check a built module; when its code raises, retry once with Lq = Lk = head_dim, then diagnose."""
     module.eval()
     spec = apply_hints(read_signature(module.forward), hints)
     dims = _input_dims(module, kwargs)
     heads = _heads_hint(module, kwargs, hints)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
-            invoke(module, spec, *_inputs(dims, 3, 5, 5, torch.float32, 0))
+            invoke(module, spec, *_inputs(dims, PROBE_BATCH, 5, 5, torch.float32, 0))
         except LearnerError:
             pass
     try:
-        return _check_running(module, spec, dims, heads, hints, source, report, square)
+        return _check_running(module, spec, dims, heads, hints, report, square)
     except LearnerError as raised:
-        inner = (dims[0] // heads) if heads else None
-        if square is None and inner and 2 <= inner != 3:
-            retry = _check_module(module, kwargs, hints, source,
-                                  CheckReport(target=report.target, lang=report.lang), square=inner)
-            if retry.verdict == "fail" and retry.bug:
+        _diagnose_exception(raised, module, spec, dims, heads, report)
+        head_dim = (dims[0] // heads) if heads else None
+        if square is None and not report.bug and head_dim and head_dim >= 2 and head_dim != PROBE_BATCH:
+            retry = _check_module(module, kwargs, hints, CheckReport(target=report.target, lang=report.lang),
+                                  square=head_dim)
+            if retry.verdict == "fail" and retry.bug:  # e.g. q @ k, which only runs when L == D
+                retry.exception = report.exception
                 return retry
-        return _diagnose_exception(raised, module, spec, dims, heads, report)
+        return report
 
 
 def _dtype(module, spec, dims) -> torch.dtype:
     """float64 when the module runs in float64 (its own float32 constants may forbid it)."""
     module.double()
     try:
-        invoke(module, spec, *_inputs(dims, 3, 5, 5, torch.float64, 0))
+        invoke(module, spec, *_inputs(dims, PROBE_BATCH, 5, 5, torch.float64, 0))
         return torch.float64
     except LearnerError:
         module.float()
         return torch.float32
 
 
-def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, square) -> CheckReport:
+def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -> CheckReport:
+    """Conventions, roles, then the verdict (the learner's exceptions propagate as LearnerError)."""
     dtype = _dtype(module, spec, dims)
     tol = TOLERANCE[dtype]
     L = square or 5
-    probe = _inputs(dims, 3, L, L, dtype, 1)
+    probe = _inputs(dims, PROBE_BATCH, L, L, dtype, 1)
     if not conv.deterministic(module, spec, probe, tol):  # e.g. F.dropout(..., training=True)
         report.verdict, report.reason = "fail", say("random", report.lang)
         report.conventions = _conventions(spec, dtype)[:1]
@@ -182,10 +193,10 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
         spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
     spec.causal_buffer = conv.causal_buffer(module)
     Lk = L if square or spec.causal else L + 2
-    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *_inputs(dims, 3, L, Lk, dtype, 3)[:2])
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *_inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2])
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
-        spec.encoding = detect_encoding(module, spec, _inputs(dims, 3, L, Lk, dtype, 4), tol)
+        spec.encoding = detect_encoding(module, spec, _inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
 
     plain = _plain_cases(dims, dtype, L, Lk)
     tags = {"x": plain[0][0]} if spec.inputs == "x" else dict(zip("qk" if spec.inputs == "q_kv" else "qkv",
@@ -204,14 +215,14 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
         report.conventions = _conventions(spec, dtype)
     cases = plain + _masked_cases(spec, dims, dtype, L, Lk)
     with torch.no_grad():
-        wanted = [invoke(module, spec, *case, source_file=source) for case in cases]
+        wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
     report.roles = match.roles.describe()
     report.conventions.append(("heads", {"heads": match.roles.num_heads,
                                          "head_dim": match.roles.weights(module).head_dim}))
     report.verdict = "fail"
     if match.error <= tol:
-        report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases, source)
+        report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
         if max(report.error, report.grad_error) <= tol:
             report.verdict = "pass"
         return report
@@ -224,7 +235,7 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, source, report, s
 
 def _plain_cases(dims, dtype, L, Lk) -> list[tuple]:
     """Two probe cases (xq, xk, xv, None) without a mask, of different sizes."""
-    return [(*_inputs(dims, 3, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+    return [(*_inputs(dims, PROBE_BATCH, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
 
 
 def _masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
@@ -251,6 +262,7 @@ def _materialise_unused_lazy(module) -> None:
 
 
 def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
+    """The report's (text key, values) lines for what was found."""
     found = [(f"inputs:{spec.inputs}", {"args": ", ".join(spec.args + [spec.mask_param] * bool(spec.mask_param))}),
              (f"layout:{spec.layout}", {})]
     buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
@@ -270,7 +282,7 @@ def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     return found
 
 
-def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report) -> CheckReport:
+def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report) -> None:
     """Name the bug behind an exception, or report the exception and where it happened."""
     report.verdict = "fail"
     report.exception = f"{type(raised.error).__name__}: {str(raised.error).splitlines()[0]}"
@@ -279,10 +291,7 @@ def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report)
     report.conventions = _conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
     h = heads or 1
-    case = (*_inputs(dims, 3, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
+    case = (*_inputs(dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
     form = match_exception(raised.error, random_weights(dims[0], dims[0], h, dtype), spec, case)
     if form is not None:
-        from multihead.check.catalogue import BUG_OF_FORM
-
         report.bug = BUG_OF_FORM[form].id
-    return report
