@@ -23,7 +23,8 @@ EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
 _EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd",
                 "emb_dim", "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_in",
                 "dim_out", "d_in", "d_out", "query_size", "key_size", "value_size", "in_dim", "d",
-                "width", "features", "n_embed", "embedding_size", "input_dim", "kdim", "vdim")
+                "width", "features", "n_embed", "embedding_size", "input_dim", "size", "hidden", "n_hidden",
+                "d_hidden", "emb", "embed", "kdim", "vdim")
 HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
                "num_attention_heads", "n_heads_q", "nheads")
 _LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",

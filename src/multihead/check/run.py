@@ -217,19 +217,19 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
-    report.roles = match.roles.describe()
-    report.conventions.append(("heads", {"heads": match.roles.num_heads,
-                                         "head_dim": match.roles.weights(module).head_dim}))
-    report.verdict = "fail"
+    report.verdict, report.error = "fail", match.error
     if match.error <= tol:
         report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
         if max(report.error, report.grad_error) <= tol:
             report.verdict = "pass"
-        return report
-    report.error = match.error
-    bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
-    if bug.error <= tol:
-        report.bug, report.roles = bug.bug_id, bug.roles.describe()
+    else:
+        bug = closest(module, spec, assignments, cases, wanted,
+                      forms_to_try(spec.encoding is not None, spec.causal))
+        if bug.error <= tol:
+            report.bug, match = bug.bug_id, bug
+    report.roles = match.roles.describe()
+    report.conventions.append(("heads", {"heads": match.roles.num_heads,
+                                         "head_dim": match.roles.weights(module).head_dim}))
     return report
 
 
