@@ -82,7 +82,7 @@ def _padded(plt, r: SuiteResult):
 
 
 def _roofline(plt, r: SuiteResult):
-    rows = SuiteResult(r.suite, r.title, r.columns, [x for x in r.rows if x["% of GEMM"] is not None])
+    rows = SuiteResult(r.suite, r.title, r.columns, [x for x in r.rows if x.get("% of GEMM") is not None])
     return _bars(plt, rows, lambda row: f"{row['measurement']} {row['dtype']}"
                  + ("" if row["causal"] is None else (" causal" if row["causal"] else "")),
                  "% of GEMM", "% of the same dtype's GEMM rate")
