@@ -122,3 +122,19 @@ def test_random_state_and_thread_count_are_restored():
     check(str(ZOO / "ok_lazy.py:LazyAttention"))
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads
+
+
+def test_learner_helpers_next_to_the_file_are_importable_and_left_alone(tmp_path):
+    (tmp_path / "my_helpers.py").write_text("def split(t, h):\n    b, n, e = t.shape\n"
+                                            "    return t.view(b, n, h, e // h).transpose(1, 2)\n")
+    source = (ZOO / "ok_lazy.py").read_text().replace("import torch\n", "import torch\nimport my_helpers\n", 1)
+    (tmp_path / "attn.py").write_text(source)
+    assert check(f"{tmp_path / 'attn.py'}:LazyAttention").passed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.py", "my_helpers.py"]
+    assert str(tmp_path) not in __import__("sys").path
+
+
+def test_a_file_that_exits_on_import_is_reported(tmp_path):
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(3)\n")
+    report = check(f"{tmp_path / 'quits.py'}:A")
+    assert report.exit_code == 2 and "SystemExit" in report.reason

@@ -57,14 +57,17 @@ def import_file(path: Path):
     module = importlib.util.module_from_spec(spec)
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # the learner's own helper modules next to the file
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
-    except Exception as error:  # the learner's file itself fails: report it, never a traceback
+    except (Exception, SystemExit) as error:  # the learner's file fails: report it, never a traceback
         sys.modules.pop(module_name, None)
         raise LoadError(f"importing {path} failed: {type(error).__name__}: {error}") from error
     finally:
         sys.dont_write_bytecode = saved
+        sys.path.remove(folder)
     return module
 
 
