@@ -163,9 +163,34 @@ def _per_head_groups(names: list[str]) -> list[list[str]] | None:
 
 
 def _permuted(three: list[list[Piece]], style: str, heads: list[int]) -> list[tuple]:
-    """Every order of three role slots, for every head count."""
-    return [({role: three[i] for role, i in zip(ROLES, order)}, h, style)
+    """(pieces, heads, style, labels) for every order of three role slots and every head count."""
+    return [({role: three[i] for role, i in zip(ROLES, order)}, h, style, {})
             for order in itertools.permutations(range(3)) for h in heads]
+
+
+def _fused_kv(layers, q_name: str, kv_name: str, heads) -> list[tuple]:
+    """A query Linear and one Linear(E, 2 * inner) whose halves are keys and values (either order)."""
+    inner = layers[q_name].out_features
+    if layers[kv_name].out_features != 2 * inner:
+        return []
+    halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
+    return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv", {})
+            for i in (0, 1) for h in heads(inner)]
+
+
+def _fused(layers, name: str, heads) -> list[tuple]:
+    """One Linear(E, 3 * inner): its thirds in every order, or rows laid out per head as (H, 3, D)."""
+    out = layers[name].out_features
+    if out % 3:
+        return []
+    inner = out // 3
+    found = _permuted([[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)], "fused", heads(inner))
+    for h in heads(inner):
+        rows = torch.arange(out).view(h, 3, inner // h)  # (H, 3, D): head h's q, k, v rows side by side
+        found.append(({role: [(name, rows[:, i].reshape(-1))] for i, role in enumerate(ROLES)}, h,
+                      "fused-per-head",
+                      {role: f"{name} rows viewed as (H={h}, 3, D)[:, {i}]" for i, role in enumerate(ROLES)}))
+    return found
 
 
 def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
@@ -175,26 +200,12 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
         three = [[(group[i], None) for group in groups] for i in range(3)]
         return _permuted(three, "per-head", [len(groups)])
     if len(inputs) == 1:
-        name, out = inputs[0], layers[inputs[0]].out_features
-        if out % 3:
-            return []
-        inner = out // 3
-        three = [[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)]
-        found = _permuted(three, "fused", heads(inner))
-        for h in heads(inner):  # (H, 3, D) interleaved rows: head h's q, k, v next to each other
-            d = inner // h
-            rows = torch.arange(out).view(h, 3, d)
-            found.append(({role: [(name, rows[:, i].reshape(-1))] for i, role in enumerate(ROLES)},
-                          h, "fused-per-head"))
-        return found
-    sizes = {name: layers[name].out_features for name in inputs}
-    if len(inputs) == 2 and max(sizes.values()) == 2 * min(sizes.values()):
-        q_name = min(inputs, key=sizes.get)
-        kv_name = max(inputs, key=sizes.get)
-        inner = sizes[q_name]
-        halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
-        return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv")
-                for i in (0, 1) for h in heads(inner)]
+        return _fused(layers, inputs[0], heads)
+    if len(inputs) == 2:
+        q_name, kv_name = sorted(inputs, key=lambda n: layers[n].out_features)
+        found = _fused_kv(layers, q_name, kv_name, heads)
+        if found:
+            return found
     names = list(inputs)
     spare = [n for n in unused if layers[n].in_features == layers[names[0]].in_features]
     while len(names) < 3 and spare:  # a projection defined but never used (e.g. values)
@@ -208,12 +219,9 @@ def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
     """Role candidates when query, key and value come in as separate tensors."""
     by_role = {role: [n for n in layers if role in seen.get(n, [])] for role in ROLES}
     if not by_role["v"] and len(by_role["q"]) == len(by_role["k"]) == 1:  # fused to_kv (keys = values)
-        q_name, kv_name = by_role["q"][0], by_role["k"][0]
-        inner = layers[q_name].out_features
-        if layers[kv_name].out_features == 2 * inner:
-            halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
-            return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv")
-                    for i in (0, 1) for h in heads(inner)]
+        found = _fused_kv(layers, by_role["q"][0], by_role["k"][0], heads)
+        if found:
+            return found
     for role in ROLES:
         if not by_role[role]:
             shape = next((layers[by_role[r][0]].weight.shape for r in ROLES if by_role[r]), None)
@@ -223,8 +231,8 @@ def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
             by_role[role] = [spare[0]]
     pieces = {role: [(n, None) for n in by_role[role]] for role in ROLES}
     if len(by_role["q"]) > 1:
-        return [(pieces, len(by_role["q"]), "per-head")]
-    return [(pieces, h, "separate") for h in heads(layers[by_role["q"][0]].out_features)]
+        return [(pieces, len(by_role["q"]), "per-head", {})]
+    return [(pieces, h, "separate", {}) for h in heads(layers[by_role["q"][0]].out_features)]
 
 
 def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
@@ -243,12 +251,7 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
     found = (_self_candidates(layers, inputs, unused, heads) if self_attention
              else _qkv_candidates(layers, seen, unused, heads))
     assignments = []
-    for pieces, h, style in found:
-        labels = {}
-        if style == "fused-per-head":  # rows laid out (H, 3, D): say which third of each head
-            name = pieces["q"][0][0]
-            order = {role: int(pieces[role][0][1][0]) // (layers[name].out_features // h // 3) % 3 for role in ROLES}
-            labels = {role: f"{name} rows viewed as (H={h}, 3, D)[:, {order[role]}]" for role in ROLES}
+    for pieces, h, style, labels in found:
         taken = {name for role in ROLES for name, _ in pieces[role]}
         inner = sum(_row_count(layers[n], rows) for n, rows in pieces["q"])
         if mids:
