@@ -199,3 +199,28 @@ def test_checker_failures_are_reported_not_raised(monkeypatch):
     monkeypatch.setattr(run, "candidate_roles", broken)
     report = run.check(textbook.SplitHeads)
     assert report.exit_code == 2 and "IndexError: unexpected layout" in report.reason
+
+
+def test_no_input_projection_gives_no_candidates():
+    class NoProjections(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.out = nn.Linear(16, 16)
+
+    assert candidate_roles(NoProjections(), {"out": ["mid"]}, True, 4) == []
+    assert candidate_roles(NoProjections(), {}, True, 4) == []
+
+
+def test_report_pretty_printing_is_the_text_report():
+    report = CheckReport(target="a.py:A", verdict="pass", error=0.0, grad_error=0.0)
+
+    class Printer:  # IPython's pretty printer interface, as far as _repr_pretty_ uses it
+        def __init__(self):
+            self.printed = []
+
+        def text(self, value):
+            self.printed.append(value)
+
+    printer = Printer()
+    report._repr_pretty_(printer, False)
+    assert printer.printed == [str(report)] and str(report).startswith("PASS: a.py:A")

@@ -90,6 +90,9 @@ class CheckReport:
                 "reason": self.reason or None, "conventions": self.convention_lines(),
                 "roles": dict(self.roles), "notes": list(self.notes)}
 
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython / Jupyter show the text report
+        printer.text(str(self))
+
     def __str__(self) -> str:
         lines = [self.headline()]
         if self.verdict != "error":

@@ -207,6 +207,8 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
         if found:
             return found
     names = list(inputs)
+    if not names:
+        return []
     spare = [n for n in unused if layers[n].in_features == layers[names[0]].in_features]
     while len(names) < 3 and spare:  # a projection defined but never used (e.g. values)
         names.append(spare.pop(0))
