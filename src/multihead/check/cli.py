@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="FILE.py:Class",
                         help="your module's file and class name, e.g. my_attention.py:MultiHeadAttention")
     parser.add_argument("--init", metavar="JSON", default=None,
-                        help="constructor keyword arguments as JSON, e.g. '{\"d_model\": 16, \"num_heads\": 4}' "
+                        help="constructor keyword arguments as JSON, e.g. "
+                             "'{\"d_model\": 16, \"num_heads\": 4}' "
                              "(default: guessed from the parameter names)")
     parser.add_argument("--call", metavar="HINTS", default=None,
                         help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "

@@ -75,7 +75,8 @@ def _check_built(module, kwargs, hints, report) -> CheckReport:
     if method is None:
         return _check_module(module, kwargs, hints, report)
     # nn.Module.forward raises NotImplementedError: name the typo, then check the method it meant.
-    module.__class__ = type(type(module).__name__, (type(module),), {"forward": getattr(module, method).__func__})
+    meant = getattr(module, method).__func__
+    module.__class__ = type(type(module).__name__, (type(module),), {"forward": meant})
     inner = _check_module(module, kwargs, hints, CheckReport(target=report.target, lang=lang))
     report.verdict, report.bug, report.bug_values = "fail", "forward-misspelled", {"method": method}
     report.conventions, report.roles = inner.conventions, inner.roles
@@ -193,7 +194,8 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
         spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
     spec.causal_buffer = conv.causal_buffer(module)
     Lk = L if square or spec.causal else L + 2
-    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *_inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2])
+    cross = _inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2]
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *cross)
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
         spec.encoding = detect_encoding(module, spec, _inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
@@ -235,7 +237,8 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
 
 def _plain_cases(dims, dtype, L, Lk) -> list[tuple]:
     """Two probe cases (xq, xk, xv, None) without a mask, of different sizes."""
-    return [(*_inputs(dims, PROBE_BATCH, L, Lk, dtype, 10), None), (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+    return [(*_inputs(dims, PROBE_BATCH, L, Lk, dtype, 10), None),
+            (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
 
 
 def _masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
@@ -256,15 +259,15 @@ def _materialise_unused_lazy(module) -> None:
     """A LazyLinear never called (an unused output layer) gets weights: in_features = out_features."""
     for layer in module.modules():
         if isinstance(layer, nn.modules.lazy.LazyModuleMixin) and layer.has_uninitialized_params():
-            dtype = next((p.dtype for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)),
-                         torch.float32)
+            ready = [p for p in module.parameters() if not isinstance(p, nn.UninitializedParameter)]
+            dtype = ready[0].dtype if ready else torch.float32
             layer(torch.zeros(1, layer.out_features, dtype=dtype))
 
 
 def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     """The report's (text key, values) lines for what was found."""
-    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(spec.args + [spec.mask_param] * bool(spec.mask_param))}),
-             (f"layout:{spec.layout}", {})]
+    args = spec.args + ([spec.mask_param] if spec.mask_param else [])
+    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args)}), (f"layout:{spec.layout}", {})]
     buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
     found.append(("causal:yes" if spec.causal else "causal:no", {"buffer": buffer}))
     if spec.mask_param is None:
