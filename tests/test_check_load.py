@@ -138,3 +138,12 @@ def test_a_file_that_exits_on_import_is_reported(tmp_path):
     (tmp_path / "quits.py").write_text("import sys\nsys.exit(3)\n")
     report = check(f"{tmp_path / 'quits.py'}:A")
     assert report.exit_code == 2 and "SystemExit" in report.reason
+
+
+def test_an_instance_that_cannot_be_copied_is_reported():
+    from multihead.textbook import SplitHeads
+
+    module = SplitHeads(8, 8, 6, 0.0, 2)
+    module.stream = (i for i in range(3))  # generators cannot be deep-copied
+    report = check(module)
+    assert report.exit_code == 2 and "cannot copy" in report.reason

@@ -16,6 +16,7 @@ EXPECTED = {
     "merge_by_reshape.py:CrossAttention": "merge-without-transpose",
     "softmax_over_heads.py:MyMHA": "softmax-wrong-axis",
     "einsum_softmax_queries.py:SeqAttention": "softmax-wrong-axis",
+    "einsum_softmax_batch.py:LabmlLike": "softmax-wrong-axis",
     "fused_no_scale.py:FusedSelfAttention": "missing-scale",
     "folded_scale_by_embed.py:FoldedAttention": "scale-by-embed-dim",
     "per_head_scale_after.py:PerHeadAttention": "scale-after-softmax",

@@ -31,7 +31,8 @@ class Bug:
 BUGS: tuple[Bug, ...] = (
     Bug("reshape-without-transpose", "reshape-then-transpose", ("split-by-reshape",)),
     Bug("merge-without-transpose", "combine-heads", ("merge-by-reshape",)),
-    Bug("softmax-wrong-axis", "einsum-scores", ("softmax-over-queries", "softmax-over-heads")),
+    Bug("softmax-wrong-axis", "einsum-scores", ("softmax-over-queries", "softmax-over-heads",
+                                                "softmax-over-batch")),
     Bug("missing-scale", "scale-sqrt-dk", ("no-scale",)),
     Bug("scale-by-embed-dim", "scale-sqrt-dk", ("scale-by-embed",)),
     Bug("scale-after-softmax", "scale-sqrt-dk", ("scale-after-softmax",)),
@@ -105,7 +106,7 @@ def reference_variant(xq, xk, xv, weights: Weights, keep, num_heads: int, *, cau
     if keep is not None and mistake not in NEEDS_MASK:
         scores = scores.masked_fill(~keep, fill)
 
-    axis = {"softmax-over-queries": -2, "softmax-over-heads": 1}.get(mistake, -1)
+    axis = {"softmax-over-queries": -2, "softmax-over-heads": 1, "softmax-over-batch": 0}.get(mistake, -1)
     attn = torch.softmax(scores, dim=axis)  # (B, H, Lq, Lk)
     if mistake == "scale-after-softmax":
         attn = attn / math.sqrt(D)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import math
 
 import torch
 from torch import nn
@@ -104,7 +105,11 @@ def _resolve(target, init) -> tuple[nn.Module, dict]:
     """(a module instance the checker may change, the constructor kwargs)."""
     kwargs = parse_init(init) if isinstance(init, (str, type(None))) else dict(init)
     if isinstance(target, nn.Module):
-        return copy.deepcopy(target).cpu(), kwargs
+        try:
+            return copy.deepcopy(target).cpu(), kwargs
+        except Exception as error:  # e.g. a module holding an open file or a generator
+            raise LoadError(f"cannot copy the module to check it ({type(error).__name__}: {error}); "
+                            "pass its class instead") from error
     cls = load_class(target) if isinstance(target, str) else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}")
@@ -188,8 +193,30 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
         report.verdict, report.reason = "fail", say("random", report.lang)
         report.conventions = _conventions(spec, dtype)[:1]
         return report
-    if not hints.layout:
-        spec.layout = conv.detect_layout(module, spec, probe[0], tol) or "batch"
+    found = hints.layout or conv.detect_layout(module, spec, probe[0], tol)
+    if found:
+        spec.layout = found
+        return _check_in_layout(module, spec, dims, heads, hints, report, square, dtype)
+    # Batch elements are not independent (e.g. a softmax over the batch): keep the layout that fits.
+    tried, first_error = [], None
+    for layout in ("batch", "seq"):
+        trial = CheckReport(target=report.target, lang=report.lang)
+        try:
+            tried.append(_check_in_layout(module, CallSpec(**{**spec.__dict__, "layout": layout}), dims, heads,
+                                          hints, trial, square, dtype))
+        except LearnerError as error:
+            first_error = first_error or error
+    if not tried:
+        raise first_error
+    best = min(tried, key=lambda r: (not r.passed, r.bug is None, r.error if r.error is not None else math.inf))
+    best.notes.append(say("layout-guess", best.lang))
+    return best
+
+
+def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square, dtype) -> CheckReport:
+    """Everything after the layout: causality, lengths, mask convention, roles, verdict."""
+    tol = TOLERANCE[dtype]
+    L = square or 5
     if hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
     spec.causal_buffer = conv.causal_buffer(module)

@@ -133,6 +133,8 @@ MESSAGES = {
                  "--call if the number of heads is unusual)",
                  "无法判断哪些线性层分别投影查询、键和值（头数特殊时可用 --call heads=N 指定）"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
+    "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
+                     "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
     "fill-note": ("its masked rows use a finite fill such as -1e9", "被屏蔽位置填充的是有限值（如 -1e9）"),
