@@ -224,3 +224,16 @@ def test_report_pretty_printing_is_the_text_report():
     printer = Printer()
     report._repr_pretty_(printer, False)
     assert printer.printed == [str(report)] and str(report).startswith("PASS: a.py:A")
+
+
+def test_probe_cases_are_fixed_and_sized_apart():
+    from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+
+    xq, xk, xv = inputs((16, 12, 8), PROBE_BATCH, 5, 7, torch.float64, seed=1)
+    assert (xq.shape, xk.shape, xv.shape) == ((3, 5, 16), (3, 7, 12), (3, 7, 8))
+    assert torch.equal(xq, inputs((16, 12, 8), PROBE_BATCH, 5, 7, torch.float64, seed=1)[0])
+    assert [case[3] for case in plain_cases((16,) * 3, torch.float64, 5, 7)] == [None, None]
+    spec = CallSpec(args=["x"], inputs="x", causal=True, encoding=ENCODINGS[0])
+    masked = masked_cases(spec, (16,) * 3, torch.float64, 5, 5)
+    assert len(masked) == 2 and all(keep[..., 0].all() for *_, keep in masked)
+    assert masked_cases(CallSpec(args=["x"], inputs="x"), (16,) * 3, torch.float64, 5, 5) == []

@@ -26,13 +26,13 @@ from multihead.check.diagnose import closest, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
 from multihead.check.load import (DEFAULTS, EMBED, HEAD_NAMES, LoadError, build, load_class,
                                   misspelled_forward, parse_init)
-from multihead.check.masks import detect_encoding, encoding_by_agreement, random_pattern
+from multihead.check.masks import detect_encoding, encoding_by_agreement
+from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.check.report import CheckReport
 from multihead.check.roles import LinearInputs, candidate_roles
 from multihead.check.text import check_lang, say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
-PROBE_BATCH = 3  # B of the main probes; lengths are 5 and 7 (B != L, Lq != Lk, L != head_dim 4)
 
 
 def check(target, *, init=None, call=None, lang: str = "en") -> CheckReport:
@@ -141,12 +141,6 @@ def _input_dims(module, kwargs) -> tuple[int, int, int]:
     return (EMBED,) * 3
 
 
-def _inputs(dims, B, Lq, Lk, dtype, seed) -> tuple:
-    """Random batch-first (xq (B, Lq, Eq), xk (B, Lk, Ek), xv (B, Lk, Ev))."""
-    gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(B, L, e, generator=gen).to(dtype) for e, L in zip(dims, (Lq, Lk, Lk)))
-
-
 def _check_module(module, kwargs, hints, report, square: int | None = None) -> CheckReport:
     """Check a built module; when its code raises, retry once with Lq = Lk = head_dim, then diagnose."""
     module.eval()
@@ -155,7 +149,7 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
     heads = _heads_hint(module, kwargs, hints)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
-            invoke(module, spec, *_inputs(dims, PROBE_BATCH, 5, 5, torch.float32, 0))
+            invoke(module, spec, *inputs(dims, PROBE_BATCH, 5, 5, torch.float32, 0))
         except LearnerError:
             pass
     try:
@@ -176,7 +170,7 @@ def _dtype(module, spec, dims) -> torch.dtype:
     """float64 when the module runs in float64 (its own float32 constants may forbid it)."""
     module.double()
     try:
-        invoke(module, spec, *_inputs(dims, PROBE_BATCH, 5, 5, torch.float64, 0))
+        invoke(module, spec, *inputs(dims, PROBE_BATCH, 5, 5, torch.float64, 0))
         return torch.float64
     except LearnerError:
         module.float()
@@ -188,7 +182,7 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
     dtype = _dtype(module, spec, dims)
     tol = TOLERANCE[dtype]
     L = square or 5
-    probe = _inputs(dims, PROBE_BATCH, L, L, dtype, 1)
+    probe = inputs(dims, PROBE_BATCH, L, L, dtype, 1)
     if not conv.deterministic(module, spec, probe, tol):  # e.g. F.dropout(..., training=True)
         report.verdict, report.reason = "fail", say("random", report.lang)
         report.conventions = _conventions(spec, dtype)[:1]
@@ -218,16 +212,16 @@ def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square,
     tol = TOLERANCE[dtype]
     L = square or 5
     if hints.causal is None:
-        spec.causal = conv.detect_causal(module, spec, _inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
+        spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
     spec.causal_buffer = conv.causal_buffer(module)
     Lk = L if square or spec.causal else L + 2
-    cross = _inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2]
+    cross = inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2]
     spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *cross)
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
-        spec.encoding = detect_encoding(module, spec, _inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
+        spec.encoding = detect_encoding(module, spec, inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
 
-    plain = _plain_cases(dims, dtype, L, Lk)
+    plain = plain_cases(dims, dtype, L, Lk)
     tags = {"x": plain[0][0]} if spec.inputs == "x" else dict(zip("qk" if spec.inputs == "q_kv" else "qkv",
                                                                   plain[0][:3]))
     with LinearInputs(module, tags) as seen:
@@ -240,9 +234,9 @@ def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square,
         return report
     if spec.mask_param and spec.encoding is None:  # blocked keys not inert: maybe masked after softmax
         spec.encoding, spec.mask_ignored = encoding_by_agreement(
-            module, spec, assignments, plain, lambda trial: _masked_cases(trial, dims, dtype, L, Lk), tol)
+            module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), tol)
         report.conventions = _conventions(spec, dtype)
-    cases = plain + _masked_cases(spec, dims, dtype, L, Lk)
+    cases = plain + masked_cases(spec, dims, dtype, L, Lk)
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
@@ -260,26 +254,6 @@ def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square,
     report.conventions.append(("heads", {"heads": match.roles.num_heads,
                                          "head_dim": match.roles.weights(module).head_dim}))
     return report
-
-
-def _plain_cases(dims, dtype, L, Lk) -> list[tuple]:
-    """Two probe cases (xq, xk, xv, None) without a mask, of different sizes."""
-    return [(*_inputs(dims, PROBE_BATCH, L, Lk, dtype, 10), None),
-            (*_inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
-
-
-def _masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
-    """Two probe cases (xq, xk, xv, keep (B, Lq, Lk)) in the family the module's mask can carry."""
-    gen = torch.Generator().manual_seed(5)
-    cases = []
-    if spec.encoding is not None:
-        for seed, B in ((12, 3), (13, 2)):
-            xq, xk, xv = _inputs(dims, B, L, Lk, dtype, seed)
-            keep = random_pattern(spec.encoding.family, B, L, Lk, gen)
-            if spec.causal:
-                keep[..., 0] = True  # every query keeps a key it may causally see
-            cases.append((xq, xk, xv, keep))
-    return cases
 
 
 def _materialise_unused_lazy(module) -> None:
@@ -321,7 +295,7 @@ def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report)
     report.conventions = _conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
     h = heads or 1
-    case = (*_inputs(dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
+    case = (*inputs(dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
     form = match_exception(raised.error, random_weights(dims[0], dims[0], h, dtype), spec, case)
     if form is not None:
         report.bug = BUG_OF_FORM[form].id

@@ -1,0 +1,40 @@
+"""The probe inputs: random batch-first tensors, with and without masks, from fixed seeds.
+
+B = 3 and lengths 5 and 7 keep every size apart (B != L, Lq != Lk, L != head_dim 4 by default), so
+that a swapped axis shows up as a wrong shape or a wrong number, never as a coincidence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from multihead.check.calling import CallSpec
+from multihead.check.masks import random_pattern
+
+PROBE_BATCH = 3
+
+
+def inputs(dims, B, Lq, Lk, dtype, seed) -> tuple:
+    """Random batch-first (xq (B, Lq, Eq), xk (B, Lk, Ek), xv (B, Lk, Ev))."""
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, L, e, generator=gen).to(dtype) for e, L in zip(dims, (Lq, Lk, Lk)))
+
+
+def plain_cases(dims, dtype, L, Lk) -> list[tuple]:
+    """Two probe cases (xq, xk, xv, None) without a mask, of different sizes."""
+    return [(*inputs(dims, PROBE_BATCH, L, Lk, dtype, 10), None),
+            (*inputs(dims, 2, L + 1, Lk + 1, dtype, 11), None)]
+
+
+def masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
+    """Two probe cases (xq, xk, xv, keep (B, Lq, Lk)) in the family the module's mask can carry."""
+    gen = torch.Generator().manual_seed(5)
+    cases = []
+    if spec.encoding is not None:
+        for seed, B in ((12, 3), (13, 2)):
+            xq, xk, xv = inputs(dims, B, L, Lk, dtype, seed)
+            keep = random_pattern(spec.encoding.family, B, L, Lk, gen)
+            if spec.causal:
+                keep[..., 0] = True  # every query keeps a key it may causally see
+            cases.append((xq, xk, xv, keep))
+    return cases
