@@ -34,6 +34,7 @@ def _x(B=3, L=5, E=16, seed=0):
     ("self, queries, keys, values, valid_lens", "qkv", ["queries", "keys", "values"], "valid_lens", "lengths"),
     ("self, query, key=None, value=None, need_weights=False", "qkv", ["query", "key", "value"], None, None),
     ("self, x, context, attn_bias=None", "q_kv", ["x", "context"], "attn_bias", "mask"),
+    ("self, *, query, key, value, mask=None", "qkv", ["query", "key", "value"], "mask", "mask"),
 ])
 def test_read_signature(signature, inputs, args, mask, kind):
     namespace = {}

@@ -36,6 +36,7 @@ class CallSpec:
     mask_param: str | None = None
     mask_kind: str | None = None  # "mask" or "lengths" (from the parameter's name)
     required_none: list[str] = field(default_factory=list)  # required extras we pass as None
+    keyword_only: list[str] = field(default_factory=list)  # tensor parameters passed by name
     layout: str = "batch"  # or "seq"
     causal: bool = False
     causal_buffer: str | None = None
@@ -52,7 +53,7 @@ def read_signature(forward) -> CallSpec:
         params = []
     if params and params[0].name == "self":
         params = params[1:]
-    tensors, mask_param, mask_kind, extras = [], None, None, []
+    tensors, mask_param, mask_kind, extras, keyword_only = [], None, None, [], []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
@@ -61,8 +62,10 @@ def read_signature(forward) -> CallSpec:
                                    or any(w in low for w in _LENGTH_WORDS)):
             mask_param = p.name
             mask_kind = "lengths" if any(w in low for w in _LENGTH_WORDS) else "mask"
-        elif p.default is p.empty and p.kind != p.KEYWORD_ONLY and len(tensors) < 3:
+        elif p.default is p.empty and len(tensors) < 3:
             tensors.append(p.name)
+            if p.kind == p.KEYWORD_ONLY:
+                keyword_only.append(p.name)  # labml: forward(self, *, query, key, value, mask=None)
         elif p.default is p.empty:
             extras.append(p.name)
         elif len(tensors) < 3 and p.kind != p.KEYWORD_ONLY and low in ("key", "value", "k", "v", "keys",
@@ -72,7 +75,7 @@ def read_signature(forward) -> CallSpec:
         tensors = ["*args"]
     inputs = {1: "x", 2: "q_kv"}.get(len(tensors), "qkv")
     return CallSpec(args=tensors, inputs=inputs, mask_param=mask_param, mask_kind=mask_kind,
-                    required_none=extras)
+                    required_none=extras, keyword_only=keyword_only)
 
 
 _NOT_LEARNER = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
@@ -107,8 +110,12 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     xk = xq if xk is None else xk
     xv = xk if xv is None else xv
     tensors = {"x": [xq], "q_kv": [xq, xk], "qkv": [xq, xk, xv]}[spec.inputs]
-    args = [to_layout(t, spec.layout) for t in tensors]
-    kwargs = {name: None for name in spec.required_none}
+    args, kwargs = [], {name: None for name in spec.required_none}
+    for name, t in zip(spec.args + [""] * 3, tensors):  # a hinted layout may pass more than named
+        if name in spec.keyword_only:
+            kwargs[name] = to_layout(t, spec.layout)
+        else:
+            args.append(to_layout(t, spec.layout))
     if spec.mask_param is not None:
         kwargs[spec.mask_param] = None if keep is None else spec.encoding.encode(keep, xq.dtype)
     try:
