@@ -1,5 +1,5 @@
-"""`multihead check` on the real packages the documents quote: d2l's and labml-nn's MultiHeadAttention
-pass as they are (skipped when the packages are not installed)."""
+"""`multihead check` on real packages: d2l's and labml-nn's MultiHeadAttention (quoted by the documents)
+and BERT's self-attention pass as they are (skipped when the packages are not installed)."""
 from __future__ import annotations
 
 from multihead.check import check
@@ -15,3 +15,11 @@ def test_real_labml_multi_head_attention_passes(labml_mha):
     report = check(labml_mha.MultiHeadAttention)
     assert report.passed, str(report)
     assert "sequence first (L, B, E)" in report.convention_lines()
+
+
+def test_real_bert_self_attention_passes(minilm):
+    _, model = minilm
+    report = check(model.encoder.layer[0].attention.self)
+    assert report.passed, str(report)
+    assert "12 heads of size 32" in report.convention_lines()
+    assert report.roles["o"] == "(none)"  # BERT's output dense lives in BertSelfOutput
