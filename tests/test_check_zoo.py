@@ -156,3 +156,15 @@ def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
     learner.write_text(source.replace("        return self.po(y)", "        return self.po(y).detach()"))
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.grad_error == float("inf") and report.error < 1e-6
+
+
+def test_other_exceptions_are_reported_with_their_line(tmp_path):
+    learner = tmp_path / "typo_attr.py"
+    source = (ZOO / "ok_lazy.py").read_text().replace("self.po(y)", "self.p0(y)")
+    learner.write_text(source)
+    line = source.splitlines().index("        return self.p0(y)") + 1
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and report.exit_code == 1 and report.bug is None
+    assert report.exception.startswith("AttributeError")
+    assert f"typo_attr.py:{line}: return self.p0(y)" in report.exception
+    assert "raises AttributeError" in report.headline()
