@@ -59,3 +59,20 @@ def test_document_001_prints_are_kept_out_of_the_report(capsys):
     report = check(str(SEEDS / "doc001.py:MultiHeadAttention"))
     assert capsys.readouterr().out == ""
     assert any("prints" in note for note in report.notes)
+
+
+def test_document_004_with_different_query_key_value_sizes():
+    report = check(textbook.FoldedBatchHeads, init={"key_size": 8, "query_size": 12, "value_size": 6,
+                                                   "num_hiddens": 16, "num_heads": 2, "dropout": 0.0})
+    assert report.passed, str(report)
+    assert "Lq != Lk accepted" in report.convention_lines()
+
+
+def test_document_001_with_its_own_small_sizes():
+    """The document's own sizes: 3 input features, dim_out 4 (split) or 2 per head (stacked)."""
+    split = check(textbook.SplitHeads, init={"dim_in": 3, "dim_out": 4, "context_length": 6,
+                                             "dropout_rate": 0.0, "num_heads": 2})
+    stacked = check(textbook.StackedHeads, init={"dim_in": 3, "dim_out": 2, "context_length": 6,
+                                                 "dropout_rate": 0.0, "num_heads": 2})
+    assert split.passed and stacked.passed
+    assert "2 heads of size 2" in split.convention_lines() and "2 heads of size 2" in stacked.convention_lines()

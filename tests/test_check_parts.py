@@ -27,6 +27,10 @@ def _x(B=3, L=5, E=16, seed=0):
     return torch.randn(B, L, E, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
+def _qkv(B=3, L=5, E=16):
+    return _x(B, L, E), _x(B, L, E, seed=1), _x(B, L, E, seed=2)
+
+
 @pytest.mark.parametrize("signature, inputs, args, mask, kind", [
     ("self, x", "x", ["x"], None, None),
     ("self, hidden_state, attention_mask=None", "x", ["hidden_state"], "attention_mask", "mask"),
@@ -57,15 +61,15 @@ def test_hints_parse_and_apply():
 def test_layout_and_causality_are_found_by_behaviour():
     seq = textbook.SeqFirstEinsumHeads(4, 16, dropout_prob=0.0).double().eval()
     spec = read_signature(seq.forward)
-    assert detect_layout(seq, spec, _x(), TOL) == "seq"
+    assert detect_layout(seq, spec, _qkv(), TOL) == "seq"
     split = textbook.SplitHeads(16, 16, 8, 0.0, 4).double().eval()
     split_spec = read_signature(split.forward)
-    assert detect_layout(split, split_spec, _x(), TOL) == "batch"
-    assert detect_causal(split, split_spec, _x(2, 6), TOL)
+    assert detect_layout(split, split_spec, _qkv(), TOL) == "batch"
+    assert detect_causal(split, split_spec, _qkv(2, 6), TOL)
     classic = textbook.ClassicTransformerHeads(16, 4).double().eval()
     classic_spec = read_signature(classic.forward)
-    assert not detect_causal(classic, classic_spec, _x(2, 6), TOL)
-    assert accepts_cross_lengths(classic, classic_spec, _x(3, 5), _x(3, 7))
+    assert not detect_causal(classic, classic_spec, _qkv(2, 6), TOL)
+    assert accepts_cross_lengths(classic, classic_spec, (_x(3, 5), _x(3, 7), _x(3, 7, seed=1)))
     assert causal_buffer(split) == "mask" and causal_buffer(classic) is None
 
 
@@ -110,7 +114,7 @@ def test_random_patterns_fit_their_family(family):
 def test_mask_conventions_are_found(module, kind, shape):
     module = module.double().eval()
     spec = read_signature(module.forward)
-    spec.layout = detect_layout(module, spec, _x(), TOL)
+    spec.layout = detect_layout(module, spec, _qkv(), TOL)
     encoding = detect_encoding(module, spec, (_x(3, 5), _x(3, 5, seed=1), _x(3, 5, seed=2)), TOL)
     assert (encoding.kind, encoding.shape) == (kind, shape)
 

@@ -19,10 +19,17 @@ def _unchanged(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     return bool(torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True))
 
 
-def _raw_call(module, spec: CallSpec, tensors):
-    """Call with the tensors as given (no layout conversion), keys = values = queries for self mode."""
-    raw = CallSpec(**{**spec.__dict__, "layout": "batch"})
-    return invoke(module, raw, *tensors)
+def _used(spec: CallSpec, inputs) -> list[torch.Tensor]:
+    """The input tensors the forward takes: xq alone, (xq, xk) or (xq, xk, xv)."""
+    return list(inputs[: {"x": 1, "q_kv": 2, "qkv": 3}[spec.inputs]])
+
+
+def _bumped(tensors, index) -> list[torch.Tensor]:
+    """Copies with +1 added at ``index`` (e.g. ``(0,)`` for row 0, ``(slice(None), -1)`` for the last token)."""
+    moved = [t.clone() for t in tensors]
+    for t in moved:
+        t[index] += 1.0
+    return moved
 
 
 def deterministic(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool:
@@ -30,29 +37,31 @@ def deterministic(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool
     return _unchanged(invoke(module, spec, *inputs), invoke(module, spec, *inputs), tol)
 
 
-def detect_layout(module: nn.Module, spec: CallSpec, x: torch.Tensor, tol: float) -> str | None:
-    """"batch" or "seq" for a (B, L, E)-shaped probe x with B != L; None when neither fits."""
-    tensors = [x] if spec.inputs == "x" else [x, x + 0.5, x - 0.25][: {"q_kv": 2, "qkv": 3}[spec.inputs]]
-    base = _raw_call(module, spec, tensors)
-    if base.dim() != 3 or base.shape[:2] != x.shape[:2]:
+def detect_layout(module: nn.Module, spec: CallSpec, inputs, tol: float) -> str | None:
+    """"batch" or "seq" for probes (xq, xk, xv) of one shape (B, L, E*) with B != L; None when neither fits.
+
+    The tensors are passed as they are: a sequence-first module reads dimension 0 as positions.
+    """
+    raw = CallSpec(**{**spec.__dict__, "layout": "batch"})
+    tensors = _used(spec, inputs)
+    base = invoke(module, raw, *tensors)
+    shape = tensors[0].shape
+    if base.dim() != 3 or base.shape[:2] != shape[:2]:
         return None
     for dim, layout in ((0, "batch"), (1, "seq")):
-        bump = torch.zeros_like(x)
-        bump.select(dim, 0).fill_(1.0)
-        moved = _raw_call(module, spec, [t + bump for t in tensors])
-        if _unchanged(base.narrow(dim, 1, x.shape[dim] - 1), moved.narrow(dim, 1, x.shape[dim] - 1), tol):
+        moved = invoke(module, raw, *_bumped(tensors, (slice(None),) * dim + (0,)))
+        rest = shape[dim] - 1
+        if _unchanged(base.narrow(dim, 1, rest), moved.narrow(dim, 1, rest), tol):
             return layout
     return None
 
 
-def detect_causal(module: nn.Module, spec: CallSpec, x: torch.Tensor, tol: float) -> bool:
-    """True when some token's output ignores the last token (x batch first, L >= 3)."""
-    tensors = [x, x, x][: {"x": 1, "q_kv": 2, "qkv": 3}[spec.inputs]]
+def detect_causal(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool:
+    """True when some token's output ignores the last token (inputs batch first, one length L >= 3)."""
+    tensors = _used(spec, inputs)
     base = invoke(module, spec, *tensors)
-    bump = torch.zeros_like(x)
-    bump[:, -1] = 1.0
-    moved = invoke(module, spec, *[t + bump for t in tensors])
-    return any(_unchanged(base[:, i], moved[:, i], tol) for i in range(x.shape[1] - 1))
+    moved = invoke(module, spec, *_bumped(tensors, (slice(None), -1)))
+    return any(_unchanged(base[:, i], moved[:, i], tol) for i in range(tensors[0].shape[1] - 1))
 
 
 def causal_buffer(module: nn.Module) -> str | None:
@@ -68,12 +77,12 @@ def causal_buffer(module: nn.Module) -> str | None:
     return None
 
 
-def accepts_cross_lengths(module: nn.Module, spec: CallSpec, xq: torch.Tensor, xk: torch.Tensor) -> bool:
-    """Does the module run with Lq != Lk (only meaningful with separate key/value inputs)?"""
+def accepts_cross_lengths(module: nn.Module, spec: CallSpec, inputs) -> bool:
+    """Does the module run with Lq != Lk? ``inputs`` = (xq (B, Lq, Eq), xk (B, Lk, Ek), xv (B, Lk, Ev))."""
     if spec.inputs == "x":
         return False
     try:
-        out = invoke(module, spec, xq, xk, xk)
+        out = invoke(module, spec, *inputs)
     except LearnerError:
         return False
-    return out.shape[:2] == xq.shape[:2]
+    return out.shape[:2] == inputs[0].shape[:2]

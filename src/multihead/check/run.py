@@ -187,7 +187,7 @@ def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -
         report.verdict, report.reason = "fail", say("random", report.lang)
         report.conventions = _conventions(spec, dtype)[:1]
         return report
-    found = hints.layout or conv.detect_layout(module, spec, probe[0], tol)
+    found = hints.layout or conv.detect_layout(module, spec, probe, tol)
     if found:
         spec.layout = found
         return _check_in_layout(module, spec, dims, heads, hints, report, square, dtype)
@@ -212,11 +212,11 @@ def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square,
     tol = TOLERANCE[dtype]
     L = square or 5
     if hints.causal is None:
-        spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2)[0], tol)
+        spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
     spec.causal_buffer = conv.causal_buffer(module)
     Lk = L if square or spec.causal else L + 2
-    cross = inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)[:2]
-    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, *cross)
+    cross = inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, cross)
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
         spec.encoding = detect_encoding(module, spec, inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
