@@ -147,3 +147,11 @@ def test_an_instance_that_cannot_be_copied_is_reported():
     module.stream = (i for i in range(3))  # generators cannot be deep-copied
     report = check(module)
     assert report.exit_code == 2 and "cannot copy" in report.reason
+
+
+def test_a_context_length_shorter_than_the_probes_is_refused_clearly():
+    from multihead.textbook import SplitHeads
+
+    report = check(SplitHeads, init={"dim_in": 3, "dim_out": 4, "context_length": 5, "dropout_rate": 0.0,
+                                     "num_heads": 2})
+    assert report.exit_code == 2 and "context_length=5" in report.reason and ">= 6" in report.reason

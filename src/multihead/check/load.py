@@ -18,6 +18,7 @@ from pathlib import Path
 from torch import nn
 
 EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
+LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
 # constructor parameter name -> the value to pass when the learner gives no --init
 _EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd",
@@ -27,11 +28,11 @@ _EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_
                 "d_hidden", "emb", "embed", "kdim", "vdim")
 HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
                "num_attention_heads", "n_heads_q", "nheads")
-_LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
+LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
                  "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
 _DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")
 DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in HEAD_NAMES},
-            **{n: LENGTH for n in _LENGTH_NAMES}}
+            **{n: LENGTH for n in LENGTH_NAMES}}
 
 
 class LoadError(Exception):
@@ -120,6 +121,11 @@ def guess_init(cls: type, given: dict) -> dict:
             kwargs[name] = DEFAULTS[name]
         else:
             missing.append(name)
+    short = {n: v for n, v in kwargs.items() if n in LENGTH_NAMES and isinstance(v, int) and v < LONGEST_PROBE}
+    if short:
+        name, value = next(iter(short.items()))
+        raise LoadError(f"{name}={value} is shorter than the sequences the checker tries "
+                        f"({LONGEST_PROBE} tokens); pass {name} >= {LONGEST_PROBE} with --init")
     if missing:
         raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
                         "pass them with --init, e.g. --init '{" + ", ".join(f'"{m}": ...' for m in missing)

@@ -1,7 +1,9 @@
 """The probe inputs: random batch-first tensors, with and without masks, from fixed seeds.
 
 B = 3 and lengths 5 and 7 keep every size apart (B != L, Lq != Lk, L != head_dim 4 by default), so
-that a swapped axis shows up as a wrong shape or a wrong number, never as a coincidence.
+that a swapped axis shows up as a wrong shape or a wrong number, never as a coincidence. The longest
+sequence is 8 tokens, or 6 (load.LONGEST_PROBE) for a module built with a context length: document
+001's own example has context_length = 6.
 """
 
 from __future__ import annotations

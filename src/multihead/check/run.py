@@ -14,6 +14,7 @@ import contextlib
 import copy
 import io
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -24,7 +25,7 @@ from multihead.check.catalogue import BUG_OF_FORM, forms_to_try
 from multihead.check.compare import compare_with_reference
 from multihead.check.diagnose import closest, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
-from multihead.check.load import (DEFAULTS, EMBED, HEAD_NAMES, LoadError, build, load_class,
+from multihead.check.load import (DEFAULTS, EMBED, HEAD_NAMES, LENGTH_NAMES, LoadError, build, load_class,
                                   misspelled_forward, parse_init)
 from multihead.check.masks import detect_encoding, encoding_by_agreement
 from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
@@ -141,22 +142,42 @@ def _input_dims(module, kwargs) -> tuple[int, int, int]:
     return (EMBED,) * 3
 
 
+@dataclass
+class Setup:
+    """What every step needs besides the module and its CallSpec."""
+
+    dims: tuple[int, int, int]  # (Eq, Ek, Ev)
+    heads: int | None  # from hints, arguments or attributes; None = find by behaviour
+    hints: Hints
+    context_limited: bool  # built with a context length: probes stay within 6 tokens, Lq = Lk
+    square: int | None = None  # Lq = Lk = head_dim (the retry after an exception), else None
+    dtype: torch.dtype = torch.float64
+
+    @property
+    def tol(self) -> float:
+        return TOLERANCE[self.dtype]
+
+    @property
+    def length(self) -> int:
+        return self.square or 5
+
+
 def _check_module(module, kwargs, hints, report, square: int | None = None) -> CheckReport:
     """Check a built module; when its code raises, retry once with Lq = Lk = head_dim, then diagnose."""
     module.eval()
     spec = apply_hints(read_signature(module.forward), hints)
-    dims = _input_dims(module, kwargs)
-    heads = _heads_hint(module, kwargs, hints)
+    setup = Setup(_input_dims(module, kwargs), _heads_hint(module, kwargs, hints), hints,
+                  any(name in kwargs for name in LENGTH_NAMES), square)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
-            invoke(module, spec, *inputs(dims, PROBE_BATCH, 5, 5, torch.float32, 0))
+            invoke(module, spec, *inputs(setup.dims, PROBE_BATCH, 5, 5, torch.float32, 0))
         except LearnerError:
             pass
     try:
-        return _check_running(module, spec, dims, heads, hints, report, square)
+        return _check_running(module, spec, setup, report)
     except LearnerError as raised:
-        _diagnose_exception(raised, module, spec, dims, heads, report)
-        head_dim = (dims[0] // heads) if heads else None
+        _diagnose_exception(raised, module, spec, setup, report)
+        head_dim = (setup.dims[0] // setup.heads) if setup.heads else None
         if square is None and not report.bug and head_dim and head_dim >= 2 and head_dim != PROBE_BATCH:
             retry = _check_module(module, kwargs, hints, CheckReport(target=report.target, lang=report.lang),
                                   square=head_dim)
@@ -177,46 +198,43 @@ def _dtype(module, spec, dims) -> torch.dtype:
         return torch.float32
 
 
-def _check_running(module, spec: CallSpec, dims, heads, hints, report, square) -> CheckReport:
+def _check_running(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
     """Conventions, roles, then the verdict (the learner's exceptions propagate as LearnerError)."""
-    dtype = _dtype(module, spec, dims)
-    tol = TOLERANCE[dtype]
-    L = square or 5
-    probe = inputs(dims, PROBE_BATCH, L, L, dtype, 1)
-    if not conv.deterministic(module, spec, probe, tol):  # e.g. F.dropout(..., training=True)
+    setup.dtype = _dtype(module, spec, setup.dims)
+    probe = inputs(setup.dims, PROBE_BATCH, setup.length, setup.length, setup.dtype, 1)
+    if not conv.deterministic(module, spec, probe, setup.tol):  # e.g. F.dropout(..., training=True)
         report.verdict, report.reason = "fail", say("random", report.lang)
-        report.conventions = _conventions(spec, dtype)[:1]
+        report.conventions = _conventions(spec, setup.dtype)[:1]
         return report
-    found = hints.layout or conv.detect_layout(module, spec, probe, tol)
+    found = setup.hints.layout or conv.detect_layout(module, spec, probe, setup.tol)
     if found:
         spec.layout = found
-        return _check_in_layout(module, spec, dims, heads, hints, report, square, dtype)
+        return _check_in_layout(module, spec, setup, report)
     # Batch elements are not independent (e.g. a softmax over the batch): keep the layout that fits.
     tried, first_error = [], None
     for layout in ("batch", "seq"):
         trial = CheckReport(target=report.target, lang=report.lang)
         try:
-            tried.append(_check_in_layout(module, CallSpec(**{**spec.__dict__, "layout": layout}), dims, heads,
-                                          hints, trial, square, dtype))
+            trial_spec = CallSpec(**{**spec.__dict__, "layout": layout})
+            tried.append(_check_in_layout(module, trial_spec, setup, trial))
         except LearnerError as error:
             first_error = first_error or error
     if not tried:
         raise first_error
-    best = min(tried, key=lambda r: (not r.passed, r.bug is None, r.error if r.error is not None else math.inf))
+    best = min(tried, key=lambda r: (not r.passed, r.bug is None, math.inf if r.error is None else r.error))
     best.notes.append(say("layout-guess", best.lang))
     return best
 
 
-def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square, dtype) -> CheckReport:
+def _check_in_layout(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
     """Everything after the layout: causality, lengths, mask convention, roles, verdict."""
-    tol = TOLERANCE[dtype]
-    L = square or 5
-    if hints.causal is None:
+    dims, dtype, tol, L = setup.dims, setup.dtype, setup.tol, setup.length
+    if setup.hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
     spec.causal_buffer = conv.causal_buffer(module)
-    Lk = L if square or spec.causal else L + 2
-    cross = inputs(dims, PROBE_BATCH, L, Lk, dtype, 3)
-    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec, cross)
+    Lk = L if setup.square or spec.causal or setup.context_limited else L + 2
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec,
+                                                                inputs(dims, PROBE_BATCH, L, Lk, dtype, 3))
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
         spec.encoding = detect_encoding(module, spec, inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
@@ -227,7 +245,7 @@ def _check_in_layout(module, spec: CallSpec, dims, heads, hints, report, square,
     with LinearInputs(module, tags) as seen:
         invoke(module, spec, *plain[0][:3])
     _materialise_unused_lazy(module)
-    assignments = candidate_roles(module, seen.seen, spec.inputs == "x", heads)
+    assignments = candidate_roles(module, seen.seen, spec.inputs == "x", setup.heads)
     report.conventions = _conventions(spec, dtype)
     if not assignments:
         report.reason = say("no-roles", report.lang)
@@ -286,7 +304,7 @@ def _conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     return found
 
 
-def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report) -> None:
+def _diagnose_exception(raised: LearnerError, module, spec, setup: Setup, report) -> None:
     """Name the bug behind an exception, or report the exception and where it happened."""
     report.verdict = "fail"
     report.exception = f"{type(raised.error).__name__}: {str(raised.error).splitlines()[0]}"
@@ -294,8 +312,8 @@ def _diagnose_exception(raised: LearnerError, module, spec, dims, heads, report)
         report.exception += f" ({raised.where})"
     report.conventions = _conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
-    h = heads or 1
-    case = (*inputs(dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
-    form = match_exception(raised.error, random_weights(dims[0], dims[0], h, dtype), spec, case)
+    case = (*inputs(setup.dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
+    weights = random_weights(setup.dims[0], setup.dims[0], setup.heads or 1, dtype)
+    form = match_exception(raised.error, weights, spec, case)
     if form is not None:
         report.bug = BUG_OF_FORM[form].id
