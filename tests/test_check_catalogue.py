@@ -82,3 +82,15 @@ def test_forms_to_try_leave_out_what_cannot_show():
     assert set(forms_to_try(has_mask=True, causal=True)) >= NEEDS_MASK | NEEDS_USER_MASK | NEEDS_CAUSAL
     assert not set(forms_to_try(has_mask=False, causal=True)) & NEEDS_USER_MASK
     assert "no-scale" in plain and "skip-output-projection" in plain
+
+
+def test_every_message_has_both_languages_with_the_same_placeholders():
+    import string
+
+    from multihead.check import text
+
+    for table in (text.MESSAGES, text.CONVENTION_TEXT, text.BUG_TEXT, text.MASK_TEXT, text.ROLE_TEXT):
+        for key, (english, chinese) in table.items():
+            fields = [{name for _, name, _, _ in string.Formatter().parse(t) if name} for t in (english, chinese)]
+            assert fields[0] == fields[1], key
+            assert any("\u4e00" <= ch <= "\u9fff" for ch in chinese), key

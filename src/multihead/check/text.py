@@ -118,7 +118,6 @@ MESSAGES = {
     "conventions": ("Conventions found", "检测到的约定"),
     "roles": ("Roles of its Linear layers", "各线性层的角色"),
     "no-out": ("(none: heads are concatenated)", "（无：各头直接拼接）"),
-    "at": ("at {where}", "位置 {where}"),
     "after-rename-pass": ("with '{method}' renamed to forward, it matches the reference",
                           "把 '{method}' 改名为 forward 后，它与参考实现一致"),
     "after-rename-bug": ("with '{method}' renamed to forward, it still has a bug: {bug}",
@@ -137,7 +136,6 @@ MESSAGES = {
                      "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
-    "fill-note": ("its masked rows use a finite fill such as -1e9", "被屏蔽位置填充的是有限值（如 -1e9）"),
 }
 
 
