@@ -106,3 +106,37 @@ def test_cli_rejects_bad_arguments(bad):
     cli.configure(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(bad)
+
+
+def test_machine_description_says_what_ran_where():
+    from multihead.bench import machine
+
+    info = machine.describe()
+    assert info["torch"] == torch.__version__ and info["threads"] == torch.get_num_threads()
+    assert info["cpu"] and info["date"].endswith("UTC")
+
+
+def test_flop_convention_and_padded_lengths():
+    assert roofline.attention_flops(1, 8, 4096, 4096, 64, causal=False) == 4 * 8 * 4096**2 * 64
+    assert roofline.attention_flops(2, 8, 16, 16, 64, causal=True) == 2 * 2 * 8 * 16**2 * 64
+    assert padded.valid_lengths(padded.Sizes(4096)).tolist() == [512 * i for i in range(1, 9)]
+
+
+def test_set_threads_sets_and_reports():
+    from multihead.bench.timing import set_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert set_threads(1) == 1 and set_threads(None) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_progress_bars_go_to_stderr_only(capsys):
+    from multihead.bench.progress import Bars
+
+    with Bars(enabled=True) as bars, bars.task("work", total=3) as steps:
+        steps.advance()
+        steps.describe("more work")
+    captured = capsys.readouterr()
+    assert captured.out == "" and "more work" in captured.err
