@@ -155,3 +155,11 @@ def test_a_context_length_shorter_than_the_probes_is_refused_clearly():
     report = check(SplitHeads, init={"dim_in": 3, "dim_out": 4, "context_length": 5, "dropout_rate": 0.0,
                                      "num_heads": 2})
     assert report.exit_code == 2 and "context_length=5" in report.reason and ">= 6" in report.reason
+
+
+def test_could_not_run_messages_are_translated():
+    report = check("nowhere/attn.py:A", lang="zh")
+    assert report.reason == "找不到文件：nowhere/attn.py"
+    assert str(report).startswith("错误：无法检查 nowhere/attn.py:A")
+    error = LoadError("english", "中文")
+    assert (str(error), error.text("en"), error.text("zh")) == ("english", "english", "中文")

@@ -29,17 +29,23 @@ def parse_hints(text: str | None) -> Hints:
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep:
-            raise LoadError(f"--call expects key=value pairs, got {item!r}")
+            raise LoadError(f"--call expects key=value pairs, got {item!r}",
+                            f"--call 需要 键=值 的形式，实际是 {item!r}")
         if key == "heads":
             if not value.isdigit() or int(value) < 1:
-                raise LoadError(f"--call heads must be a positive integer, got {value!r}")
+                raise LoadError(f"--call heads must be a positive integer, got {value!r}",
+                                f"--call heads 必须是正整数，实际是 {value!r}")
             hints.heads = int(value)
         elif key in _CHOICES:
             if value not in _CHOICES[key]:
-                raise LoadError(f"--call {key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+                choices = ", ".join(_CHOICES[key])
+                raise LoadError(f"--call {key} must be one of {choices}, got {value!r}",
+                                f"--call {key} 只能是 {choices} 之一，实际是 {value!r}")
             setattr(hints, key, value == "yes" if key == "causal" else value)
         else:
-            raise LoadError(f"unknown --call hint {key!r}; known: heads, " + ", ".join(_CHOICES))
+            known = "heads, " + ", ".join(_CHOICES)
+            raise LoadError(f"unknown --call hint {key!r}; known: {known}",
+                            f"未知的 --call 提示 {key!r}；可用的有：{known}")
     return hints
 
 

@@ -36,25 +36,36 @@ DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in HEAD_NAMES}
 
 
 class LoadError(Exception):
-    """The learner's file, class or constructor could not be used (the checker exits with 2)."""
+    """The learner's file, class or constructor could not be used (the checker exits with 2).
+
+    ``str(error)`` is the English message; ``error.text(lang)`` the message in ``lang``.
+    """
+
+    def __init__(self, english: str, chinese: str | None = None):
+        super().__init__(english)
+        self.chinese = chinese or english
+
+    def text(self, lang: str) -> str:
+        return self.chinese if lang == "zh" else str(self)
 
 
 def split_target(target: str) -> tuple[Path, str]:
     """``"path/to/file.py:ClassName"`` -> (path, class name)."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise LoadError(f"expected FILE.py:ClassName, got {target!r}")
+        raise LoadError(f"expected FILE.py:ClassName, got {target!r}",
+                        f"应写成 文件.py:类名，实际是 {target!r}")
     return Path(path), name
 
 
 def import_file(path: Path):
     """Import a Python file as a fresh module, writing no bytecode next to it."""
     if not path.is_file():
-        raise LoadError(f"no such file: {path}")
+        raise LoadError(f"no such file: {path}", f"找不到文件：{path}")
     module_name = f"_multihead_check_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise LoadError(f"cannot import {path}: not a Python source file")
+        raise LoadError(f"cannot import {path}: not a Python source file", f"无法导入 {path}：不是 Python 源文件")
     module = importlib.util.module_from_spec(spec)
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
@@ -65,7 +76,8 @@ def import_file(path: Path):
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as error:  # the learner's file fails: report it, never a traceback
         sys.modules.pop(module_name, None)
-        raise LoadError(f"importing {path} failed: {type(error).__name__}: {error}") from error
+        why = f"{type(error).__name__}: {error}"
+        raise LoadError(f"importing {path} failed: {why}", f"导入 {path} 时出错：{why}") from error
     finally:
         sys.dont_write_bytecode = saved
         sys.path.remove(folder)
@@ -81,10 +93,14 @@ def load_class(target: str) -> type:
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
                    and v.__module__ == module.__name__]
         hint = difflib.get_close_matches(name, classes, n=1)
-        raise LoadError(f"class {name!r} not found in {path}; it defines: {', '.join(classes) or 'none'}"
-                        + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+        defined = ", ".join(classes) or "-"
+        raise LoadError(f"class {name!r} not found in {path}; it defines: {defined}"
+                        + (f" (did you mean {hint[0]!r}?)" if hint else ""),
+                        f"{path} 里没有类 {name!r}；文件中定义的有：{defined}"
+                        + (f"（是不是 {hint[0]!r}？）" if hint else ""))
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise LoadError(f"{name!r} in {path} is not an nn.Module subclass")
+        raise LoadError(f"{name!r} in {path} is not an nn.Module subclass",
+                        f"{path} 里的 {name!r} 不是 nn.Module 的子类")
     return cls
 
 
@@ -95,10 +111,12 @@ def parse_init(text: str | None) -> dict:
     try:
         kwargs = json.loads(text)
     except json.JSONDecodeError as error:
-        raise LoadError(f"--init is not valid JSON ({error.msg}); expected e.g. "
-                        "'{\"d_model\": 16, \"num_heads\": 4}', got " + repr(text)) from error
+        example = '{"d_model": 16, "num_heads": 4}'
+        raise LoadError(f"--init is not valid JSON ({error.msg}); expected e.g. '{example}', got {text!r}",
+                        f"--init 不是合法的 JSON（{error.msg}）；应类似 '{example}'，实际是 {text!r}") from error
     if not isinstance(kwargs, dict):
-        raise LoadError(f"--init must be a JSON object of keyword arguments, got {text!r}")
+        raise LoadError(f"--init must be a JSON object of keyword arguments, got {text!r}",
+                        f"--init 必须是由关键字参数组成的 JSON 对象，实际是 {text!r}")
     return kwargs
 
 
@@ -125,11 +143,14 @@ def guess_init(cls: type, given: dict) -> dict:
     if short:
         name, value = next(iter(short.items()))
         raise LoadError(f"{name}={value} is shorter than the sequences the checker tries "
-                        f"({LONGEST_PROBE} tokens); pass {name} >= {LONGEST_PROBE} with --init")
+                        f"({LONGEST_PROBE} tokens); pass {name} >= {LONGEST_PROBE} with --init",
+                        f"{name}={value} 比检查器使用的序列（{LONGEST_PROBE} 个词）短；"
+                        f"请用 --init 传入 {name} >= {LONGEST_PROBE}")
     if missing:
+        example = "--init '{" + ", ".join(f'"{m}": ...' for m in missing) + "}'"
         raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
-                        "pass them with --init, e.g. --init '{" + ", ".join(f'"{m}": ...' for m in missing)
-                        + "}'")
+                        f"pass them with --init, e.g. {example}",
+                        f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}")
     return kwargs
 
 
@@ -139,7 +160,9 @@ def build(cls: type, init: dict | None = None) -> tuple[nn.Module, dict]:
     try:
         return cls(**kwargs), kwargs
     except Exception as error:
-        raise LoadError(f"{cls.__name__}(**{kwargs}) failed: {type(error).__name__}: {error}") from error
+        why = f"{type(error).__name__}: {error}"
+        raise LoadError(f"{cls.__name__}(**{kwargs}) failed: {why}",
+                        f"构造 {cls.__name__}(**{kwargs}) 时出错：{why}") from error
 
 
 def misspelled_forward(cls: type) -> str | None:

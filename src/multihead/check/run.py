@@ -60,7 +60,7 @@ def _check(target, init, call, lang: str) -> CheckReport:
         module, kwargs = _resolve(target, init)
         hints = parse_hints(call)
     except LoadError as error:
-        report.reason = str(error)
+        report.reason = error.text(lang)
         return report
     try:
         return _check_built(module, kwargs, hints, report)
@@ -109,11 +109,13 @@ def _resolve(target, init) -> tuple[nn.Module, dict]:
         try:
             return copy.deepcopy(target).cpu(), kwargs
         except Exception as error:  # e.g. a module holding an open file or a generator
-            raise LoadError(f"cannot copy the module to check it ({type(error).__name__}: {error}); "
-                            "pass its class instead") from error
+            why = f"{type(error).__name__}: {error}"
+            raise LoadError(f"cannot copy the module to check it ({why}); pass its class instead",
+                            f"无法复制这个模块来检查（{why}）；请改为传入它的类") from error
     cls = load_class(target) if isinstance(target, str) else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}")
+        raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}",
+                        f"需要 nn.Module 的类或实例，实际是 {type(target).__name__}")
     return build(cls, kwargs)
 
 
