@@ -13,13 +13,7 @@ from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
-
-
-def check(module, **options):
-    """Check a learner's attention module against the reference; returns a report (see multihead.check)."""
-    from multihead.check import check as run_check
-
-    return run_check(module, **options)
+from multihead.check import check  # noqa: E402  (after the core: the checker is built on it)
 
 
 __version__ = "0.1.0"
