@@ -140,3 +140,11 @@ def test_progress_bars_go_to_stderr_only(capsys):
         steps.describe("more work")
     captured = capsys.readouterr()
     assert captured.out == "" and "more work" in captured.err
+
+
+def test_ratio_pairs_rounds_so_a_slow_round_cancels():
+    from multihead.bench.timing import Timing, ratio
+
+    a, b = Timing(2.0, (1.0, 2.0, 20.0)), Timing(1.0, (0.5, 1.0, 10.0))  # round 3 ran under load
+    assert ratio(a, b) == 2.0
+    assert ratio(a, Timing(4.0, (4.0,))) == 0.5  # unpaired: ratio of medians

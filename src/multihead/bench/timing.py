@@ -64,6 +64,14 @@ def compare(
     return {name: Timing(statistics.median(s), tuple(s)) for name, s in samples.items()}
 
 
+def ratio(a: Timing, b: Timing) -> float:
+    """a / b as the median of the per-round ratios (rounds run under the same load, so a burst that
+    slows one round slows both sides); the ratio of medians when the rounds do not pair up."""
+    if len(a.samples) != len(b.samples):
+        return a.median_s / b.median_s
+    return statistics.median(x / y for x, y in zip(a.samples, b.samples))
+
+
 def set_threads(n: int | None) -> int:
     """Use `n` intra-op threads (None: leave torch's choice); returns the count in effect."""
     if n is not None:

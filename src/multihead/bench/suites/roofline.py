@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import multihead as mh
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
-from multihead.bench.timing import compare
+from multihead.bench.timing import Timing, compare, ratio
 from multihead.textbook import ClassicTransformerHeads
 
 P3_GOAL = 0.90
@@ -116,20 +116,21 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
             flops = 2.0 * n**3 if name == "GEMM" else attention_flops(1, H, N, N, D, causal)
             row.update(rate=flops / s / 1e9, unit="GFLOP/s", **{"% of GEMM": 100.0 * flops / s / gemm[dtype]})
         result.rows.append(row)
-    result.targets = p3_targets(sizes, sec, gemm["fp32"])
+    result.targets = p3_targets(sizes, t)
     return result
 
 
-def p3_targets(sizes: Sizes, sec: dict, gemm_fp32: float) -> list[Target]:
-    """P3 for non-causal and causal, each with the bound it runs into."""
-    H, N, D = sizes.heads, sizes.length, sizes.head_dim
-    gemm_part = attention_flops(1, H, N, N, D, False) / gemm_fp32  # seconds at the GEMM rate
-    bound = gemm_part / (gemm_part + sec[("exp over the H*N^2 scores alone", "fp32", None)])
-    excess = sec[("attention ours", "fp32", True)] / (sec[("attention ours", "fp32", False)] / 2)
+def p3_targets(sizes: Sizes, t: dict[tuple, Timing]) -> list[Target]:
+    """P3 for non-causal and causal (per-round ratios to the GEMM), each with the bound it runs into."""
+    n, H, N, D = sizes.gemm, sizes.heads, sizes.length, sizes.head_dim
+    gemm = t[("GEMM", "fp32", None)]
+    gemm_part = attention_flops(1, H, N, N, D, False) / (2.0 * n**3) * gemm.median_s  # s at GEMM rate
+    bound = gemm_part / (gemm_part + t[("exp over the H*N^2 scores alone", "fp32", None)].median_s)
+    excess = 2 * ratio(t[("attention ours", "fp32", True)], t[("attention ours", "fp32", False)])
     found = []
     for causal in (False, True):
         flops = attention_flops(1, H, N, N, D, causal)
-        share = flops / sec[("attention ours", "fp32", causal)] / gemm_fp32
+        share = flops / (2.0 * n**3) * ratio(gemm, t[("attention ours", "fp32", causal)])
         note = f"bound: GEMM FLOPs at the GEMM rate + the exps alone = {bound:.0%}"
         if causal:
             note += f"; causal costs {excess:.2f}x half of non-causal (tiles across the diagonal)"

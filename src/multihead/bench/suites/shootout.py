@@ -12,7 +12,7 @@ from multihead.bench.peers import Shape
 from multihead.bench.registry import build, names
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
-from multihead.bench.timing import compare
+from multihead.bench.timing import compare, ratio
 
 TORCH_DEFAULT = "nn.MultiheadAttention"
 
@@ -51,7 +51,7 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
         for label, short in (("forward", "forward"), ("forward+backward", "fwd+bwd")):
             t = times[label]
             row[f"{short} ms"] = t[name].median_s * 1e3
-            row[f"{short} x ours"] = t[name].median_s / t["ours"].median_s
+            row[f"{short} x ours"] = ratio(t[name], t["ours"])
         result.rows.append(row)
     result.targets = targets(times)
     return result
@@ -61,11 +61,10 @@ def targets(times: dict) -> list[Target]:
     """P1 for each pass: ours <= 1.05x floor, >= 1.8x faster than torch's default, fastest peer."""
     found = []
     for label, t in times.items():
-        ours = t["ours"].median_s
-        others = {n: x.median_s / ours for n, x in t.items() if n not in ("ours", "floor")}
+        others = {n: ratio(x, t["ours"]) for n, x in t.items() if n not in ("ours", "floor")}
         closest = min(others, key=others.get)
         found += [
-            Target(f"P1 {label}: ours / floor", ours / t["floor"].median_s, "<=", 1.05),
+            Target(f"P1 {label}: ours / floor", ratio(t["ours"], t["floor"]), "<=", 1.05),
             Target(f"P1 {label}: {TORCH_DEFAULT} default / ours", others[TORCH_DEFAULT], ">=", 1.8),
             Target(f"P1 {label}: closest other peer / ours", others[closest], ">=", 1.0,
                    note=f"closest: {closest}"),
