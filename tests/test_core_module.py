@@ -159,3 +159,11 @@ def test_from_module_copies_weights_and_keeps_settings():
     assert ours.out_proj.weight.abs().sum() > 0  # independent copy
     again = mh.MultiHeadAttention.from_module(ours)
     assert again is not ours and torch.equal(again.q_proj.weight, ours.q_proj.weight)
+
+
+def test_empty_sequences_through_the_module():
+    mod = mh.MultiHeadAttention(8, 2)
+    assert mod(torch.randn(2, 0, 8)).shape == (2, 0, 8)
+    no_keys = mod(torch.randn(2, 3, 8), torch.randn(2, 0, 8))  # every query fully masked
+    expected = mod.out_proj.bias.expand(2, 3, 8)  # zero attention output, then the output projection
+    assert torch.allclose(no_keys, expected)
