@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 SUITES = ("shootout", "scaling", "padded", "roofline", "small")
@@ -41,6 +42,10 @@ def main(args: argparse.Namespace) -> int:
             suite = importlib.import_module(f"multihead.bench.suites.{name}")
             sizes = suite.Sizes.quick() if args.quick else suite.Sizes.full()
             results.append(suite.run(ctx, sizes))
+    if args.quick:  # the targets are defined at the full sizes
+        for r in results:
+            r.targets = [replace(t, note=("quick sizes, indicative only; " + t.note).rstrip("; "))
+                         for t in r.targets]
     info = machine.describe()
     report.print_rich(results, info)
     line = report.json_line(results, info)
