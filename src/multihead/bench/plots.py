@@ -33,12 +33,12 @@ def _shootout(plt, r: SuiteResult):
     names = [row["implementation"] for row in r.rows]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ys = range(len(names))
-    ax.barh([y - 0.2 for y in ys], [row["forward ms"] for row in r.rows], 0.4, label="forward")
-    ax.barh([y + 0.2 for y in ys], [row["fwd+bwd ms"] for row in r.rows], 0.4, label="forward+backward")
+    ax.barh([y - 0.2 for y in ys], [row["forward x ours"] for row in r.rows], 0.4, label="forward")
+    ax.barh([y + 0.2 for y in ys], [row["fwd+bwd x ours"] for row in r.rows], 0.4, label="forward+backward")
+    ax.axvline(1.0, color="grey", linestyle="--")
     ax.set_yticks(list(ys), names)
     ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("ms per call (log)")
+    ax.set_xlabel("time / ours (higher = slower than ours)")
     ax.set_title(r.title, fontsize=9)
     ax.legend()
     return fig
