@@ -196,7 +196,7 @@ def test_report_object():
 
 
 def test_checker_failures_are_reported_not_raised(monkeypatch):
-    import multihead.check.run as run
+    from multihead.check import run  # (`import multihead.check.run as run` meets mh.check, the function)
 
     def broken(*args, **kwargs):
         raise IndexError("unexpected layout")
