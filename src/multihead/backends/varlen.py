@@ -9,6 +9,7 @@ key or query come out exactly zero with zero gradient, as on every backend.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched kernel entry
 
 from multihead.backends.problem import Problem
@@ -84,13 +85,18 @@ class VarlenBackend:
     def run(self, p: Problem) -> torch.Tensor:
         part, causal = _structure(p)
         B, H, Lq, Lk = p.dims
-        out = p.q.new_zeros(B, H, Lq, p.v.shape[-1])  # (B, H, Lq, Dv); padded rows stay 0
+        Dv = p.v.shape[-1]
+        # unbind / pad / stack rather than writing slices into one zero tensor: their backward
+        # allocates each gradient once, where B slice writes would allocate B full-size ones.
+        qs, ks, vs = p.q.unbind(0), p.k.unbind(0), p.v.unbind(0)  # B x (H or Hkv, L, D)
+        outs = []
         for b, (qlen, klen) in enumerate(_valid_lengths(part, Lq)):
-            if qlen == 0 or klen == 0:
-                continue  # no query or no key: the whole sequence's output is 0
-            q = p.q[b : b + 1, :, :qlen]  # (1, H, qlen, D)
-            k = p.k[b : b + 1, :, :klen]  # (1, Hkv, klen, D)
-            v = p.v[b : b + 1, :, :klen]  # (1, Hkv, klen, Dv)
-            out[b : b + 1, :, :qlen] = _sdpa(q, k, v, None, p.dropout, causal, scale=p.scale,
-                                             enable_gqa=p.gqa)
-        return out
+            if qlen == 0 or klen == 0:  # no query or no key: the whole sequence's output is 0
+                outs.append(p.q.new_zeros(H, Lq, Dv))
+                continue
+            q = qs[b][None, :, :qlen]  # (1, H, qlen, D)
+            k = ks[b][None, :, :klen]  # (1, Hkv, klen, D)
+            v = vs[b][None, :, :klen]  # (1, Hkv, klen, Dv)
+            o = _sdpa(q, k, v, None, p.dropout, causal, scale=p.scale, enable_gqa=p.gqa)[0]
+            outs.append(F.pad(o, (0, 0, 0, Lq - qlen)))  # (H, Lq, Dv), padded query rows are 0
+        return torch.stack(outs)  # (B, H, Lq, Dv)
