@@ -173,7 +173,7 @@ def test_reference_comparison_on_a_textbook_module():
 def test_exceptions_are_matched_by_kind_and_words():
     spec = CallSpec(args=["x"], inputs="x")
     case = (_x(2, 5), None, None, None)
-    weights = random_weights(16, 16, 4, torch.float64)
+    weights = random_weights((16, 16, 16), 16, 4, torch.float64)
     try:
         torch.zeros(2, 4, 5, 4).transpose(1, 2).view(2, 5, 16)
     except RuntimeError as error:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from multihead.check import BUGS, check
+from multihead.check.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 
@@ -37,6 +38,7 @@ EXPECTED = {
     "ok_to_q_to_kv.py:XAttn": None,
     "ok_key_padding_returns_weights.py:PadAwareAttention": None,
     "ok_interleaved_qkv.py:InterleavedAttention": None,
+    "ok_memory_kdim_vdim.py:MemoryAttention": None,
 }
 
 
@@ -100,6 +102,22 @@ def test_conventions_are_reported(target, wanted):
     text = "\n".join(check(str(ZOO / target)).convention_lines())
     for piece in wanted:
         assert piece in text, text
+
+
+def test_keys_and_values_of_their_own_widths_are_probed_with_those_widths():
+    target = str(ZOO / "ok_memory_kdim_vdim.py:MemoryAttention")
+    sizes = {"embed_dim": 16, "num_heads": 2, "kdim": 8, "vdim": 12}
+    assert check(target, init=sizes).passed  # from the constructor arguments
+    module = load_class(target)(**sizes)
+    module.kdim, module.vdim = 8, 12
+    assert check(module).passed  # from the attributes of an instance
+
+
+def test_input_width_is_not_taken_from_a_context_length(tmp_path):
+    learner = tmp_path / "channels.py"
+    learner.write_text((ZOO / "ok_fused_causal.py").read_text().replace("n_embd", "channels"))
+    report = check(f"{learner}:Block", init={"channels": 8, "n_head": 2, "block_size": 16})
+    assert report.passed, str(report)
 
 
 def test_exceptions_are_diagnosed_with_the_learner_line():

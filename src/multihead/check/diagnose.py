@@ -75,11 +75,12 @@ def exception_signature(error: BaseException) -> str:
     return type(error).__name__ + ": " + " ".join(words.split())[:60]
 
 
-def random_weights(e_in: int, inner: int, num_heads: int, dtype) -> Weights:
-    """Weights of the right shapes for replaying exceptions (their values do not matter)."""
+def random_weights(dims: tuple[int, int, int], inner: int, num_heads: int, dtype) -> Weights:
+    """Weights q (inner, Eq), k (inner, Ek), v (inner, Ev), o (inner, inner) for inputs of sizes
+    ``dims = (Eq, Ek, Ev)``, to replay exceptions (their values do not matter)."""
     gen = torch.Generator().manual_seed(0)
     make = lambda rows, cols: (torch.randn(rows, cols, generator=gen, dtype=dtype), None)  # noqa: E731
-    return Weights(make(inner, e_in), make(inner, e_in), make(inner, e_in), make(inner, inner), num_heads)
+    return Weights(*(make(inner, e_in) for e_in in dims), make(inner, inner), num_heads)
 
 
 def match_exception(error: BaseException, weights: Weights, spec, case) -> str | None:

@@ -21,17 +21,19 @@ EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
 # constructor parameter name -> the value to pass when the learner gives no --init
-_EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd",
-                "emb_dim", "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_in",
-                "dim_out", "d_in", "d_out", "query_size", "key_size", "value_size", "in_dim", "d",
-                "width", "features", "n_embed", "embedding_size", "input_dim", "size", "hidden", "n_hidden",
-                "d_hidden", "emb", "embed", "kdim", "vdim")
+QUERY_SIZE_NAMES = ("query_size", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
+KEY_SIZE_NAMES = ("key_size", "kdim")
+VALUE_SIZE_NAMES = ("value_size", "vdim")
+EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd", "emb_dim",
+               "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d", "width",
+               "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb", "embed")
+_SIZE_NAMES = QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES
 HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
                "num_attention_heads", "n_heads_q", "nheads")
 LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
                  "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
 _DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")
-DEFAULTS = {**{n: EMBED for n in _EMBED_NAMES}, **{n: HEADS for n in HEAD_NAMES},
+DEFAULTS = {**{n: EMBED for n in _SIZE_NAMES}, **{n: HEADS for n in HEAD_NAMES},
             **{n: LENGTH for n in LENGTH_NAMES}}
 
 

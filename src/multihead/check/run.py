@@ -25,12 +25,13 @@ from multihead.check.catalogue import BUG_OF_FORM, forms_to_try
 from multihead.check.compare import compare_with_reference
 from multihead.check.diagnose import closest, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
-from multihead.check.load import (DEFAULTS, EMBED, HEAD_NAMES, LENGTH_NAMES, LoadError, build, load_class,
+from multihead.check.load import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES,
+                                  QUERY_SIZE_NAMES, VALUE_SIZE_NAMES, LoadError, build, load_class,
                                   misspelled_forward, parse_init)
 from multihead.check.masks import detect_encoding, encoding_by_agreement
 from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.check.report import CheckReport
-from multihead.check.roles import LinearInputs, candidate_roles
+from multihead.check.roles import LinearInputs, candidate_roles, linear_layers
 from multihead.check.text import check_lang, say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
@@ -121,27 +122,23 @@ def _resolve(target, init) -> tuple[nn.Module, dict]:
 
 def _heads_hint(module, kwargs, hints: Hints) -> int | None:
     """The number of heads from --call, the constructor arguments or the module's attributes."""
-    if hints.heads:
-        return hints.heads
-    for name in HEAD_NAMES:
-        value = kwargs.get(name, getattr(module, name, None))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    return hints.heads or _size(HEAD_NAMES, kwargs, module)
+
+
+def _size(names, kwargs: dict, module=None) -> int | None:
+    """The first positive int among the arguments ``names`` (then the module's attributes), or None."""
+    found = [kwargs.get(n) for n in names] + [getattr(module, n, None) for n in names if module is not None]
+    return next((v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
 
 
 def _input_dims(module, kwargs) -> tuple[int, int, int]:
-    """(Eq, Ek, Ev): from d2l-style sizes, an embedding-size argument, or the first Linear."""
-    if "query_size" in kwargs:
-        return kwargs["query_size"], kwargs.get("key_size", kwargs["query_size"]), \
-            kwargs.get("value_size", kwargs["query_size"])
-    for name in DEFAULTS:
-        if name in kwargs and DEFAULTS[name] == EMBED:
-            return (kwargs[name],) * 3
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear) and not isinstance(layer, nn.modules.lazy.LazyModuleMixin):
-            return (layer.in_features,) * 3
-    return (EMBED,) * 3
+    """(Eq, Ek, Ev): the query's from a size argument (query_size, d_model...), else the first Linear;
+    the key's and value's from key_size/kdim and value_size/vdim (arguments or attributes), else Eq."""
+    first_linear = next(iter(linear_layers(module).values()), None)
+    query = _size(QUERY_SIZE_NAMES + EMBED_NAMES, kwargs) or (first_linear.in_features if first_linear else EMBED)
+    key = _size(KEY_SIZE_NAMES, kwargs, module) or query
+    value = _size(VALUE_SIZE_NAMES, kwargs, module) or query
+    return query, key, value
 
 
 @dataclass
@@ -315,7 +312,7 @@ def _diagnose_exception(raised: LearnerError, module, spec, setup: Setup, report
     report.conventions = _conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
     case = (*inputs(setup.dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)
-    weights = random_weights(setup.dims[0], setup.dims[0], setup.heads or 1, dtype)
+    weights = random_weights(setup.dims, setup.dims[0], setup.heads or 1, dtype)
     form = match_exception(raised.error, weights, spec, case)
     if form is not None:
         report.bug = BUG_OF_FORM[form].id
