@@ -149,6 +149,15 @@ def test_role_candidates_for_a_fused_projection():
     assert found[0].weights(module).q[0].shape == (16, 16)
 
 
+def test_role_candidates_for_a_key_and_a_value_linear_on_one_context():
+    layers = {name: nn.Linear(16, 16) for name in ("to_q", "to_k", "to_v", "to_out")}
+    module = nn.ModuleDict(layers)
+    seen = {"to_q": ["q"], "to_k": ["k"], "to_v": ["k"], "to_out": ["mid"]}  # forward(x, context)
+    found = candidate_roles(module, seen, False, 4)
+    assert {(a.describe()["k"], a.describe()["v"]) for a in found} == {("to_k", "to_v"), ("to_v", "to_k")}
+    assert all(a.describe()["q"] == "to_q" and a.describe()["o"] == "to_out" for a in found)
+
+
 def test_relative_error_treats_nan_positions():
     a = torch.tensor([1.0, float("nan"), 2.0])
     assert relative_error(a, a.clone()) == 0.0

@@ -220,10 +220,15 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
 def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
     """Role candidates when query, key and value come in as separate tensors."""
     by_role = {role: [n for n in layers if role in seen.get(n, [])] for role in ROLES}
-    if not by_role["v"] and len(by_role["q"]) == len(by_role["k"]) == 1:  # fused to_kv (keys = values)
-        found = _fused_kv(layers, by_role["q"][0], by_role["k"][0], heads)
-        if found:
-            return found
+    if not by_role["v"] and len(by_role["q"]) == 1:  # forward(x, context): keys = values
+        q_name, on_context = by_role["q"][0], by_role["k"]
+        if len(on_context) == 1:  # one fused to_kv
+            found = _fused_kv(layers, q_name, on_context[0], heads)
+            if found:
+                return found
+        if len(on_context) == 2:  # a key Linear and a value Linear, in either order
+            return [({"q": [(q_name, None)], "k": [(k, None)], "v": [(v, None)]}, h, "separate", {})
+                    for k, v in (on_context, on_context[::-1]) for h in heads(layers[q_name].out_features)]
     for role in ROLES:
         if not by_role[role]:
             shape = next((layers[by_role[r][0]].weight.shape for r in ROLES if by_role[r]), None)
