@@ -78,7 +78,7 @@ def _bars(plt, r: SuiteResult, label_of, value_col: str, xlabel: str):
 
 
 def _padded(plt, r: SuiteResult):
-    return _bars(plt, r, lambda row: f"{row['padding']}: {row['implementation']}", "ms", "ms per forward")
+    return _bars(plt, r, lambda row: f"{row['padding']} {row['pass']}: {row['implementation']}", "ms", "ms per call")
 
 
 def _roofline(plt, r: SuiteResult):
