@@ -95,7 +95,7 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
             steps.describe(f"padded {label} fwd+bwd")
             trained = compare({name: _training_step(leaves, mask, backend)
                                for name, backend in (("ours[sdpa]", "sdpa"), ("ours", "auto"))},
-                              rounds=ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s,
+                              rounds=ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s / 2,
                               on_round=steps.advance)
             for name, timing in trained.items():
                 result.rows.append({
