@@ -40,6 +40,7 @@ EXPECTED = {
     "ok_key_padding_returns_weights.py:PadAwareAttention": None,
     "ok_interleaved_qkv.py:InterleavedAttention": None,
     "ok_memory_kdim_vdim.py:MemoryAttention": None,
+    "ok_causal_with_bias.py:DecoderSelfAttention": None,
 }
 
 
@@ -99,6 +100,8 @@ def test_per_head_linears_are_stacked_in_head_order():
     ("masked_fill_discarded.py:SelfAttn", ["'mask': has no effect on the outputs"]),
     ("causal_sees_next.py:CausalSelfAttention", ["causal inside the module", "buffer 'allowed'"]),
     ("causal_blocks_self.py:MaskedHeads", ["buffer 'mask'"]),
+    ("ok_causal_with_bias.py:DecoderSelfAttention", ["causal inside the module",
+                                                     "'attn_bias' (B, 1, Lq, Lk): added to the scores"]),
 ])
 def test_conventions_are_reported(target, wanted):
     text = "\n".join(check(str(ZOO / target)).convention_lines())

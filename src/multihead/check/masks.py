@@ -86,23 +86,31 @@ def _same(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
 
 
 def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> bool:
-    """With this encoding, does changing the blocked keys (and values) leave the outputs alone?"""
+    """With this encoding, does changing the blocked keys (and values) leave the outputs alone?
+
+    A causal module never sees later keys, so there the earliest keys are blocked instead (except for
+    lengths, which always block the last ones); only queries that still see a key are compared.
+    """
     xq, xk, xv = inputs
     B, Lq, Lk = xq.shape[0], xq.shape[1], xk.shape[1]
     keep = probe_pattern(encoding.family, B, Lq, Lk)
+    if spec.causal and encoding.family != "lengths":
+        keep = keep.flip(-1)  # (B, Lq, Lk): block a prefix of the keys, which causal queries do see
     blocked = ~keep[:, 0, :, None]  # (B, Lk, 1)
+    rows = torch.ones(B, Lq, dtype=torch.bool)  # (B, Lq): the queries compared
+    if spec.causal:
+        rows &= (keep & torch.ones(Lq, Lk, dtype=torch.bool).tril()).any(-1)
     trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
     try:
         before = invoke(module, trial, xq, xk, xv, keep)
         if spec.inputs == "x":
-            changed = xq + 3.0 * blocked
-            after = invoke(module, trial, changed, keep=keep)
-            rows = keep[:, 0, :Lq]  # (B, Lq): compare the positions that are kept keys themselves
-            before, after = before[rows], after[rows]
+            after = invoke(module, trial, xq + 3.0 * blocked, keep=keep)
+            rows &= keep[:, 0, :Lq]  # blocked positions are queries too: compare the kept ones
         else:
             after = invoke(module, trial, xq, xk + 3.0 * blocked, xv + 3.0 * blocked, keep)
     except LearnerError:
         return False
+    before, after = before[rows], after[rows]
     if not torch.isfinite(before).all():
         return False
     return _same(before, after, tol)
