@@ -54,6 +54,14 @@ def test_call_hints_and_init(capsys):
     assert code == 0 and "2 heads of size 4" in out
 
 
+def test_an_exception_is_shown_once_with_its_line(capsys, tmp_path):
+    learner = tmp_path / "typo_attr.py"
+    learner.write_text((ZOO / "ok_lazy.py").read_text().replace("self.po(y)", "self.p0(y)"))
+    code, out = run_cli(capsys, f"{learner}:LazyAttention")
+    assert code == 1 and "FAIL" in out
+    assert out.count("no attribute 'p0'") == 1 and "typo_attr.py:" in out
+
+
 @pytest.mark.parametrize("argv, words", [
     (["missing.py:A"], ["ERROR", "no such file"]),
     ([str(ZOO / "ok_lazy.py:LazyAttention"), "--init", "{bad"], ["ERROR", "not valid JSON"]),

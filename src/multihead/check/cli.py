@@ -40,8 +40,6 @@ def render(report: CheckReport, console: Console) -> None:
     body = Text(report.headline(), style=STYLE[report.verdict])
     for line in report.detail_lines():
         body.append("\n" + line)
-    if report.exception and not report.bug:
-        body.append("\n" + report.exception)
     content = body
     if report.verdict != "error" and (report.conventions or report.roles):
         table = Table.grid(padding=(0, 2))
