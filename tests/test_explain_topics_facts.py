@@ -209,6 +209,15 @@ def test_parameter_count_does_not_depend_on_the_number_of_heads(num_hiddens):
     assert len({heads.param_count(mh.MultiHeadAttention(num_hiddens, H)) for H in (1, 2, 4, 8)}) == 1
 
 
+@pytest.mark.parametrize("num_hiddens", [16, 32])
+def test_document_004s_claim_counts_stacked_full_width_heads_plus_one_w_o(num_hiddens):
+    """The claim (Wq, Wk, Wv times num_heads) is exactly the stacked design with one W_o after it."""
+    claimed = heads.claimed_param_counts(heads.d2l_param_counts(num_hiddens), num_hiddens)
+    for H, count in claimed.items():
+        stacked = heads.param_count(StackedHeads(num_hiddens, num_hiddens, 4, 0.0, num_heads=H))
+        assert count == stacked + heads.param_count(nn.Linear(num_hiddens, num_hiddens, bias=False))
+
+
 def test_median_ms_restores_the_thread_count():
     before = torch.get_num_threads()
     assert heads.median_ms(lambda: None, runs=3) >= 0

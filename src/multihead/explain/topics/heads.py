@@ -110,6 +110,13 @@ def d2l_param_counts(num_hiddens: int = 16) -> dict[int, int]:
             for H in HEAD_COUNTS}
 
 
+def claimed_param_counts(counts: dict[int, int], num_hiddens: int = 16) -> dict[int, int]:
+    """Document 004's claim, taken at its word: Wq, Wk, Wv (num_hiddens x num_hiddens each, no bias)
+    multiplied by the number of heads, W_o counted once, starting from the one-head module's count."""
+    qkv = 3 * num_hiddens * num_hiddens
+    return {H: counts[1] + (H - 1) * qkv for H in counts}
+
+
 @topic("linear-d-model", "002",
        ("Why Linear(d_model, d_model): one big projection is H small ones",
         "为什么是 Linear(d_model, d_model)：一个大投影就是 H 个小投影"),
@@ -209,16 +216,20 @@ def param_count_topic(story: Story) -> None:
                "Wv*num_heads. Let us count them, politely, for num_hiddens = 16.",
                "文档 004 后面的回答认同“参数变成了 Wq*num_heads、Wk*num_heads、Wv*num_heads”。"
                "我们客气地数一数，取 num_hiddens = 16。")
+    claimed = claimed_param_counts(counts, num_hiddens)
     story.table(["num_heads", pick(story, "d2l MultiHeadAttention", "d2l 的 MultiHeadAttention"),
-                 pick(story, "claimed (x num_heads)", "文中说法（乘以头数）"), "mh.MultiHeadAttention",
-                 pick(story, "stacked full-width heads", "堆叠全宽度的头")],
-                [[H, counts[H], counts[1] * H, ours[H], full_width[H]] for H in HEAD_COUNTS])
+                 pick(story, "claimed (Wq, Wk, Wv x num_heads)", "文中说法（Wq、Wk、Wv 乘以头数）"),
+                 "mh.MultiHeadAttention", pick(story, "stacked full-width heads", "堆叠全宽度的头")],
+                [[H, counts[H], claimed[H], ours[H], full_width[H]] for H in HEAD_COUNTS])
     story.check("For fixed num_hiddens the d2l module has the same parameter count for 1, 2, 4 and 8 heads",
                 "num_hiddens 固定时，d2l 模块在 1、2、4、8 个头下的参数量完全相同",
                 len(set(counts.values())) == 1 and counts[1] == 4 * num_hiddens * num_hiddens, str(counts))
-    story.check("So the claim \"parameters x num_heads\" does not hold: with 8 heads it would predict 8 times as many",
-                "所以“参数乘以头数”的说法并不成立：按它的说法，8 个头应该多出 8 倍",
-                all(counts[H] != counts[1] * H for H in HEAD_COUNTS if H > 1))
+    top = HEAD_COUNTS[-1]
+    story.check(f"So the claim does not hold: with {top} heads it predicts {top} times the Wq, Wk, Wv, "
+                f"{claimed[top]} parameters in all; the module has {counts[top]}",
+                f"所以这个说法并不成立：按它的说法，{top} 个头时 Wq、Wk、Wv 要变成 {top} 倍，"
+                f"总共 {claimed[top]} 个参数；而模块实际只有 {counts[top]} 个",
+                all(counts[H] != claimed[H] for H in HEAD_COUNTS if H > 1))
     story.check("The same holds for mh.MultiHeadAttention (with biases)", "mh.MultiHeadAttention（带偏置）也是如此",
                 len(set(ours.values())) == 1, str(ours))
     story.check("What does grow with the heads is stacking full-width heads (each head its own num_hiddens-wide "
