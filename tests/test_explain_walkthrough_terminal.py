@@ -111,6 +111,26 @@ def test_english_lines_break_at_spaces_and_long_words_are_folded():
     assert lines[:3] == ["one two", "three", "x" * 10] and all(cell_len(line) <= 10 for line in lines)
 
 
+def test_punctuation_keeps_the_word_it_touches_on_its_line():
+    lines = lines_of("这里用的是 self.d_model。然后", 24)   # "。" would be column 25
+    assert lines == ["这里用的是", "self.d_model。然后"]
+    lines = lines_of("一二三四五六七八（AttributeError）", 18)   # "（" would end line 1
+    assert lines == ["一二三四五六七八", "（AttributeError）"]
+
+
+def test_table_cells_and_long_headings_wrap_instead_of_being_cut():
+    question = "多头注意力的堆叠实现和权重分割实现是一回事吗？为什么权重分割更高效？"
+    title = "batch_size, _, seq_length, d_k = x.size(): what `_` is for (and the unused d_k)"
+    story = Story("zh")
+    story.heading(title, title)
+    story.table(["问题"], [[question]])   # one column, so its lines read in order
+    text = drawn(story, 40)
+    assert "…" not in text and max(cell_len(line) for line in text.splitlines()) <= 40
+    squeezed = "".join(text.split())
+    for whole in (title, question):
+        assert "".join(whole.split()) in squeezed
+
+
 def test_table_and_tensor_text_is_literal_not_rich_markup():
     story = Story("en")
     story.table(["[col]"], [["[nan, nan]"], ["[bold]x"]])

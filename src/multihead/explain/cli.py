@@ -39,6 +39,8 @@ def list_topics(console, lang: str) -> int:
     from rich import box
     from rich.table import Table
 
+    from multihead.explain.render_terminal import cell
+
     topics = load_topics()
     if not topics:
         console.print(ui("no_topics", lang))
@@ -48,7 +50,7 @@ def list_topics(console, lang: str) -> int:
     table.add_column(ui("doc_col", lang), justify="center")
     table.add_column(ui("question_col", lang))
     for name, topic in topics.items():
-        table.add_row(name, topic.document, topic.question[lang])
+        table.add_row(cell(name), cell(topic.document), cell(topic.question[lang]))
     console.print(table)
     return 0
 

@@ -9,6 +9,7 @@ from rich import box
 from rich.cells import cell_len
 from rich.columns import Columns
 from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.rule import Rule
 from rich.syntax import Syntax
@@ -26,13 +27,15 @@ LABEL_WIDTH = 8       # token names are cut to this many columns
 
 TOKEN = re.compile(r"\n|[^\S\n]+|[\x21-\x7e]+|.", re.S)  # newline, spaces, an ASCII word, or one character
 NO_LINE_START = set("，。、；：？！）》」』”’…,.;:!?)]")  # punctuation that must not begin a line
+NO_LINE_END = set("（《「『“‘")                       # opening punctuation that must not end a line
 
 
 def break_offsets(plain: str, width: int) -> list[int]:
     """Where to break `plain` so that no line is wider than `width` cells.
 
     Unlike rich's own wrapping (at spaces only), this also breaks between CJK characters, keeps
-    ASCII words whole where they fit, and never starts a line with closing punctuation.
+    ASCII words whole where they fit, never starts a line with closing punctuation ("，。）")
+    and never ends one with opening punctuation ("（“").
     """
     offsets: list[int] = []
     line_start, line_width, prev = 0, 0, None  # prev: (start, end) of the last non-space token
@@ -45,8 +48,8 @@ def break_offsets(plain: str, width: int) -> list[int]:
             line_width += cell_len(token)  # trailing spaces may overhang; each line is rstripped
             continue
         if line_width + cell_len(token) > width and start > line_start:
-            if token[0] in NO_LINE_START and prev and prev[1] - prev[0] == 1 and prev[0] > line_start:
-                start = prev[0]  # carry the last character down with the punctuation
+            if _carry_down(plain, prev, start, line_start, token, width):
+                start = prev[0]  # the last word goes down with the punctuation that sticks to it
             offsets.append(start)
             line_start, line_width = start, cell_len(plain[start:match.start()])
         for char_index, char in enumerate(token):  # an ASCII word wider than a line is folded
@@ -59,8 +62,21 @@ def break_offsets(plain: str, width: int) -> list[int]:
     return offsets
 
 
+def _carry_down(plain: str, prev, start: int, line_start: int, token: str, width: int) -> bool:
+    """Whether a break before `token` should move back to before `prev`, the word touching it:
+    when token starts with closing punctuation or prev ends with opening punctuation, and the two
+    fit on one line together."""
+    if prev is None or prev[1] != start or prev[0] <= line_start:
+        return False
+    sticky = token[0] in NO_LINE_START or plain[prev[1] - 1] in NO_LINE_END
+    return sticky and cell_len(plain[prev[0]:start + len(token)]) <= width
+
+
 class Wrapped:
-    """A rich Text wrapped with `break_offsets` (styles kept), so Chinese lines fill the width."""
+    """A rich Text wrapped with `break_offsets` (styles kept), so Chinese lines fill the width.
+
+    It also measures itself, so a table column holding it narrows by wrapping, never by cutting.
+    """
 
     def __init__(self, text: Text):
         self.text = text
@@ -71,6 +87,27 @@ class Wrapped:
                 part.rstrip()
                 part.no_wrap = True
                 yield part
+
+    def __rich_measure__(self, console, options) -> Measurement:
+        plain = self.text.plain
+        words = [w for w in TOKEN.findall(plain) if not w.isspace()] or [""]
+        widest_word = max(cell_len(w) for w in words)
+        widest_line = max(cell_len(line.rstrip()) for line in plain.split("\n"))
+        return Measurement(min(widest_word, options.max_width), min(widest_line, options.max_width))
+
+
+class Heading:
+    """A heading as a rule with its title; a title too wide for one line is wrapped above the rule."""
+
+    def __init__(self, title: str):
+        self.title = Text(title, style="bold cyan")
+
+    def __rich_console__(self, console, options):
+        if cell_len(self.title.plain) + 6 <= options.max_width:
+            yield Rule(self.title, align="left", style="cyan")
+            return
+        yield Wrapped(self.title)
+        yield Rule(style="cyan")
 
 
 def make_console(width: int | None = None) -> Console:
@@ -83,7 +120,7 @@ def short(label: str) -> str:
 
 
 def _heading(block: Block, lang: str) -> RenderableType:
-    return Rule(Text(block.data["text"], style="bold cyan"), align="left", style="cyan")
+    return Heading(block.data["text"])
 
 
 def _text(block: Block, lang: str) -> RenderableType:
@@ -120,12 +157,17 @@ def _tensor(block: Block, lang: str) -> RenderableType:
     return Padding(Group(*items), (0, 0, 0, 2))
 
 
+def cell(value) -> Wrapped:
+    """A table cell or header: literal text (never rich markup), wrapped to the column, never cut."""
+    return Wrapped(Text(str(value)))
+
+
 def _table(block: Block, lang: str) -> RenderableType:
     table = Table(title=block.data["title"] or None, box=box.SIMPLE_HEAVY, title_style="bold")
     for column in block.data["columns"]:
-        table.add_column(Text(str(column)))
+        table.add_column(cell(column))
     for row in block.data["rows"]:
-        table.add_row(*(Text(str(cell)) for cell in row))  # literal text, never rich markup
+        table.add_row(*(cell(value) for value in row))
     return Padding(table, (0, 0, 0, 2))
 
 
