@@ -297,6 +297,16 @@ def test_explicit_projection_errors(hints, match):
         mh.MultiHeadAttention.from_module(Named(four(("a", "b", "c"))), **hints)
 
 
+@pytest.mark.parametrize("hints, match", [
+    ({"batch_first": "no"}, "batch_first must be True or False; got 'no'"),
+    ({"causal": None}, "causal must be True or False; got None"),
+    ({"num_heads": "4"}, "num_heads must be a positive int; got '4'"),
+])
+def test_hints_of_the_wrong_type_are_refused(hints, match):
+    with pytest.raises(mh.AttentionError, match=match):
+        mh.MultiHeadAttention.from_module(Named(four(("W_q", "W_k", "W_v", "W_o")), num_heads=H), **hints)
+
+
 def test_stacked_heads_must_agree():
     uneven = Named({"heads": nn.ModuleList([Named(four(("W_query", "W_key", "W_value"), e=4)),
                                             Named({n: nn.Linear(4, 2) for n in ("W_query", "W_key", "W_value")})])})

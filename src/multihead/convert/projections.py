@@ -153,6 +153,9 @@ def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv
     """
     if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
         raise AttentionError(f"num_heads must be a positive int; got {num_heads!r}.")
+    for name, flag in (("batch_first", batch_first), ("causal", causal)):
+        if not isinstance(flag, bool):
+            raise AttentionError(f"{name} must be True or False; got {flag!r}.")
     pairs = [weight_and_bias(layer, role) for layer, role in ((q, "query"), (k, "key"), (v, "value"))]
     pairs.append(None if out is None else weight_and_bias(out, "output"))
     pairs = [None if pair is None else tuple(None if t is None else t.detach() for t in pair) for pair in pairs]
