@@ -217,9 +217,9 @@ def param_count_topic(story: Story) -> None:
                "文档 004 后面的回答认同“参数变成了 Wq*num_heads、Wk*num_heads、Wv*num_heads”。"
                "我们客气地数一数，取 num_hiddens = 16。")
     claimed = claimed_param_counts(counts, num_hiddens)
-    story.table(["num_heads", pick(story, "d2l MultiHeadAttention", "d2l 的 MultiHeadAttention"),
-                 pick(story, "claimed (Wq, Wk, Wv x num_heads)", "文中说法（Wq、Wk、Wv 乘以头数）"),
-                 "mh.MultiHeadAttention", pick(story, "stacked full-width heads", "堆叠全宽度的头")],
+    story.table(["num_heads", pick(story, "d2l module", "d2l 的模块"),
+                 pick(story, "claimed: Wq, Wk, Wv x heads", "文中说法：Wq、Wk、Wv 乘以头数"),
+                 "multihead", pick(story, "stacked full-width heads", "堆叠全宽度的头")],
                 [[H, counts[H], claimed[H], ours[H], full_width[H]] for H in HEAD_COUNTS])
     story.check("For fixed num_hiddens the d2l module has the same parameter count for 1, 2, 4 and 8 heads",
                 "num_hiddens 固定时，d2l 模块在 1、2、4、8 个头下的参数量完全相同",
