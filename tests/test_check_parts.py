@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from multihead import AttentionError, textbook
-from multihead.check.calling import CallSpec, LearnerError, first_tensor, invoke, read_signature, to_layout
-from multihead.check.compare import compare_with_reference, reference_output, relative_error
+from multihead.check.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
+                                     to_layout)
+from multihead.check.compare import agree, compare_with_reference, reference_output, relative_error
 from multihead.check.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
 from multihead.check.diagnose import exception_signature, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
@@ -79,6 +80,13 @@ def test_layout_conversion_and_output_unwrapping():
     assert first_tensor(((x, None), "weights")) is x
     with pytest.raises(TypeError, match="expected a tensor"):
         first_tensor({"out": x})
+
+
+def test_attention_inputs_follow_the_forward_signature():
+    xq, xk, xv = _qkv()
+    assert attention_inputs(CallSpec(args=["x"], inputs="x"), xq, None, None) == (xq, xq, xq)
+    assert attention_inputs(CallSpec(args=["x", "ctx"], inputs="q_kv"), xq, xk, None) == (xq, xk, xk)
+    assert attention_inputs(CallSpec(args=["q", "k", "v"], inputs="qkv"), xq, xk, xv) == (xq, xk, xv)
 
 
 def test_invoke_wraps_learner_errors_with_their_line():
@@ -160,6 +168,7 @@ def test_role_candidates_for_a_key_and_a_value_linear_on_one_context():
 
 def test_relative_error_treats_nan_positions():
     a = torch.tensor([1.0, float("nan"), 2.0])
+    assert agree(a, a.clone(), 1e-6) and not agree(a, torch.tensor([1.0, float("nan"), 2.1]), 1e-6)
     assert relative_error(a, a.clone()) == 0.0
     assert relative_error(a, torch.tensor([1.0, 0.0, 2.0])) == math.inf
     assert relative_error(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 2.0])) == pytest.approx(0.5)

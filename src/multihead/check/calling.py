@@ -91,6 +91,14 @@ def learner_frame(error: BaseException) -> str:
     return f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}: {(frame.line or '').strip()}"
 
 
+INPUT_COUNT = {"x": 1, "q_kv": 2, "qkv": 3}  # CallSpec.inputs -> how many tensors forward takes
+
+
+def attention_inputs(spec: CallSpec, xq, xk, xv) -> tuple:
+    """(queries, keys, values) the module attends with: all xq for "x", values = keys for "q_kv"."""
+    return {"x": (xq, xq, xq), "q_kv": (xq, xk, xk), "qkv": (xq, xk, xv)}[spec.inputs]
+
+
 def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     """Batch-first (B, L, E) -> the module's layout; also the way back (a transpose is its own inverse)."""
     return t.transpose(0, 1) if layout == "seq" else t
@@ -109,7 +117,7 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output batch first."""
     xk = xq if xk is None else xk
     xv = xk if xv is None else xv
-    tensors = {"x": [xq], "q_kv": [xq, xk], "qkv": [xq, xk, xv]}[spec.inputs]
+    tensors = [xq, xk, xv][:INPUT_COUNT[spec.inputs]]
     args, kwargs = [], {name: None for name in spec.required_none}
     for name, t in zip(spec.args + [""] * 3, tensors):  # a hinted layout may pass more than named
         if name in spec.keyword_only:

@@ -11,10 +11,16 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from multihead.check.calling import CallSpec, invoke
+from multihead.check.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
 from multihead.check.roles import RoleAssignment, Weights
+from multihead.convert import linears_to_module
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
+
+
+def agree(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
+    """Equal within ``tol`` (absolute and relative), NaN matching NaN."""
+    return bool(torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True))
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -31,21 +37,16 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def reference_parameters(weights: Weights) -> tuple[MultiHeadAttention, dict]:
-    """A MultiHeadAttention shaped like ``weights`` and the parameter dict to call it with."""
-    wq, bq = weights.q
-    inner = wq.shape[0]
-    wo, bo = weights.o if weights.o is not None else (torch.eye(inner, dtype=wq.dtype), None)
-    biases = {"q": bq is not None, "k": weights.k[1] is not None, "v": weights.v[1] is not None,
-              "out": bo is not None}
-    reference = MultiHeadAttention(wq.shape[1], weights.num_heads, kdim=weights.k[0].shape[1],
-                                   vdim=weights.v[0].shape[1], head_dim=weights.head_dim,
-                                   out_dim=wo.shape[0], bias=biases, dtype=wq.dtype)
+    """A MultiHeadAttention shaped like ``weights`` and the parameter dict to call it with: the
+    learner's own tensors, so that gradients reach them (no output projection: its identity stays)."""
+    pairs = {"q_proj": weights.q, "k_proj": weights.k, "v_proj": weights.v, "out_proj": weights.o}
+    reference = linears_to_module(*pairs.values(), num_heads=weights.num_heads)
     params = {}
-    for name, (w, b) in (("q_proj", weights.q), ("k_proj", weights.k), ("v_proj", weights.v),
-                         ("out_proj", (wo, bo))):
-        params[f"{name}.weight"] = w
-        if b is not None:
-            params[f"{name}.bias"] = b
+    for name, pair in pairs.items():
+        if pair is not None:
+            params[f"{name}.weight"], bias = pair
+            if bias is not None:
+                params[f"{name}.bias"] = bias
     return reference.eval(), params
 
 
@@ -53,10 +54,7 @@ def reference_output(weights: Weights, spec: CallSpec, xq, xk, xv, keep) -> torc
     """multihead's output for batch-first inputs and a keep pattern (B, Lq, Lk) or None."""
     reference, params = reference_parameters(weights)
     mask = None if keep is None else Mask.keep(keep[:, None])  # (B, 1, Lq, Lk)
-    if spec.inputs == "x":
-        args = (xq,)
-    else:
-        args = (xq, xk, xv if spec.inputs == "qkv" else xk)
+    args = attention_inputs(spec, xq, xk, xv)
     return functional_call(reference, params, args, {"mask": mask, "causal": spec.causal})
 
 
@@ -67,11 +65,7 @@ def compare_with_reference(module, spec: CallSpec, roles: RoleAssignment, cases)
               if p.requires_grad and not isinstance(p, torch.nn.UninitializedParameter)]
     forward_error = grad_error = 0.0
     for index, (xq, xk, xv, keep) in enumerate(cases):
-        inputs = [t.detach().clone().requires_grad_(True) for t in (xq, xk, xv)]
-        if spec.inputs == "x":
-            inputs = inputs[:1]
-        elif spec.inputs == "q_kv":
-            inputs = inputs[:2]
+        inputs = [t.detach().clone().requires_grad_(True) for t in (xq, xk, xv)[:INPUT_COUNT[spec.inputs]]]
         full = inputs + [None] * (3 - len(inputs))
         got = invoke(module, spec, *full, keep=keep)
         want = reference_output(roles.weights(module), spec, *full, keep=keep)

@@ -12,16 +12,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from multihead.check.calling import CallSpec, LearnerError, invoke
-
-
-def _unchanged(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    return bool(torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True))
+from multihead.check.calling import INPUT_COUNT, CallSpec, LearnerError, invoke
+from multihead.check.compare import agree
 
 
 def _used(spec: CallSpec, inputs) -> list[torch.Tensor]:
     """The input tensors the forward takes: xq alone, (xq, xk) or (xq, xk, xv)."""
-    return list(inputs[: {"x": 1, "q_kv": 2, "qkv": 3}[spec.inputs]])
+    return list(inputs[:INPUT_COUNT[spec.inputs]])
 
 
 def _bumped(tensors, index) -> list[torch.Tensor]:
@@ -34,7 +31,7 @@ def _bumped(tensors, index) -> list[torch.Tensor]:
 
 def deterministic(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool:
     """Do two identical calls (eval mode) give the same output?"""
-    return _unchanged(invoke(module, spec, *inputs), invoke(module, spec, *inputs), tol)
+    return agree(invoke(module, spec, *inputs), invoke(module, spec, *inputs), tol)
 
 
 def detect_layout(module: nn.Module, spec: CallSpec, inputs, tol: float) -> str | None:
@@ -51,7 +48,7 @@ def detect_layout(module: nn.Module, spec: CallSpec, inputs, tol: float) -> str 
     for dim, layout in ((0, "batch"), (1, "seq")):
         moved = invoke(module, raw, *_bumped(tensors, (slice(None),) * dim + (0,)))
         rest = shape[dim] - 1
-        if _unchanged(base.narrow(dim, 1, rest), moved.narrow(dim, 1, rest), tol):
+        if agree(base.narrow(dim, 1, rest), moved.narrow(dim, 1, rest), tol):
             return layout
     return None
 
@@ -61,7 +58,7 @@ def detect_causal(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool
     tensors = _used(spec, inputs)
     base = invoke(module, spec, *tensors)
     moved = invoke(module, spec, *_bumped(tensors, (slice(None), -1)))
-    return any(_unchanged(base[:, i], moved[:, i], tol) for i in range(tensors[0].shape[1] - 1))
+    return any(agree(base[:, i], moved[:, i], tol) for i in range(tensors[0].shape[1] - 1))
 
 
 def causal_buffer(module: nn.Module) -> str | None:

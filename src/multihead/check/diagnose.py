@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from multihead.check.calling import attention_inputs
 from multihead.check.catalogue import BLOCKED_FILL, BUG_OF_FORM, forms_to_try, reference_variant
 from multihead.check.compare import relative_error
 from multihead.check.roles import RoleAssignment, Weights
@@ -37,11 +38,9 @@ def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill) -> l
     """The variant's output on every case (batch-first inputs, keep pattern (B, Lq, Lk) or None)."""
     weights = roles.weights(module)
     outputs = []
-    for xq, xk, xv, keep in cases:
-        xk = xq if spec.inputs == "x" else xk
-        xv = xk if spec.inputs != "qkv" else xv
+    for *tensors, keep in cases:
         keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)
-        outputs.append(reference_variant(xq, xk, xv, weights, keep4, roles.num_heads,
+        outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, roles.num_heads,
                                          causal=spec.causal, mistake=form, fill=fill))
     return outputs
 
@@ -86,12 +85,10 @@ def random_weights(dims: tuple[int, int, int], inner: int, num_heads: int, dtype
 def match_exception(error: BaseException, weights: Weights, spec, case) -> str | None:
     """The catalogue form that raises the same kind of exception on the same shapes, or None."""
     wanted = exception_signature(error)
-    xq, xk, xv, keep = case
-    xk = xq if spec.inputs == "x" else xk
-    xv = xk if spec.inputs != "qkv" else xv
+    *tensors, keep = case
     for form in forms_to_try(keep is not None, spec.causal):
         try:
-            reference_variant(xq, xk, xv, weights, None if keep is None else keep[:, None],
+            reference_variant(*attention_inputs(spec, *tensors), weights, None if keep is None else keep[:, None],
                               weights.num_heads, causal=spec.causal, mistake=form)
         except Exception as raised:
             if exception_signature(raised) == wanted:

@@ -14,6 +14,9 @@ from typing import Callable
 import torch
 
 from multihead.check.calling import CallSpec, LearnerError, invoke
+from multihead.check.catalogue import NEEDS_MASK, forms_to_try
+from multihead.check.compare import agree
+from multihead.check.diagnose import closest
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,6 @@ def probe_pattern(family: str, B: int, Lq: int, Lk: int) -> torch.Tensor:
     return (torch.arange(Lk) < lens[:, None, None]).expand(B, Lq, Lk).clone()
 
 
-def _same(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    return bool(torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=True))
-
-
 def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> bool:
     """With this encoding, does changing the blocked keys (and values) leave the outputs alone?
 
@@ -113,7 +112,7 @@ def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, t
     before, after = before[rows], after[rows]
     if not torch.isfinite(before).all():
         return False
-    return _same(before, after, tol)
+    return agree(before, after, tol)
 
 
 def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
@@ -130,9 +129,6 @@ def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make
     mask-after-softmax variant (whose blocked keys are not inert: they still count in the softmax);
     else, when every convention leaves the outputs unchanged, the first that runs and ignored=True;
     else (None, False)."""
-    from multihead.check.catalogue import NEEDS_MASK, forms_to_try
-    from multihead.check.diagnose import closest
-
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in plain_cases]
         forms = [None, *forms_to_try(False, spec.causal)]
@@ -149,7 +145,7 @@ def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make
             if closest(module, trial, [roles], cases, got, [None, *sorted(NEEDS_MASK)]).error <= tol:
                 return encoding, False
             running = running or encoding
-            all_ignored = all_ignored and all(_same(g, u, tol) for g, u in zip(got, unmasked))
+            all_ignored = all_ignored and all(agree(g, u, tol) for g, u in zip(got, unmasked))
     if running is not None and all_ignored:
         return running, True
     return None, False
