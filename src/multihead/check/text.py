@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from multihead.errors import AttentionError
+
 LANGS = ("en", "zh")
 
 # bug id -> (English, Chinese): one line saying what the code does wrong and what it should do
@@ -148,9 +150,7 @@ def say(key: str, lang: str = "en", **values) -> str:
 
 
 def check_lang(lang: str) -> str:
-    """``lang`` if supported; otherwise a ValueError listing the choices."""
+    """``lang`` if supported; otherwise an AttentionError listing the choices."""
     if lang not in LANGS:
-        from multihead.errors import AttentionError
-
         raise AttentionError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     return lang
