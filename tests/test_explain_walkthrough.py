@@ -89,7 +89,7 @@ def test_any_bidirectional_setup_passes_its_checks():
     gen = torch.Generator().manual_seed(1)
     module = mh.MultiHeadAttention(8, 4, out_dim=5).eval()
     x = torch.randn(2, 5, 8, generator=gen)
-    setup = wt.Setup(x=x, module=module, tokens=list("abcde"), causal=False, input_code="x = ...",
+    setup = wt.Setup(x=x, module=module, tokens=list("abcde"), causal=False, input_code=("x = ...", "x = ..."),
                      about=("random", "随机"), heatmaps=False)
     story, p = told(setup)
     assert story.failed_checks == []

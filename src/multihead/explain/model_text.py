@@ -68,6 +68,20 @@ def to_multihead(attention: nn.Module) -> mh.MultiHeadAttention:
     return mh.MultiHeadAttention.from_module(attention).eval()
 
 
+def minilm_input_code(layer: int) -> tuple[str, str]:
+    """How step 1 says --text made its input and module, (en, zh)."""
+    code = (
+        "bert = AutoModel.from_pretrained(path)   # all-MiniLM-L6-v2, {offline}\n"
+        "tokens = tokenizer(text, return_tensors=\"pt\")\n"
+        "states = bert(**tokens, output_hidden_states=True).hidden_states\n"
+        "x = states[{layer}]                        # {receives}\n"
+        "layer = bert.encoder.layer[{layer}]\n"
+        "attn = mh.MultiHeadAttention.from_module(layer.attention)"
+    )
+    return (code.format(layer=layer, offline="offline", receives=f"what layer {layer} receives"),
+            code.format(layer=layer, offline="离线加载", receives=f"第 {layer} 层收到的输入"))
+
+
 def text_setup(text: str, layer: int = 0):
     """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L))."""
     tokenizer, model = load_minilm()
@@ -92,14 +106,7 @@ def text_setup(text: str, layer: int = 0):
         tokens=tokens,
         causal=False,
         heatmaps=False,
-        input_code=(
-            "bert = AutoModel.from_pretrained(path)   # all-MiniLM-L6-v2, offline\n"
-            "tokens = tokenizer(text, return_tensors=\"pt\")\n"
-            "states = bert(**tokens, output_hidden_states=True).hidden_states\n"
-            f"x = states[{layer}]                        # what layer {layer} receives\n"
-            f"layer = bert.encoder.layer[{layer}]\n"
-            "attn = mh.MultiHeadAttention.from_module(layer.attention)"
-        ),
+        input_code=minilm_input_code(layer),
         about=(
             f"The input is the sentence you gave, as all-MiniLM-L6-v2 sees it when it enters layer {layer}: "
             f"{len(tokens)} tokens of 384 numbers; the weights are that layer's trained ones.",

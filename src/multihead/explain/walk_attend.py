@@ -70,7 +70,8 @@ def step_mask(story: Story, p) -> None:
     _, L, _, _ = p.dims
     scaled = p.t["scaled"]
     if not p.setup.causal:
-        story.code("masked = scaled   # no mask: every token may look at every token")
+        story.code(story.pick("masked = scaled   # no mask: every token may look at every token",
+                              "masked = scaled   # 不加掩码：每个词元都能看到所有词元"))
         story.text(
             "Why: this model reads the whole sentence in both directions, and one sentence has no padding, "
             "so nothing is hidden.",
@@ -83,12 +84,16 @@ def step_mask(story: Story, p) -> None:
         )
         p.t["masked"] = scaled
         return
-    story.code(
+    story.code(story.pick(
         "ones = torch.ones(L, L, dtype=torch.bool)\n"
         "blocked = torch.triu(ones, diagonal=1)   # True above the diagonal: the future\n"
         "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
-        "# in multihead: mh.attention(q, k, v, mask=mh.Mask.causal())"
-    )
+        "# in multihead: mh.attention(q, k, v, mask=mh.Mask.causal())",
+        "ones = torch.ones(L, L, dtype=torch.bool)\n"
+        "blocked = torch.triu(ones, diagonal=1)   # 对角线以上为 True：未来的位置\n"
+        "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
+        "# multihead 里这样写：mh.attention(q, k, v, mask=mh.Mask.causal())",
+    ))
     blocked = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)  # (L, L)
     masked = scaled.masked_fill(blocked, float("-inf"))  # (B, H, L, L)
     story.tensor("blocked", blocked.int(), rows=p.setup.tokens)
@@ -112,7 +117,8 @@ def step_mask(story: Story, p) -> None:
 def step_softmax(story: Story, p) -> None:
     """weights (B, H, L, L): softmax over the keys, each row a probability distribution."""
     masked = p.t["masked"]
-    story.code("weights = torch.softmax(masked, dim=-1)   # over the keys: each row sums to 1")
+    story.code(story.pick("weights = torch.softmax(masked, dim=-1)   # over the keys: each row sums to 1",
+                          "weights = torch.softmax(masked, dim=-1)   # 对键做 softmax：每行之和为 1"))
     weights = torch.softmax(masked, dim=-1)  # (B, H, L, L)
     story.tensor("weights", weights, rows=p.setup.tokens)
     if p.setup.heatmaps:

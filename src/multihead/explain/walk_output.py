@@ -13,12 +13,16 @@ def step_merge(story: Story, p) -> None:
     """(B, H, L, D) -transpose-> (B, L, H, D) -contiguous().view-> (B, L, H*D)."""
     B, L, H, D = p.dims
     ctx = p.t["ctx"]
-    story.code(
+    story.code(story.pick(
         "ctx = ctx.transpose(1, 2)      # (B, H, L, D) -> (B, L, H, D): not contiguous\n"
         "ctx.view(B, L, H * D)          # RuntimeError: view needs compatible strides\n"
         "merged = ctx.contiguous().view(B, L, H * D)   # copy into row order, then view\n"
-        "# the same as ctx.reshape(B, L, H * D), which copies only when it must"
-    )
+        "# the same as ctx.reshape(B, L, H * D), which copies only when it must",
+        "ctx = ctx.transpose(1, 2)      # (B, H, L, D) -> (B, L, H, D)：不再连续\n"
+        "ctx.view(B, L, H * D)          # RuntimeError：步幅无法合并，view 做不到\n"
+        "merged = ctx.contiguous().view(B, L, H * D)   # 先按行拷贝成连续的，再 view\n"
+        "# 等同于 ctx.reshape(B, L, H * D)：它只在必要时才拷贝",
+    ))
     ctx_t = ctx.transpose(1, 2)  # (B, L, H, D)
     story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True)
     error = None
@@ -90,12 +94,12 @@ def step_verify(story: Story, p) -> None:
     """The same numbers from mh.attention (SDPA) and from the whole module in one call."""
     m, x, causal = p.setup.module, p.t["x"], p.setup.causal
     q, k, v = p.t["q_heads"], p.t["k_heads"], p.t["v_heads"]
-    story.code(
-        "# steps 4-8 in one fused kernel:\n"
-        f"fused = mh.attention(q, k, v, causal={causal}, backend=\"sdpa\")\n"
-        "# steps 2-10 in one call of the module:\n"
-        f"y = attn(x, causal={causal})"
-    )
+    fused_line = f"fused = mh.attention(q, k, v, causal={causal}, backend=\"sdpa\")"
+    module_line = f"y = attn(x, causal={causal})"
+    story.code(story.pick(
+        f"# steps 4-8 in one fused kernel:\n{fused_line}\n# steps 2-10 in one call of the module:\n{module_line}",
+        f"# 第 4–8 步，一个融合内核就能完成：\n{fused_line}\n# 第 2–10 步，调用一次模块就能完成：\n{module_line}",
+    ))
     fused = mh.attention(q, k, v, causal=causal, backend="sdpa")  # (B, H, L, D)
     y = m(x, causal=causal)  # (B, L, O)
     rows = [

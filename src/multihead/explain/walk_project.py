@@ -15,7 +15,7 @@ def step_input(story: Story, p) -> None:
     """x (B, L, E): one row of E numbers per token."""
     x = p.setup.x
     B, L, _, _ = p.dims
-    story.code(p.setup.input_code)
+    story.code(story.pick(*p.setup.input_code))
     story.tensor("x", x, rows=p.setup.tokens)
     story.text(
         "Why: each row is one token's vector; attention will build each output row as a mix of these rows.",
@@ -33,11 +33,14 @@ def step_project(story: Story, p) -> None:
     """q, k, v (B, L, H*D): one big Linear each, all heads at once."""
     m, x = p.setup.module, p.t["x"]
     _, _, H, D = p.dims
-    story.code(
+    story.code(story.pick(
         "q = attn.q_proj(x)   # x @ Wq.T (+ bias): (B, L, E) -> (B, L, H*D)\n"
         "k = attn.k_proj(x)\n"
-        "v = attn.v_proj(x)"
-    )
+        "v = attn.v_proj(x)",
+        "q = attn.q_proj(x)   # x @ Wq.T（+ 偏置）：(B, L, E) -> (B, L, H*D)\n"
+        "k = attn.k_proj(x)\n"
+        "v = attn.v_proj(x)",
+    ))
     q, k, v = m.q_proj(x), m.k_proj(x), m.v_proj(x)
     for name, value in (("q", q), ("k", k), ("v", v)):
         story.tensor(name, value, rows=p.setup.tokens)
@@ -72,11 +75,14 @@ def step_split(story: Story, p) -> None:
     """(B, L, H*D) -view-> (B, L, H, D) -transpose(1, 2)-> (B, H, L, D), no copy at all."""
     B, L, H, D = p.dims
     q = p.t["q"]
-    story.code(
+    story.code(story.pick(
         "q = q.view(B, L, H, D)  # (B, L, H*D) -> (B, L, H, D): same memory\n"
         "q = q.transpose(1, 2)   # (B, L, H, D) -> (B, H, L, D): swaps 2 strides\n"
-        "# k and v: the same two lines"
-    )
+        "# k and v: the same two lines",
+        "q = q.view(B, L, H, D)  # (B, L, H*D) -> (B, L, H, D)：还是同一块内存\n"
+        "q = q.transpose(1, 2)   # (B, L, H, D) -> (B, H, L, D)：交换两个步幅\n"
+        "# k 和 v 也是这两行",
+    ))
     q_view = q.view(B, L, H, D)  # (B, L, H, D)
     q_heads = q_view.transpose(1, 2)  # (B, H, L, D)
     story.tensor("q", q, layout=True, rows=p.setup.tokens)

@@ -48,7 +48,7 @@ class Setup:
     module: mh.MultiHeadAttention
     tokens: list[str]
     causal: bool
-    input_code: str                      # how x was made, shown in step 1
+    input_code: tuple[str, str]          # (en, zh) how x was made, shown in step 1
     about: tuple[str, str]               # (en, zh) one sentence on where x and the weights come from
     expected: torch.Tensor | None = None  # an independently known output (B, L, O), if any
     expected_from: tuple[str, str] = ("", "")
@@ -86,6 +86,20 @@ def doc001_module() -> mh.MultiHeadAttention:
     return attn.eval()
 
 
+def doc001_input_code() -> tuple[str, str]:
+    """How step 1 says the default input and weights were made, (en, zh)."""
+    code = (
+        "x = torch.tensor([[0.43, 0.15, 0.89],   # Your\n"
+        "                  [0.55, 0.87, 0.66],   # journey\n"
+        "                  ...                   # starts with one step\n"
+        "                  [0.05, 0.80, 0.55]])[None]   # (B=1, L=6, E=3)\n"
+        "torch.manual_seed(123)   # {weights}\n"
+        "attn = mh.MultiHeadAttention(3, num_heads=2, head_dim=2, out_dim=4, ...)"
+    )
+    return (code.format(weights="document 001's weights: Wq, Wk, Wv, Wo"),
+            code.format(weights="文档 001 的权重：Wq、Wk、Wv、Wo"))
+
+
 def default_setup() -> Setup:
     """The embedded default: document 001's sentence and seed-123 weights, batch of 1, causal."""
     return Setup(
@@ -93,14 +107,7 @@ def default_setup() -> Setup:
         module=doc001_module(),
         tokens=list(DOC001_TOKENS),
         causal=True,
-        input_code=(
-            "x = torch.tensor([[0.43, 0.15, 0.89],   # Your\n"
-            "                  [0.55, 0.87, 0.66],   # journey\n"
-            "                  ...                   # starts with one step\n"
-            "                  [0.05, 0.80, 0.55]])[None]   # (B=1, L=6, E=3)\n"
-            "torch.manual_seed(123)   # document 001's weights: Wq, Wk, Wv, Wo\n"
-            "attn = mh.MultiHeadAttention(3, num_heads=2, head_dim=2, out_dim=4, ...)"
-        ),
+        input_code=doc001_input_code(),
         about=(
             "The input is document 001's sentence \"Your journey starts with one step\": six tokens, "
             "three numbers each; the weights are the ones its torch.manual_seed(123) creates.",

@@ -1,0 +1,48 @@
+"""The code a learner reads in the walkthrough and the topics: comments in the story's language."""
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import pytest
+
+from multihead.explain.story import Story
+from multihead.explain.topics import TOPICS
+from multihead.explain.walkthrough import DOC001_TOKENS, tell
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# a lowercase English word that is not a name in code (not before "=", "(", "[", "." or after ".")
+PROSE_WORD = re.compile(r"(?<![\w.])[a-z]{3,}(?![\w.(=\[]| \()")
+SENTENCE_WORDS = {token.lower() for token in DOC001_TOKENS}   # step 1 labels its rows with them
+
+STORIES = ["walkthrough", *TOPICS]
+
+
+@cache
+def told(name: str, lang: str) -> Story:
+    story = Story(lang)
+    if name == "walkthrough":
+        tell(story)
+    else:
+        TOPICS[name].run(story)
+    return story
+
+
+def code_lines(story: Story) -> list[str]:
+    return [line for b in story.blocks if b.kind == "code" for line in b.data["source"].splitlines()]
+
+
+def comments(story: Story) -> list[str]:
+    return [line.split("#", 1)[1] for line in code_lines(story) if "#" in line]
+
+
+@pytest.mark.parametrize("name", STORIES)
+def test_chinese_code_comments_are_chinese(name):
+    for comment in comments(told(name, "zh")):
+        if not CJK.search(comment):
+            assert set(PROSE_WORD.findall(comment)) <= SENTENCE_WORDS, f"English comment in zh: #{comment}"
+
+
+@pytest.mark.parametrize("name", STORIES)
+def test_english_code_comments_are_english(name):
+    assert not any(CJK.search(comment) for comment in comments(told(name, "en")))
