@@ -48,10 +48,23 @@ def test_correct_variant_is_multi_head_attention(causal):
     keep = torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(3)) < 0.7
     keep[..., 0] = True
     full_keep = keep & torch.ones(5, 5, dtype=torch.bool).tril() if causal else keep
-    got = reference_variant(xq, xk, xv, w, keep, 3, causal=causal)
+    got = reference_variant(xq, xk, xv, w, keep, causal=causal)
     want = reference_mha(xq, xk, xv, wq=w.q[0], bq=w.q[1], wk=w.k[0], bk=w.k[1], wv=w.v[0], bv=w.v[1],
                          wo=w.o[0], bo=w.o[1], num_heads=3, keep_mask=full_keep)
     assert torch.allclose(got, want, atol=1e-12, rtol=1e-12)
+
+def test_correct_variant_with_shared_key_value_heads():
+    """4 query heads, 2 kv heads: the same as 4 full heads whose k/v rows repeat each kv head twice."""
+    w = _weights(E=12, H=4)
+    D = 3
+    shared = Weights(w.q, (w.k[0][:2 * D], w.k[1][:2 * D]), (w.v[0][:2 * D], w.v[1][:2 * D]), w.o, num_heads=4)
+    assert shared.num_kv_heads == 2
+    rows = ((torch.arange(4) // 2)[:, None] * D + torch.arange(D)).flatten()  # query head h reads kv head h // 2
+    xq, xk, xv = _inputs()
+    want = reference_mha(xq, xk, xv, wq=w.q[0], bq=w.q[1], wk=shared.k[0][rows], bk=shared.k[1][rows],
+                         wv=shared.v[0][rows], bv=shared.v[1][rows], wo=w.o[0], bo=w.o[1], num_heads=4)
+    torch.testing.assert_close(reference_variant(xq, xk, xv, shared, None), want, atol=1e-12, rtol=1e-12)
+
 
 @pytest.mark.parametrize("form", [form for bug in BUGS for form in bug.forms])
 def test_every_form_differs_from_the_correct_maths(form):
@@ -67,12 +80,12 @@ def test_every_form_differs_from_the_correct_maths(form):
     causal = form in NEEDS_CAUSAL
     if causal:
         xk, xv = xk[:, : xq.shape[1]], xv[:, : xq.shape[1]]
-    right = reference_variant(xq, xk, xv, w, keep, H, causal=causal)
+    right = reference_variant(xq, xk, xv, w, keep, causal=causal)
     if form == "merge-by-view":
         with pytest.raises(RuntimeError, match="view size is not compatible"):
-            reference_variant(xq, xk, xv, w, keep, H, causal=causal, mistake=form)
+            reference_variant(xq, xk, xv, w, keep, causal=causal, mistake=form)
         return
-    wrong = reference_variant(xq, xk, xv, w, keep, H, causal=causal, mistake=form, fill=-1e9)
+    wrong = reference_variant(xq, xk, xv, w, keep, causal=causal, mistake=form, fill=-1e9)
     assert wrong.shape == right.shape
     assert (wrong - right).abs().max() > 1e-3
 

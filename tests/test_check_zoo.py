@@ -41,6 +41,7 @@ EXPECTED = {
     "ok_interleaved_qkv.py:InterleavedAttention": None,
     "ok_memory_kdim_vdim.py:MemoryAttention": None,
     "ok_causal_with_bias.py:DecoderSelfAttention": None,
+    "ok_grouped_kv_heads.py:GroupedQueryAttention": None,
 }
 
 
@@ -100,6 +101,7 @@ def test_per_head_linears_are_stacked_in_head_order():
     ("masked_fill_discarded.py:SelfAttn", ["'mask': has no effect on the outputs"]),
     ("causal_sees_next.py:CausalSelfAttention", ["causal inside the module", "buffer 'allowed'"]),
     ("causal_blocks_self.py:MaskedHeads", ["buffer 'mask'"]),
+    ("ok_grouped_kv_heads.py:GroupedQueryAttention", ["4 heads of size 4", "key/value heads: 2"]),
     ("ok_causal_with_bias.py:DecoderSelfAttention", ["causal inside the module",
                                                      "'attn_bias' (B, 1, Lq, Lk): added to the scores"]),
 ])

@@ -1,6 +1,6 @@
 """The bug catalogue: multi-head attention written out plainly, and the known ways learners get it wrong.
 
-``reference_variant(xq, xk, xv, weights, keep, num_heads, causal=..., mistake=...)`` is multi-head
+``reference_variant(xq, xk, xv, weights, keep, causal=..., mistake=...)`` is multi-head
 attention in plain torch, step by step. With ``mistake=None`` it is correct; every other value of
 ``mistake`` is one *form* of one known bug, and changes exactly one step. The checker runs every form
 on the learner's inputs and weights and names the bug whose outputs the learner's module reproduces.
@@ -86,14 +86,17 @@ def _causal_keep(Lq: int, Lk: int, mistake: str | None, device) -> torch.Tensor:
     return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril(offset)
 
 
-def reference_variant(xq, xk, xv, weights: Weights, keep, num_heads: int, *, causal: bool = False,
+def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = False,
                       mistake: str | None = None, fill: float = -math.inf) -> torch.Tensor:
     """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become."""
     if mistake == "ignore-mask":
         keep = None  # e.g. `scores.masked_fill(...)` whose result is thrown away
+    num_heads, kv_heads = weights.num_heads, weights.num_kv_heads
     q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
-    k = _split(_project(xk, weights.k), num_heads, mistake)  # (B, H, Lk, D)
-    v = _split(_project(xv, weights.v), num_heads, mistake)  # (B, H, Lk, D)
+    k = _split(_project(xk, weights.k), kv_heads, mistake)  # (B, Hkv, Lk, D)
+    v = _split(_project(xv, weights.v), kv_heads, mistake)  # (B, Hkv, Lk, D)
+    if kv_heads != num_heads:  # query head h reads kv head h // (H / Hkv)
+        k, v = (t.repeat_interleave(num_heads // kv_heads, dim=1) for t in (k, v))  # (B, H, Lk, D)
     D, Lq, Lk = q.shape[-1], q.shape[-2], k.shape[-2]
 
     scores = q @ k if mistake == "scores-q-times-k" else q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)

@@ -40,8 +40,8 @@ def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill) -> l
     outputs = []
     for *tensors, keep in cases:
         keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)
-        outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, roles.num_heads,
-                                         causal=spec.causal, mistake=form, fill=fill))
+        outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, causal=spec.causal,
+                                         mistake=form, fill=fill))
     return outputs
 
 
@@ -89,7 +89,7 @@ def match_exception(error: BaseException, weights: Weights, spec, case) -> str |
     for form in forms_to_try(keep is not None, spec.causal):
         try:
             reference_variant(*attention_inputs(spec, *tensors), weights, None if keep is None else keep[:, None],
-                              weights.num_heads, causal=spec.causal, mistake=form)
+                              causal=spec.causal, mistake=form)
         except Exception as raised:
             if exception_signature(raised) == wanted:
                 return form

@@ -22,7 +22,8 @@ Piece = tuple[str, object]  # (Linear's qualified name, rows: None = all, a slic
 
 @dataclass
 class Weights:
-    """Projection weights in the reference layout: q/k/v (H*D, E_in) with bias or None; o or None."""
+    """Projection weights in the reference layout: q (H*D, Eq), k/v (Hkv*D, Ek/Ev), each with its bias or
+    None; o (O, H*D) or None (no output projection)."""
 
     q: tuple
     k: tuple
@@ -33,6 +34,11 @@ class Weights:
     @property
     def head_dim(self) -> int:
         return self.q[0].shape[0] // self.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Hkv < H when groups of query heads share key/value heads (GQA)."""
+        return self.k[0].shape[0] // self.head_dim
 
 
 @dataclass
@@ -162,10 +168,11 @@ def _per_head_groups(names: list[str]) -> list[list[str]] | None:
     return [by_head[h] for h in range(len(by_head))]
 
 
-def _permuted(three: list[list[Piece]], style: str, heads: list[int]) -> list[tuple]:
-    """(pieces, heads, style, labels) for every order of three role slots and every head count."""
+def _permuted(three: list[list[Piece]], style: str, heads_of) -> list[tuple]:
+    """(pieces, heads, style, labels) for every order of three role slots, and every head count
+    ``heads_of(query pieces)`` allows."""
     return [({role: three[i] for role, i in zip(ROLES, order)}, h, style, {})
-            for order in itertools.permutations(range(3)) for h in heads]
+            for order in itertools.permutations(range(3)) for h in heads_of(three[order[0]])]
 
 
 def _fused_kv(layers, q_name: str, kv_name: str, heads) -> list[tuple]:
@@ -184,7 +191,8 @@ def _fused(layers, name: str, heads) -> list[tuple]:
     if out % 3:
         return []
     inner = out // 3
-    found = _permuted([[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)], "fused", heads(inner))
+    thirds = [[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)]
+    found = _permuted(thirds, "fused", lambda _: heads(inner))
     for h in heads(inner):
         rows = torch.arange(out).view(h, 3, inner // h)  # (H, 3, D): head h's q, k, v rows side by side
         found.append(({role: [(name, rows[:, i].reshape(-1))] for i, role in enumerate(ROLES)}, h,
@@ -198,7 +206,7 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
     groups = _per_head_groups(inputs)
     if groups:  # stacked heads: head h owns groups[h], three Linears in some order
         three = [[(group[i], None) for group in groups] for i in range(3)]
-        return _permuted(three, "per-head", [len(groups)])
+        return _permuted(three, "per-head", lambda _: [len(groups)])
     if len(inputs) == 1:
         return _fused(layers, inputs[0], heads)
     if len(inputs) == 2:
@@ -214,7 +222,7 @@ def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
         names.append(spare.pop(0))
     if len(names) != 3:
         return []
-    return _permuted([[(n, None)] for n in names], "separate", heads(layers[names[0]].out_features))
+    return _permuted([[(n, None)] for n in names], "separate", lambda q: heads(layers[q[0][0]].out_features))
 
 
 def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
@@ -242,6 +250,14 @@ def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
     return [(pieces, h, "separate", {}) for h in heads(layers[by_role["q"][0]].out_features)]
 
 
+def _heads_fit(rows: dict[str, int], num_heads: int) -> bool:
+    """Do q rows H*D and k, v rows Hkv*D each (Hkv dividing H) make heads of one size D?"""
+    head_dim = rows["q"] // num_heads
+    kv_heads = rows["k"] // head_dim if head_dim else 0
+    return (head_dim > 0 and rows["k"] == rows["v"] == kv_heads * head_dim and kv_heads > 0
+            and num_heads % kv_heads == 0)
+
+
 def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
                     num_heads: int | None) -> list[RoleAssignment]:
     """Every plausible role assignment, given what each Linear saw (see ``LinearInputs``)."""
@@ -259,8 +275,11 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
              else _qkv_candidates(layers, seen, unused, heads))
     assignments = []
     for pieces, h, style, labels in found:
+        rows = {role: sum(_row_count(layers[n], r) for n, r in pieces[role]) for role in ROLES}
+        if not _heads_fit(rows, h):
+            continue
         taken = {name for role in ROLES for name, _ in pieces[role]}
-        inner = sum(_row_count(layers[n], rows) for n, rows in pieces["q"])
+        inner = rows["q"]
         if mids:
             outs = [[(mids[-1], None)]]
         else:

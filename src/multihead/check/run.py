@@ -268,8 +268,10 @@ def _check_in_layout(module, spec: CallSpec, setup: Setup, report) -> CheckRepor
         if bug.error <= tol:
             report.bug, match = bug.bug_id, bug
     report.roles = match.roles.describe()
-    report.conventions.append(("heads", {"heads": match.roles.num_heads,
-                                         "head_dim": match.roles.weights(module).head_dim}))
+    weights = match.roles.weights(module)
+    report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
+    if weights.num_kv_heads != weights.num_heads:
+        report.conventions.append(("kv-heads", {"kv_heads": weights.num_kv_heads}))
     return report
 
 

@@ -87,6 +87,8 @@ CONVENTION_TEXT = {
     "cross-lengths": ("Lq != Lk accepted", "支持 Lq != Lk"),
     "cross-lengths:equal": ("needs Lq == Lk (compared with equal lengths)", "要求 Lq == Lk（只用等长输入比较）"),
     "heads": ("{heads} heads of size {head_dim}", "{heads} 个头，每个头 {head_dim} 维"),
+    "kv-heads": ("key/value heads: {kv_heads}, each shared by a group of query heads (GQA)",
+                 "键/值头：{kv_heads} 个，每个由一组查询头共享（GQA）"),
     "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（按 float32 比较）"),
 }
 
