@@ -46,6 +46,7 @@ def test_read_signature(signature, inputs, args, mask, kind):
     exec(f"def forward({signature}):\n    pass\n", namespace)
     spec = read_signature(namespace["forward"])
     assert (spec.inputs, spec.args, spec.mask_param, spec.mask_kind) == (inputs, args, mask, kind)
+    assert spec.mask_required == (mask is not None and f"{mask}=" not in signature)
 
 
 def test_hints_parse_and_apply():

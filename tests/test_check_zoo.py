@@ -183,6 +183,15 @@ def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
     assert report.verdict == "fail" and report.grad_error == float("inf") and report.error < 1e-6
 
 
+def test_a_required_mask_that_cannot_be_none_is_explained(tmp_path):
+    learner = tmp_path / "needs_mask.py"
+    source = (ZOO / "ok_lazy.py").read_text().replace("mask=None", "mask").replace("if mask is not None:", "if True:")
+    learner.write_text(source)
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and report.exception.startswith("TypeError")
+    assert any("called without a mask (mask=None)" in note for note in report.notes), report.notes
+
+
 def test_other_exceptions_are_reported_with_their_line(tmp_path):
     learner = tmp_path / "typo_attr.py"
     source = (ZOO / "ok_lazy.py").read_text().replace("self.po(y)", "self.p0(y)")

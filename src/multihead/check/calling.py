@@ -19,12 +19,14 @@ _LENGTH_WORDS = ("valid_len", "lens", "length", "seq_len")
 
 
 class LearnerError(Exception):
-    """The learner's forward raised; ``error`` is the original exception, ``where`` its source line."""
+    """The learner's forward raised; ``error`` is the original exception, ``where`` its source line,
+    ``mask_none`` the required mask parameter that was given None in that call (or None)."""
 
-    def __init__(self, error: BaseException, where: str):
+    def __init__(self, error: BaseException, where: str, mask_none: str | None = None):
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
         self.where = where
+        self.mask_none = mask_none
 
 
 @dataclass
@@ -35,6 +37,7 @@ class CallSpec:
     inputs: str  # "x" (self-attention), "qkv", or "q_kv" (query, and keys = values)
     mask_param: str | None = None
     mask_kind: str | None = None  # "mask" or "lengths" (from the parameter's name)
+    mask_required: bool = False  # the mask parameter has no default (it is still given None: no mask)
     required_none: list[str] = field(default_factory=list)  # required extras we pass as None
     keyword_only: list[str] = field(default_factory=list)  # tensor parameters passed by name
     layout: str = "batch"  # or "seq"
@@ -53,14 +56,14 @@ def read_signature(forward) -> CallSpec:
         params = []
     if params and params[0].name == "self":
         params = params[1:]
-    tensors, mask_param, mask_kind, extras, keyword_only = [], None, None, [], []
+    tensors, mask_param, mask_kind, mask_required, extras, keyword_only = [], None, None, False, [], []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         low = p.name.lower()
         if mask_param is None and ("mask" in low or "attn_bias" in low or "attention_bias" in low
                                    or any(w in low for w in _LENGTH_WORDS)):
-            mask_param = p.name
+            mask_param, mask_required = p.name, p.default is p.empty
             mask_kind = "lengths" if any(w in low for w in _LENGTH_WORDS) else "mask"
         elif p.default is p.empty and len(tensors) < 3:
             tensors.append(p.name)
@@ -75,7 +78,7 @@ def read_signature(forward) -> CallSpec:
         tensors = ["*args"]
     inputs = {1: "x", 2: "q_kv"}.get(len(tensors), "qkv")
     return CallSpec(args=tensors, inputs=inputs, mask_param=mask_param, mask_kind=mask_kind,
-                    required_none=extras, keyword_only=keyword_only)
+                    mask_required=mask_required, required_none=extras, keyword_only=keyword_only)
 
 
 _NOT_LEARNER = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
@@ -129,5 +132,6 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     try:
         out = first_tensor(module(*args, **kwargs))
     except Exception as error:
-        raise LearnerError(error, learner_frame(error)) from error
+        mask_none = spec.mask_param if spec.mask_required and keep is None else None
+        raise LearnerError(error, learner_frame(error), mask_none) from error
     return to_layout(out, spec.layout)

@@ -318,3 +318,5 @@ def _diagnose_exception(raised: LearnerError, module, spec, setup: Setup, report
     form = match_exception(raised.error, weights, spec, case)
     if form is not None:
         report.bug = BUG_OF_FORM[form].id
+    elif raised.mask_none:
+        report.notes.append(say("mask-required", report.lang, param=raised.mask_none))

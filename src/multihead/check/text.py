@@ -138,6 +138,10 @@ MESSAGES = {
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
                      "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
+    "mask-required": ("it raised when called without a mask ({param}=None), which the checker does to compare "
+                      "unmasked outputs: let None mean no mask (`if {param} is not None:`)",
+                      "不带掩码调用时（{param}=None）它报错了，而检查器需要这样调用来比较不加掩码的输出："
+                      "请让 None 表示不加掩码（`if {param} is not None:`）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
 }
