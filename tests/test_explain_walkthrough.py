@@ -8,6 +8,7 @@ from helpers import max_abs_diff, reference_attention
 from seeds import doc001
 
 import multihead as mh
+from multihead.explain import walk_checks
 from multihead.explain import walkthrough as wt
 from multihead.explain.story import Story
 
@@ -96,3 +97,22 @@ def test_any_bidirectional_setup_passes_its_checks():
     assert torch.isfinite(p.t["masked"]).all()
     assert not any(b.kind == "figure" for b in story.blocks)
     assert max_abs_diff(p.t["out"], module(x)) < 1e-5
+
+
+def test_head_columns_diff_is_zero_only_when_each_head_sits_in_its_own_columns():
+    flat = torch.randn(2, 5, 3 * 4)  # (B, L, H*D)
+    heads = flat.view(2, 5, 3, 4).transpose(1, 2)  # (B, H, L, D)
+    assert walk_checks.head_columns_diff(heads, flat) == 0.0
+    assert walk_checks.head_columns_diff(heads.flip(1), flat) > 0  # heads in the wrong columns
+    assert walk_checks.head_columns_diff(flat.reshape(2, 3, 5, 4), flat) > 0  # the direct reshape mixes them
+
+
+def test_check_close_states_the_verdict_and_the_difference():
+    story = Story("zh")
+    a = torch.ones(2, 3)
+    assert walk_checks.check_close(story, "same", "相同", a, a + 1e-7)
+    assert not walk_checks.check_close(story, "same", "相同", a, a + 1e-3)
+    assert not walk_checks.check_close(story, "same", "相同", a, torch.ones(3, 2))
+    assert [c.data["claim"] for c in story.checks] == ["相同"] * 3
+    assert story.checks[1].data["detail"] == "max |diff| = 1.0e-03"
+    assert story.checks[2].data["detail"] == "shapes (2, 3) vs (3, 2)"

@@ -17,7 +17,7 @@ from torch import nn
 import multihead as mh
 from multihead.errors import AttentionError
 from multihead.explain.story import Story
-from multihead.explain.walk_checks import close, diff_text
+from multihead.explain.walk_checks import check_close, close, diff_text
 from multihead.explain.walkthrough import Setup, tell
 
 MAX_TOKENS = 32  # longer sentences are cut: the tables and heatmaps stay readable
@@ -157,16 +157,10 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
         "每一行是一个头：平均而言最受关注的词（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
         "不同的头，关注的方式各不相同。",
     )
-    story.check(
-        "capture_attention recorded the same weights as step 7.",
-        "capture_attention 记录到的权重与第 7 步相同。",
-        close(weights, p.t["weights"]), diff_text(weights, p.t["weights"]),
-    )
-    story.check(
-        "They equal Hugging Face's own attention weights for this layer.",
-        "它们与 Hugging Face 自己给出的这一层注意力权重相同。",
-        close(weights, hf_weights), diff_text(weights, hf_weights),
-    )
+    check_close(story, "capture_attention recorded the same weights as step 7.",
+                "capture_attention 记录到的权重与第 7 步相同。", weights, p.t["weights"])
+    check_close(story, "They equal Hugging Face's own attention weights for this layer.",
+                "它们与 Hugging Face 自己给出的这一层注意力权重相同。", weights, hf_weights)
     story.check(
         "Our output equals Hugging Face's attention output (output.dense, before dropout and LayerNorm).",
         "我们的输出与 Hugging Face 的注意力输出相同（output.dense 的结果，在 dropout 和 LayerNorm 之前）。",

@@ -27,18 +27,15 @@ class Story:
     lang: str = "en"
     blocks: list[Block] = field(default_factory=list)
 
-    def _pick(self, en: str, zh: str) -> str:
+    def pick(self, en: str, zh: str) -> str:
+        """The story's language version of a text: a label, a table column, a code block."""
         return zh if self.lang == "zh" else en
 
-    def pick(self, en: str, zh: str) -> str:
-        """The story's language version of a short label (tensor labels, table columns)."""
-        return self._pick(en, zh)
-
     def heading(self, en: str, zh: str) -> None:
-        self.blocks.append(Block("heading", {"text": self._pick(en, zh)}))
+        self.blocks.append(Block("heading", {"text": self.pick(en, zh)}))
 
     def text(self, en: str, zh: str) -> None:
-        self.blocks.append(Block("text", {"text": self._pick(en, zh)}))
+        self.blocks.append(Block("text", {"text": self.pick(en, zh)}))
 
     def code(self, source: str) -> None:
         self.blocks.append(Block("code", {"source": source.strip("\n")}))
@@ -63,7 +60,7 @@ class Story:
 
     def check(self, en: str, zh: str, ok: bool, detail: str = "") -> bool:
         """State a claim together with its live verdict; a false claim is recorded as failed."""
-        self.blocks.append(Block("check", {"claim": self._pick(en, zh), "ok": bool(ok), "detail": detail}))
+        self.blocks.append(Block("check", {"claim": self.pick(en, zh), "ok": bool(ok), "detail": detail}))
         return bool(ok)
 
     @property

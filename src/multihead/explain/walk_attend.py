@@ -9,7 +9,7 @@ import math
 import torch
 
 from multihead.explain.story import Story
-from multihead.explain.walk_checks import close, diff_text
+from multihead.explain.walk_checks import check_close
 
 
 def step_scores(story: Story, p) -> None:
@@ -24,11 +24,11 @@ def step_scores(story: Story, p) -> None:
         "为什么：第 (i, j) 个元素是查询 i 与键 j 的点积，表示词元 j 与词元 i 要找的内容有多匹配；"
         "所有头一次算完。",
     )
-    by_hand = torch.einsum("bhid,bhjd->bhij", q.double(), k.double())
-    story.check(
+    check_close(
+        story,
         "scores[b, h, i, j] is the dot product of q[b, h, i] and k[b, h, j] for every entry.",
         "对每个元素，scores[b, h, i, j] 都等于 q[b, h, i] 与 k[b, h, j] 的点积。",
-        close(scores, by_hand), diff_text(scores, by_hand),
+        scores, torch.einsum("bhid,bhjd->bhij", q.double(), k.double()),
     )
     p.t["scores"] = scores
 
@@ -155,16 +155,17 @@ def step_weighted_sum(story: Story, p) -> None:
         "attends to each key.",
         "为什么：每一行输出都是各个值向量（V）的加权平均，权重就是这个查询对每个键的注意力。",
     )
-    by_hand = torch.einsum("bhij,bhjd->bhid", weights.double(), v.double())
-    story.check(
+    check_close(
+        story,
         "ctx[b, h, i] = Σ_j weights[b, h, i, j] · v[b, h, j] for every query i.",
         "对每个查询 i：ctx[b, h, i] = Σ_j weights[b, h, i, j] · v[b, h, j]。",
-        close(ctx, by_hand), diff_text(ctx, by_hand),
+        ctx, torch.einsum("bhij,bhjd->bhid", weights.double(), v.double()),
     )
     if p.setup.causal:
-        story.check(
+        check_close(
+            story,
             "The first token can only see itself, so its output is exactly its own value vector.",
             "第一个词元只能看到它自己，所以它的输出恰好就是它自己的值向量。",
-            close(ctx[:, :, 0], v[:, :, 0]), diff_text(ctx[:, :, 0], v[:, :, 0]),
+            ctx[:, :, 0], v[:, :, 0],
         )
     p.t["ctx"] = ctx

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from multihead.explain.story import Story
+
 RTOL = 1e-5  # float32 results of the same math in a different order differ by a few ulps
 
 
@@ -30,3 +32,15 @@ def diff_text(a: torch.Tensor, b: torch.Tensor) -> str:
     if a.shape != b.shape:
         return f"shapes {tuple(a.shape)} vs {tuple(b.shape)}"
     return f"max |diff| = {max_diff(a, b):.1e}"
+
+
+def check_close(story: Story, en: str, zh: str, got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Tell the claim that `got` equals `want` (up to `tolerance(want)`), with the difference shown."""
+    return story.check(en, zh, close(got, want), diff_text(got, want))
+
+
+def head_columns_diff(heads: torch.Tensor, flat: torch.Tensor) -> float:
+    """Largest difference between head h of heads (B, H, L, D) and columns h*D..(h+1)*D-1 of
+    flat (B, L, H*D), over all heads: 0.0 when every head sits exactly in its own columns."""
+    H, D = heads.shape[1], heads.shape[-1]
+    return max(max_diff(heads[:, h], flat[..., h * D:(h + 1) * D]) for h in range(H))

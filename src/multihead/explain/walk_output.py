@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import multihead as mh
 from multihead.explain.story import Story
-from multihead.explain.walk_checks import close, diff_text, max_diff, tolerance
+from multihead.explain.walk_checks import check_close, head_columns_diff, max_diff, tolerance
 
 
 def step_merge(story: Story, p) -> None:
@@ -52,7 +52,7 @@ def step_merge(story: Story, p) -> None:
         (packed.data_ptr() != ctx_t.data_ptr() or not split_heads_apart)
         and max_diff(ctx_t.reshape(B, L, H * D), merged) == 0.0,
     )
-    worst = max(max_diff(merged[..., h * D:(h + 1) * D], ctx[:, h]) for h in range(H))
+    worst = head_columns_diff(ctx, merged)
     story.check(
         "Head h's output sits in columns h*D..(h+1)*D-1 of merged, the same columns it came from.",
         "头 h 的输出位于 merged 的第 h*D..(h+1)*D-1 列，正是它拆分前所在的那几列。",
@@ -72,12 +72,8 @@ def step_out_proj(story: Story, p) -> None:
         "为什么：输出投影把各个头的结果混合起来，让每个输出特征都能用上所有头的信息。",
     )
     W, b = m.out_proj.weight, m.out_proj.bias
-    by_hand = merged @ W.T + (0 if b is None else b)
-    story.check(
-        "out_proj(merged) is exactly merged @ Wo.T (+ bias).",
-        "out_proj(merged) 就是 merged @ Wo.T（再加偏置）。",
-        close(out, by_hand), diff_text(out, by_hand),
-    )
+    check_close(story, "out_proj(merged) is exactly merged @ Wo.T (+ bias).",
+                "out_proj(merged) 就是 merged @ Wo.T（再加偏置）。", out, merged @ W.T + (0 if b is None else b))
     expected = p.setup.expected
     if expected is not None:
         en, zh = p.setup.expected_from
@@ -112,14 +108,16 @@ def step_verify(story: Story, p) -> None:
         "use; the step-by-step path above is how it is defined.",
         "为什么：融合内核不必把 (L, L) 的权重矩阵存下来，实际使用时应该用它；上面逐步计算的过程就是它的定义。",
     )
-    story.check(
+    check_close(
+        story,
         f"mh.attention with SDPA gives the same ctx as steps 4-8 (tolerance {tolerance(p.t['ctx']):.0e}).",
         f"用 SDPA 的 mh.attention 与第 4–8 步得到的 ctx 相同（容差 {tolerance(p.t['ctx']):.0e}）。",
-        close(fused, p.t["ctx"]), diff_text(fused, p.t["ctx"]),
+        fused, p.t["ctx"],
     )
-    story.check(
+    check_close(
+        story,
         f"mh.MultiHeadAttention with the same weights gives the same output (tolerance {tolerance(p.t['out']):.0e}).",
         f"同样权重的 mh.MultiHeadAttention 给出相同的输出（容差 {tolerance(p.t['out']):.0e}）。",
-        close(y, p.t["out"]), diff_text(y, p.t["out"]),
+        y, p.t["out"],
     )
     p.t.update(fused=fused, y=y)

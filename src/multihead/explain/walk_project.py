@@ -5,10 +5,11 @@ Shapes: B batch, L tokens, E input features, H heads, D head dim.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from multihead.explain.story import Story
-from multihead.explain.walk_checks import close, diff_text, max_diff
+from multihead.explain.walk_checks import check_close, head_columns_diff, tolerance
 
 
 def step_input(story: Story, p) -> None:
@@ -51,22 +52,16 @@ def step_project(story: Story, p) -> None:
         f"第 0..{D - 1} 列属于头 0，接下来的 {D} 列属于头 1，依此类推。",
     )
     W, b = m.q_proj.weight, m.q_proj.bias
-    by_hand = x @ W.T + (0 if b is None else b)
-    story.check(
-        "q_proj(x) is exactly x @ Wq.T (+ bias).",
-        "q_proj(x) 就是 x @ Wq.T（再加偏置）。",
-        close(q, by_hand), diff_text(q, by_hand),
-    )
-    worst = max(
-        max_diff(q[..., h * D:(h + 1) * D],
-                 F.linear(x, W[h * D:(h + 1) * D], None if b is None else b[h * D:(h + 1) * D]))
-        for h in range(H)
-    )
+    check_close(story, "q_proj(x) is exactly x @ Wq.T (+ bias).", "q_proj(x) 就是 x @ Wq.T（再加偏置）。",
+                q, x @ W.T + (0 if b is None else b))
+    rows = [slice(h * D, (h + 1) * D) for h in range(H)]
+    small = torch.stack([F.linear(x, W[r], None if b is None else b[r]) for r in rows], dim=1)  # (B, H, L, D)
+    worst = head_columns_diff(small, q)
     story.check(
         f"One big projection equals {H} small ones: head h's columns of q are x projected by rows "
         f"h*D..(h+1)*D-1 of Wq alone.",
         f"一个大投影等于 {H} 个小投影：q 中属于头 h 的那几列，正是只用 Wq 的第 h*D..(h+1)*D-1 行投影 x 的结果。",
-        worst <= 1e-5 * max(1.0, q.abs().max().item()), f"max |diff| = {worst:.2e}",
+        worst <= tolerance(q), f"max |diff| = {worst:.2e}",
     )
     p.t.update(q=q, k=k, v=v)
 
@@ -105,7 +100,7 @@ def step_split(story: Story, p) -> None:
         f"转置之后张量不再连续：步幅 {tuple(q_heads.stride())} 不再是按行排列的顺序。",
         not q_heads.is_contiguous() or L == 1 or H == 1,
     )
-    worst = max(max_diff(q_heads[:, h], q[..., h * D:(h + 1) * D]) for h in range(H))
+    worst = head_columns_diff(q_heads, q)
     story.check(
         "Head h is exactly columns h*D..(h+1)*D-1 of q: q_heads[:, h] == q[..., h*D:(h+1)*D].",
         "头 h 恰好就是 q 的第 h*D..(h+1)*D-1 列：q_heads[:, h] == q[..., h*D:(h+1)*D]。",

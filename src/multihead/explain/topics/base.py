@@ -41,8 +41,8 @@ def topic(name: str, document: str, title: tuple[str, str], question: tuple[str,
 
 
 def pick(story: Story, en: str, zh: str) -> str:
-    """The story's language version of a short label (tensor labels, table columns)."""
-    return zh if story.lang == "zh" else en
+    """The story's language version of a text (labels, table columns, code): `story.pick`."""
+    return story.pick(en, zh)
 
 
 def error_of(fn: Callable[[], object]) -> BaseException | None:
