@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 
@@ -173,3 +174,20 @@ def plain_terminal(monkeypatch, columns: int = 80) -> None:
     for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("COLUMNS", str(columns))
+
+
+# --- multihead check: learner files made by editing a check-zoo module ------------------------------
+
+CHECK_ZOO = Path(__file__).parent / "check_zoo"
+
+
+def edited_zoo_file(folder, zoo_file: str, *edits: tuple[str, str], name: str | None = None) -> Path:
+    """tests/check_zoo/<zoo_file> written into `folder` (as `name`, default the same name) with each
+    (old, new) edit applied. Every `old` must occur, so that an edit can never silently do nothing."""
+    text = (CHECK_ZOO / zoo_file).read_text()
+    for old, new in edits:
+        assert old in text, f"{old!r} is not in {zoo_file}"
+        text = text.replace(old, new)
+    path = Path(folder) / (name or zoo_file)
+    path.write_text(text)
+    return path

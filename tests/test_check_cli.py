@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import edited_zoo_file
 from multihead.cli import main
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -41,8 +42,7 @@ def test_chinese_report(capsys):
 
 
 def test_unknown_difference_reports_the_measured_error(capsys, tmp_path):
-    learner = tmp_path / "odd.py"
-    learner.write_text((ZOO / "ok_lazy.py").read_text().replace("s.softmax(-1) @ v", "(s.softmax(-1) @ v) * 1.5"))
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("s.softmax(-1) @ v", "(s.softmax(-1) @ v) * 1.5"))
     code, out = run_cli(capsys, f"{learner}:LazyAttention")
     assert code == 1
     assert "catalogue does not know" in out and "max error" in out
@@ -55,8 +55,7 @@ def test_call_hints_and_init(capsys):
 
 
 def test_an_exception_is_shown_once_with_its_line(capsys, tmp_path):
-    learner = tmp_path / "typo_attr.py"
-    learner.write_text((ZOO / "ok_lazy.py").read_text().replace("self.po(y)", "self.p0(y)"))
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("self.po(y)", "self.p0(y)"), name="typo_attr.py")
     code, out = run_cli(capsys, f"{learner}:LazyAttention")
     assert code == 1 and "FAIL" in out
     assert out.count("no attribute 'p0'") == 1 and "typo_attr.py:" in out

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import edited_zoo_file
 from multihead.check import check
 from multihead.check.load import LoadError, guess_init, misspelled_forward, parse_init, split_target
 
@@ -127,8 +128,7 @@ def test_random_state_and_thread_count_are_restored():
 def test_learner_helpers_next_to_the_file_are_importable_and_left_alone(tmp_path):
     (tmp_path / "my_helpers.py").write_text("def split(t, h):\n    b, n, e = t.shape\n"
                                             "    return t.view(b, n, h, e // h).transpose(1, 2)\n")
-    source = (ZOO / "ok_lazy.py").read_text().replace("import torch\n", "import torch\nimport my_helpers\n", 1)
-    (tmp_path / "attn.py").write_text(source)
+    edited_zoo_file(tmp_path, "ok_lazy.py", ("import torch\n", "import torch\nimport my_helpers\n"), name="attn.py")
     assert check(f"{tmp_path / 'attn.py'}:LazyAttention").passed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attn.py", "my_helpers.py"]
     assert str(tmp_path) not in __import__("sys").path

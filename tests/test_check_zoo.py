@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import edited_zoo_file
 from multihead.check import BUGS, check
 from multihead.check.load import load_class
 
@@ -121,8 +122,7 @@ def test_keys_and_values_of_their_own_widths_are_probed_with_those_widths():
 
 
 def test_input_width_is_not_taken_from_a_context_length(tmp_path):
-    learner = tmp_path / "channels.py"
-    learner.write_text((ZOO / "ok_fused_causal.py").read_text().replace("n_embd", "channels"))
+    learner = edited_zoo_file(tmp_path, "ok_fused_causal.py", ("n_embd", "channels"))
     report = check(f"{learner}:Block", init={"channels": 8, "n_head": 2, "block_size": 16})
     assert report.passed, str(report)
 
@@ -142,9 +142,7 @@ def test_typo_report_also_checks_the_misspelled_method():
 
 
 def test_matching_outputs_with_wrong_gradients_fail(tmp_path):
-    learner = tmp_path / "detached.py"
-    source = (ZOO / "ok_lazy.py").read_text()
-    learner.write_text(source.replace("s = q @ k.transpose(-2, -1)", "s = q @ k.detach().transpose(-2, -1)"))
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("q @ k.transpose(-2, -1)", "q @ k.detach().transpose(-2, -1)"))
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.bug is None
     assert report.error < 1e-6 < report.grad_error
@@ -152,9 +150,7 @@ def test_matching_outputs_with_wrong_gradients_fail(tmp_path):
 
 
 def test_dropout_left_on_in_eval_mode_is_reported(tmp_path):
-    learner = tmp_path / "always_dropout.py"
-    source = (ZOO / "ok_lazy.py").read_text()
-    learner.write_text(source.replace("y = (s.softmax(-1) @ v)", "y = (nn.functional.dropout(s.softmax(-1), 0.5) @ v)"))
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("s.softmax(-1)", "nn.functional.dropout(s.softmax(-1), 0.5)"))
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and "training=True" in report.headline()
 
@@ -176,27 +172,21 @@ def test_missing_key_transpose_is_named_with_the_line_that_raised():
 
 
 def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
-    learner = tmp_path / "no_grad.py"
-    source = (ZOO / "ok_lazy.py").read_text()
-    learner.write_text(source.replace("        return self.po(y)", "        return self.po(y).detach()"))
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("return self.po(y)", "return self.po(y).detach()"))
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.grad_error == float("inf") and report.error < 1e-6
 
 
 def test_a_required_mask_that_cannot_be_none_is_explained(tmp_path):
-    learner = tmp_path / "needs_mask.py"
-    source = (ZOO / "ok_lazy.py").read_text().replace("mask=None", "mask").replace("if mask is not None:", "if True:")
-    learner.write_text(source)
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("mask=None", "mask"), ("if mask is not None:", "if True:"))
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.exception.startswith("TypeError")
     assert any("called without a mask (mask=None)" in note for note in report.notes), report.notes
 
 
 def test_other_exceptions_are_reported_with_their_line(tmp_path):
-    learner = tmp_path / "typo_attr.py"
-    source = (ZOO / "ok_lazy.py").read_text().replace("self.po(y)", "self.p0(y)")
-    learner.write_text(source)
-    line = source.splitlines().index("        return self.p0(y)") + 1
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("self.po(y)", "self.p0(y)"), name="typo_attr.py")
+    line = learner.read_text().splitlines().index("        return self.p0(y)") + 1
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.exit_code == 1 and report.bug is None
     assert report.exception.startswith("AttributeError")
