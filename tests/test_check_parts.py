@@ -16,7 +16,7 @@ from multihead.check.conventions import accepts_cross_lengths, causal_buffer, de
 from multihead.check.diagnose import exception_signature, match_exception, random_weights
 from multihead.check.hints import Hints, apply_hints, parse_hints
 from multihead.check.load import LoadError
-from multihead.check.masks import ENCODINGS, detect_encoding, probe_pattern, random_pattern
+from multihead.check.masks import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
 from multihead.check.report import CheckReport
 from multihead.check.roles import LinearInputs, candidate_roles, linear_layers
 from multihead.check.text import check_lang, say
@@ -128,11 +128,32 @@ def test_mask_conventions_are_found(module, kind, shape):
     assert (encoding.kind, encoding.shape) == (kind, shape)
 
 
-def test_every_encoding_keeps_the_pattern():
-    keep = random_pattern("full", 2, 3, 4, torch.Generator().manual_seed(1))
-    for encoding in ENCODINGS:
-        encoded = encoding.encode(keep, torch.float64)
-        assert encoded.numel() in (keep.numel(), keep[0].numel(), keep[:, 0].numel())
+# How each convention reads back as keep (True = may attend), and where its shape puts (B, Lq, Lk).
+_READ_BACK = {"keep": lambda t: t != 0, "block": lambda t: t == 0, "block01": lambda t: t == 0,
+              "additive": lambda t: t == 0}
+_TO_B_LQ_LK = {"(B, 1, Lq, Lk)": lambda t: t[:, 0], "(B, Lq, Lk)": lambda t: t, "(Lq, Lk)": lambda t: t[None],
+               "(B, 1, 1, Lk)": lambda t: t[:, 0], "(B, Lk)": lambda t: t[:, None],
+               "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1)}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS, ids=lambda e: f"{e.kind} {e.shape}")
+def test_every_encoding_carries_its_family_of_patterns(encoding):
+    keep = random_pattern(encoding.family, 2, 3, 4, torch.Generator().manual_seed(1))  # (B, Lq, Lk)
+    encoded = encoding.encode(keep, torch.float64)
+    assert encoded.dtype in (torch.bool, torch.float64)
+    read = _TO_B_LQ_LK[encoding.shape](_READ_BACK[encoding.kind](encoded))
+    assert torch.equal(read.expand(2, 3, 4), keep)
+    if encoding.kind == "additive":
+        assert set(encoded.unique().tolist()) <= {0.0, float("-inf")}
+
+
+@pytest.mark.parametrize("shape", ["(B,)", "(B, Lq)"])
+def test_lengths_encodings_count_the_kept_keys(shape):
+    keep = random_pattern("lengths", 2, 3, 4, torch.Generator().manual_seed(1))
+    encoding = next(e for e in LENGTHS if e.shape == shape)
+    lengths = encoding.encode(keep, torch.float64)
+    assert lengths.shape == ((2,) if shape == "(B,)" else (2, 3))
+    assert torch.equal(torch.arange(4) < lengths.reshape(2, -1, 1), keep if shape == "(B, Lq)" else keep[:, :1])
 
 
 def test_role_candidates_for_a_fused_projection():
