@@ -13,7 +13,7 @@ from multihead.check.calling import (CallSpec, LearnerError, attention_inputs, f
                                      to_layout)
 from multihead.check.compare import agree, compare_with_reference, reference_output, relative_error
 from multihead.check.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
-from multihead.check.diagnose import exception_signature, match_exception, random_weights
+from multihead.check.diagnose import closest, exception_signature, match_exception, random_weights, variant_outputs
 from multihead.check.hints import Hints, apply_hints, parse_hints
 from multihead.check.load import LoadError
 from multihead.check.masks import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
@@ -208,6 +208,22 @@ def test_reference_comparison_on_a_textbook_module():
     assert reference_output(roles.weights(module), spec, *cases[0]).shape == (2, 5, 16)
     forward_error, grad_error = compare_with_reference(module, spec, roles, cases)
     assert forward_error < 1e-9 and grad_error < 1e-9
+
+
+def test_closest_variant_names_the_form_behind_the_outputs():
+    module = textbook.ClassicTransformerHeads(16, 4).double().eval()
+    spec = read_signature(module.forward)
+    seen = {"W_q": ["q"], "W_k": ["k"], "W_v": ["v"], "W_o": ["mid"]}
+    roles = candidate_roles(module, seen, False, None)  # every head count that divides 16
+    cases = [(_x(2, 5), _x(2, 7, seed=1), _x(2, 7, seed=2), None)]
+    right = next(r for r in roles if r.num_heads == 4)
+    forms = [None, "no-scale", "weights-times-keys"]
+    with torch.no_grad():
+        for form in forms:
+            wanted = variant_outputs(module, spec, right, cases, form, -math.inf)
+            match = closest(module, spec, roles, cases, wanted, forms)
+            assert (match.form, match.roles.num_heads, match.error) == (form, 4, 0.0)
+        assert match.bug_id == "keys-used-as-values"
 
 
 def test_exceptions_are_matched_by_kind_and_words():
