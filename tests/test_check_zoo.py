@@ -30,7 +30,7 @@ EXPECTED = {
     "context_keys_as_values.py:ContextAttention": "keys-used-as-values",
     "scores_q_times_k.py:ScoresNoT": "scores-without-key-transpose",
     "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
-    "farward_typo.py:MultiHeadAttention": "forward-misspelled",
+    "capital_forward.py:SelfAttentionBlock": "forward-misspelled",
     "masked_fill_discarded.py:SelfAttn": "mask-ignored",
     "ok_seq_first_einsum.py:TimeMajorAttention": None,
     "ok_fused_causal.py:Block": None,
@@ -65,7 +65,7 @@ def test_zoo_modules_are_written_in_varied_styles():
     for target in EXPECTED:
         file_name, class_name = target.split(":")
         text = (ZOO / file_name).read_text()
-        forward = next(line.strip() for line in text.splitlines() if "def forward" in line or "def farward" in line)
+        forward = next(line.strip() for line in text.splitlines() if "def forward" in line.lower())
         key = (class_name, forward)
         assert key not in seen, target
         seen.add(key)
@@ -135,10 +135,11 @@ def test_exceptions_are_diagnosed_with_the_learner_line():
 
 
 def test_typo_report_also_checks_the_misspelled_method():
-    report = check(str(ZOO / "farward_typo.py:MultiHeadAttention"))
-    assert report.bug_values == {"method": "farward"}
-    assert "'farward'" in report.explanation()
-    assert "with 'farward' renamed to forward, it matches the reference" in report.notes
+    report = check(str(ZOO / "capital_forward.py:SelfAttentionBlock"))
+    assert report.bug_values == {"method": "Forward"}
+    assert "'Forward'" in report.explanation()
+    assert "with 'Forward' renamed to forward, it matches the reference" in report.notes
+    assert report.roles["q"] == "in_proj rows 0:16"
 
 
 def test_matching_outputs_with_wrong_gradients_fail(tmp_path):
