@@ -227,6 +227,22 @@ def _check_running(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
 
 def _check_in_layout(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
     """Everything after the layout: causality, lengths, mask convention, roles, verdict."""
+    dims, dtype, L = setup.dims, setup.dtype, setup.length
+    Lk = _detect_call_conventions(module, spec, setup)
+    plain = plain_cases(dims, dtype, L, Lk)
+    assignments = _role_candidates(module, spec, setup.heads, plain[0])
+    if assignments and spec.mask_param and spec.encoding is None:  # blocked keys not inert: masked after softmax?
+        spec.encoding, spec.mask_ignored = encoding_by_agreement(
+            module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), setup.tol)
+    report.conventions = _conventions(spec, dtype)
+    if not assignments:
+        report.reason = say("no-roles", report.lang)
+        return report
+    return _verdict(module, spec, assignments, plain + masked_cases(spec, dims, dtype, L, Lk), setup.tol, report)
+
+
+def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
+    """Fill in spec's causality, causal buffer, Lq != Lk support and mask encoding; return the key length."""
     dims, dtype, tol, L = setup.dims, setup.dtype, setup.tol, setup.length
     if setup.hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
@@ -237,23 +253,21 @@ def _check_in_layout(module, spec: CallSpec, setup: Setup, report) -> CheckRepor
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
         spec.encoding = detect_encoding(module, spec, inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
+    return Lk
 
-    plain = plain_cases(dims, dtype, L, Lk)
-    tags = {"x": plain[0][0]} if spec.inputs == "x" else dict(zip("qk" if spec.inputs == "q_kv" else "qkv",
-                                                                  plain[0][:3]))
+
+def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> list:
+    """The role assignments that fit what each Linear sees during one call on ``case`` (xq, xk, xv, keep)."""
+    tags = dict(zip({"x": "x", "q_kv": "qk", "qkv": "qkv"}[spec.inputs], case[:3]))  # tag -> its input
     with LinearInputs(module, tags) as seen:
-        invoke(module, spec, *plain[0][:3])
+        invoke(module, spec, *case[:3])
     _materialise_unused_lazy(module)
-    assignments = candidate_roles(module, seen.seen, spec.inputs == "x", setup.heads)
-    report.conventions = _conventions(spec, dtype)
-    if not assignments:
-        report.reason = say("no-roles", report.lang)
-        return report
-    if spec.mask_param and spec.encoding is None:  # blocked keys not inert: maybe masked after softmax
-        spec.encoding, spec.mask_ignored = encoding_by_agreement(
-            module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), tol)
-        report.conventions = _conventions(spec, dtype)
-    cases = plain + masked_cases(spec, dims, dtype, L, Lk)
+    return candidate_roles(module, seen.seen, spec.inputs == "x", heads)
+
+
+def _verdict(module, spec: CallSpec, assignments, cases, tol: float, report) -> CheckReport:
+    """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
+    the catalogue bug whose variant reproduces them (if one does)."""
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
@@ -263,8 +277,7 @@ def _check_in_layout(module, spec: CallSpec, setup: Setup, report) -> CheckRepor
         if max(report.error, report.grad_error) <= tol:
             report.verdict = "pass"
     else:
-        bug = closest(module, spec, assignments, cases, wanted,
-                      forms_to_try(spec.encoding is not None, spec.causal))
+        bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
         if bug.error <= tol:
             report.bug, match = bug.bug_id, bug
     report.roles = match.roles.describe()
