@@ -17,6 +17,8 @@ from pathlib import Path
 
 from torch import nn
 
+from multihead.convert.projections import HEAD_COUNT_NAMES as HEAD_NAMES
+
 EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
@@ -28,8 +30,6 @@ EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_e
                "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d", "width",
                "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb", "embed")
 _SIZE_NAMES = QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES
-HEAD_NAMES = ("num_heads", "heads", "n_heads", "nhead", "n_head", "num_head", "h", "head_num",
-               "num_attention_heads", "n_heads_q", "nheads")
 LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
                  "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
 _DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")

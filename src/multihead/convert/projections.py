@@ -19,9 +19,10 @@ from multihead.convert.registry import describe_linears, linears_to_module
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
 
-# Attribute names that hold a head count, in the order they are tried (labml: heads, Annotated
-# Transformer: h, nanoGPT: n_head, HF: num_attention_heads / config.num_attention_heads).
-HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "heads", "h")
+# Names that hold a head count, in the order they are tried (labml: heads, nanoGPT: n_head, HF:
+# num_attention_heads / config.num_attention_heads, nn.Transformer: nhead, Annotated Transformer: h).
+HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "heads", "nhead", "num_head",
+                    "head_num", "nheads", "n_heads_q", "h")
 CONFIG_HEAD_COUNT_NAMES = ("num_attention_heads", "n_head", "num_heads")
 
 
