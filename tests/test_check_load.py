@@ -66,6 +66,17 @@ def test_missing_file_and_bad_target_and_bad_init():
     assert report.exit_code == 2 and "--init" in report.reason
 
 
+@pytest.mark.parametrize("options, words", [
+    ({"init": [16, 4]}, "init must be a dict of keyword arguments or its JSON text, got list"),
+    ({"call": {"heads": 4}}, "--call expects text like 'heads=4,layout=seq', got dict"),
+])
+def test_options_of_the_wrong_type_are_reported(options, words):
+    from multihead.textbook import SplitHeads
+
+    report = check(SplitHeads, **options)
+    assert report.exit_code == 2 and words in report.reason
+
+
 def test_init_keywords_are_used():
     report = check(str(ZOO / "ok_lazy.py:LazyAttention"), init='{"embed_dim": 24, "num_heads": 3}')
     assert report.passed and "3 heads of size 8" in report.convention_lines()

@@ -24,6 +24,9 @@ class Hints:
 
 def parse_hints(text: str | None) -> Hints:
     """Hints from ``"key=value,..."``; unknown keys or values raise LoadError saying what is allowed."""
+    if not isinstance(text, (str, type(None))):
+        raise LoadError(f"--call expects text like 'heads=4,layout=seq', got {type(text).__name__}",
+                        f"--call 应是类似 'heads=4,layout=seq' 的文本，实际是 {type(text).__name__}")
     hints = Hints()
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         key, sep, value = item.partition("=")

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import io
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -105,7 +106,13 @@ def _target_name(target) -> str:
 
 def _resolve(target, init) -> tuple[nn.Module, dict]:
     """(a module instance the checker may change, the constructor kwargs)."""
-    kwargs = parse_init(init) if isinstance(init, (str, type(None))) else dict(init)
+    if isinstance(init, Mapping):
+        kwargs = dict(init)
+    elif isinstance(init, (str, type(None))):
+        kwargs = parse_init(init)
+    else:
+        raise LoadError(f"init must be a dict of keyword arguments or its JSON text, got {type(init).__name__}",
+                        f"init 必须是关键字参数的 dict 或其 JSON 文本，实际是 {type(init).__name__}")
     if isinstance(target, nn.Module):
         try:
             return copy.deepcopy(target).cpu(), kwargs
