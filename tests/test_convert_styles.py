@@ -169,6 +169,7 @@ def test_stacked_heads_with_an_output_projection_convert():
 
 # --- styles checked against the plain reference ---------------------------------------------------
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("names, attrs, batch_first", [
     (("q_linear", "k_linear", "v_linear", "o_linear"), {"num_heads": H}, True),
     (("Wq", "Wk", "Wv", "Wo"), {"num_heads": H}, True),
@@ -176,11 +177,12 @@ def test_stacked_heads_with_an_output_projection_convert():
     (("query.linear", "key.linear", "value.linear", "output"), {"heads": H}, False),
     (("W_query", "W_key", "W_value", "out_proj"), {"num_heads": H}, True),  # LLMs-from-scratch
 ])
-def test_each_naming_style_converts(names, attrs, batch_first):
-    source = Named(four(names), **attrs)
+def test_each_naming_style_converts(names, attrs, batch_first, bias):
+    source = Named(four(names, bias=bias), **attrs)
     layers = [source.get_submodule(name) for name in names]
     ours = check_against_reference(source, *layers, H, batch_first=batch_first)
     assert ours.batch_first is batch_first
+    assert all((proj.bias is not None) is bias for proj in (ours.q_proj, ours.k_proj, ours.v_proj, ours.out_proj))
 
 
 def test_single_causal_head_without_a_head_count_is_one_head():
