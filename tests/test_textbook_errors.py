@@ -110,6 +110,18 @@ def test_doc004_bad_inputs():
         m(q, k[:1], v[:1], None)
 
 
+def test_doc004_helpers_bad_inputs():
+    with pytest.raises(mh.AttentionError, match=r"num_hiddens=8 must be divisible by num_heads=3"):
+        tb.transpose_qkv(torch.randn(2, 5, 8), 3)
+    with pytest.raises(mh.AttentionError, match=r"dim 0 a multiple of num_heads=2, got \(5, 4, 2\)"):
+        tb.transpose_output(torch.randn(5, 4, 2), 2)
+    with pytest.raises(mh.AttentionError, match=r"valid_lens must have shape \(B,\)=\(4,\) or \(B, Lq\)=\(4, 3\)"):
+        tb.masked_softmax(torch.randn(4, 3, 5), torch.ones(4, 5))  # one length per key
+    with pytest.raises(mh.AttentionError, match=r"got \(3,\)"):
+        tb.DotProductAttention(0.0)(torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4),
+                                    torch.tensor([1, 2, 3]))
+
+
 def test_attention_error_is_a_value_error():
     with pytest.raises(ValueError):
         tb.SplitHeads(3, 5, 6, 0.0, 2)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from multihead.errors import AttentionError, shape_str
-from multihead.textbook._checks import check_features, check_heads_divide, check_same_dims
+from multihead.textbook._checks import check_features, check_heads_divide, check_num_heads, check_same_dims
 
 
 def sequence_mask(X: torch.Tensor, valid_len: torch.Tensor, value: float = 0) -> torch.Tensor:
@@ -37,10 +37,22 @@ def sequence_mask(X: torch.Tensor, valid_len: torch.Tensor, value: float = 0) ->
     return X
 
 
+def _check_valid_lens(valid_lens, batch_size: int, num_queries: int) -> None:
+    """valid_lens must be (B,) or (B, Lq) (d2l's two forms; B counts B * H rows once heads are folded)."""
+    if not isinstance(valid_lens, torch.Tensor):
+        raise AttentionError(f"valid_lens must be a torch.Tensor (B,) or (B, Lq), "
+                             f"got {type(valid_lens).__name__}")
+    if valid_lens.shape not in ((batch_size,), (batch_size, num_queries)):
+        raise AttentionError(
+            f"valid_lens must have shape (B,)=({batch_size},) or (B, Lq)=({batch_size}, {num_queries}), "
+            f"got {shape_str(valid_lens.shape)}")
+
+
 def masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last axis of X (N, Lq, Lk), keys beyond valid_lens (N,) or (N, Lq) excluded."""
     if valid_lens is None:
         return nn.functional.softmax(X, dim=-1)
+    _check_valid_lens(valid_lens, X.shape[0], X.shape[1])
     shape = X.shape
     if valid_lens.dim() == 1:
         # One length per sequence, the same for each of its Lq queries: (N,) -> (N * Lq,).
@@ -71,6 +83,7 @@ class DotProductAttention(nn.Module):
 
 def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Fold the heads into the batch: (B, L, num_hiddens) -> (B * H, L, num_hiddens / H)."""
+    check_heads_divide(X.shape[-1], num_heads, "num_hiddens")
     X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)  # (B, L, H, d)
     X = X.permute(0, 2, 1, 3)  # (B, H, L, d)
     return X.reshape(-1, X.shape[2], X.shape[3])  # (B * H, L, d)
@@ -78,20 +91,13 @@ def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def transpose_output(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Undo ``transpose_qkv``: (B * H, L, d) -> (B, L, H * d)."""
+    check_num_heads(num_heads)
+    if X.shape[0] % num_heads:
+        raise AttentionError(f"transpose_output expects X (B * H, L, d) with dim 0 a multiple of "
+                             f"num_heads={num_heads}, got {shape_str(X.shape)}")
     X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])  # (B, H, L, d)
     X = X.permute(0, 2, 1, 3)  # (B, L, H, d)
     return X.reshape(X.shape[0], X.shape[1], -1)  # (B, L, H * d)
-
-
-def _check_valid_lens(valid_lens, batch_size: int, num_queries: int) -> None:
-    """valid_lens must be (B,) or (B, Lq) (d2l's two forms)."""
-    if not isinstance(valid_lens, torch.Tensor):
-        raise AttentionError(f"valid_lens must be a torch.Tensor (B,) or (B, Lq), "
-                             f"got {type(valid_lens).__name__}")
-    if valid_lens.shape not in ((batch_size,), (batch_size, num_queries)):
-        raise AttentionError(
-            f"valid_lens must have shape (B,)=({batch_size},) or (B, Lq)=({batch_size}, {num_queries}), "
-            f"got {shape_str(valid_lens.shape)}")
 
 
 class FoldedBatchHeads(nn.Module):
