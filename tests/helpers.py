@@ -52,6 +52,13 @@ def reference_mha(x_q, x_k, x_v, *, wq, wk, wv, num_heads, wo=None, bq=None, bk=
     return out
 
 
+def randn64(*shape, seed: int | None = None) -> torch.Tensor:
+    """Standard normal float64 tensor of `shape`: from its own generator when `seed` is given, else from
+    torch's global random state."""
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
 def linear_params(linear, prefix: str) -> dict:
     """{prefix + 'w': weight, prefix + 'b': bias or None} of an nn.Linear, for reference_mha(**...)."""
     return {f"w{prefix}": linear.weight, f"b{prefix}": linear.bias}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import multihead as mh
-from helpers import assert_same_forward_backward
+from helpers import assert_same_forward_backward, randn64
 
 pytestmark = pytest.mark.models
 
@@ -21,10 +21,6 @@ B, LQ, LK = 3, 4, 6  # batch, query length, key length
 @pytest.fixture(autouse=True)
 def _seeded():
     torch.manual_seed(0)
-
-
-def randn(*shape):
-    return torch.randn(*shape, dtype=torch.float64)
 
 
 # --- d2l ------------------------------------------------------------------------------------------
@@ -46,7 +42,7 @@ def test_d2l_multihead_attention_converts_under_valid_lens(d2l_torch, lens_shape
     valid_lens = torch.tensor([1, LK, 3]) if lens_shape == "(B,)" else torch.randint(1, LK + 1, (B, LQ))
     assert_same_forward_backward(lambda q, k, v: source(q, k, v, valid_lens),
                                  lambda q, k, v: ours(q, k, v, mask=mh.Mask.lengths(valid_lens)),
-                                 [randn(B, LQ, 5), randn(B, LK, 7), randn(B, LK, 6)])
+                                 [randn64(B, LQ, 5), randn64(B, LK, 7), randn64(B, LK, 6)])
 
 
 # --- labml-nn -------------------------------------------------------------------------------------
@@ -65,7 +61,7 @@ def test_labml_multihead_attention_converts_under_its_mask(labml_mha, bias, mask
         ours_mask = mh.Mask.keep(keep.permute(2, 0, 1)[:, None])  # (Lq, Lk, B) -> (B, 1, Lq, Lk)
     assert_same_forward_backward(lambda q, k, v: source(query=q, key=k, value=v, mask=keep),
                                  lambda q, k, v: ours(q, k, v, mask=ours_mask),
-                                 [randn(LQ, B, 16), randn(LK, B, 16), randn(LK, B, 16)])
+                                 [randn64(LQ, B, 16), randn64(LK, B, 16), randn64(LK, B, 16)])
 
 
 # --- all-MiniLM-L6-v2 -----------------------------------------------------------------------------

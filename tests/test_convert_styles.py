@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import multihead as mh
-from helpers import assert_same_forward_backward, reference_mha
+from helpers import assert_same_forward_backward, randn64, reference_mha
 
 B, L, E, H = 2, 5, 12, 3
 
@@ -20,10 +20,6 @@ B, L, E, H = 2, 5, 12, 3
 @pytest.fixture(autouse=True)
 def _seeded():
     torch.manual_seed(0)
-
-
-def randn(*shape):
-    return torch.randn(*shape, dtype=torch.float64)
 
 
 def heads_first(x, num_heads):
@@ -130,7 +126,7 @@ def check_against_reference(source, q, k, v, out, num_heads, *, batch_first=True
     """The conversion of `source` (hint causal=...) equals reference_mha on the layers q, k, v, out (or None)."""
     ours = mh.MultiHeadAttention.from_module(source.double(), causal=causal)
     assert ours.causal is causal
-    x = randn(B, L, q.in_features)
+    x = randn64(B, L, q.in_features)
     keep = torch.ones(L, L, dtype=torch.bool).tril() if causal else None
     expected = reference_mha(x, x, x, wq=q.weight, wk=k.weight, wv=v.weight, bq=q.bias, bk=k.bias, bv=v.bias,
                              wo=None if out is None else out.weight, bo=None if out is None else out.bias,
@@ -147,7 +143,7 @@ def test_nanogpt_fused_c_attn_converts(bias):
     source = FusedCausalSelfAttention(E, H, bias=bias).double().eval()
     ours = mh.MultiHeadAttention.from_module(source)
     assert (ours.num_heads, ours.embed_dim, ours.causal) == (H, E, True)  # nanoGPT is always causal
-    assert_same_forward_backward(source, ours, [randn(B, L, E)])
+    assert_same_forward_backward(source, ours, [randn64(B, L, E)])
     assert not mh.MultiHeadAttention.from_module(source, causal=False).causal
 
 
@@ -157,14 +153,14 @@ def test_bert_names_convert_with_key_padding(cls):
     ours = mh.MultiHeadAttention.from_module(source)
     pad = torch.tensor([[False] * L, [False] * 3 + [True] * (L - 3)])  # (B, Lk), True = padding
     assert_same_forward_backward(lambda x: source(x, pad), lambda x: ours(x, mask=mh.Mask.key_padding(pad)),
-                                 [randn(B, L, E)])
+                                 [randn64(B, L, E)])
 
 
 def test_stacked_heads_with_an_output_projection_convert():
     source = LectureMultiHead(E, H).double().eval()
     ours = mh.MultiHeadAttention.from_module(source)
     assert (ours.num_heads, ours.head_dim, ours.causal) == (H, E // H, True)  # from the heads' tril buffers
-    assert_same_forward_backward(source, ours, [randn(B, L, E)])
+    assert_same_forward_backward(source, ours, [randn64(B, L, E)])
 
 
 # --- styles checked against the plain reference ---------------------------------------------------

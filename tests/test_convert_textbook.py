@@ -16,7 +16,7 @@ import torch
 
 import multihead as mh
 import multihead.textbook as tb
-from helpers import assert_same_forward_backward
+from helpers import assert_same_forward_backward, randn64
 from seeds import doc000, doc001, doc002, doc003, doc004
 
 B, L, LK = 2, 5, 7  # batch, query length, key length (cross-attention cases)
@@ -33,24 +33,20 @@ def convert(source):
     return source, mh.MultiHeadAttention.from_module(source)
 
 
-def randn(*shape):
-    return torch.randn(*shape, dtype=torch.float64)
-
-
 def check_000(cls):
     """hidden_size 16, 4 heads; additive 0/1 mask (L, L), 1 = blocked, each row keeps its diagonal."""
     source, ours = convert(cls(16, 4))
     blocked = (torch.rand(L, L) < 0.4).double().fill_diagonal_(0)
     assert_same_forward_backward(lambda x: source(x, blocked), lambda x: ours(x, mask=mh.Mask.block(blocked)),
-                                 [randn(B, L, 16)])
-    assert_same_forward_backward(source, ours, [randn(B, L, 16)])
+                                 [randn64(B, L, 16)])
+    assert_same_forward_backward(source, ours, [randn64(B, L, 16)])
 
 
 def check_001_causal(make):
     """A causal document-001 module: context_length 8 > L, so its triu buffer is cut to (L, L)."""
     source, ours = convert(make())
     assert ours.causal  # found from the triu buffer: every call masks the future
-    assert_same_forward_backward(source, ours, [randn(B, L, 3)])
+    assert_same_forward_backward(source, ours, [randn64(B, L, 3)])
 
 
 def check_002(cls):
@@ -58,7 +54,7 @@ def check_002(cls):
     source, ours = convert(cls(16, 4))
     keep = (torch.rand(B, 1, L, LK) < 0.6)
     keep[..., 0] = True  # every query keeps at least one key
-    inputs = [randn(B, L, 16), randn(B, LK, 16), randn(B, LK, 16)]
+    inputs = [randn64(B, L, 16), randn64(B, LK, 16), randn64(B, LK, 16)]
     assert_same_forward_backward(lambda q, k, v: source(q, k, v, keep.long()),
                                  lambda q, k, v: ours(q, k, v, mask=mh.Mask.keep(keep)), inputs)
     assert_same_forward_backward(source, ours, inputs)
@@ -70,7 +66,7 @@ def check_003(cls, bias=True, mask_shape=(L, LK, B)):
     assert ours.batch_first is False
     keep = torch.rand(mask_shape) < 0.6
     keep[:, 0] = True
-    inputs = [randn(L, B, 16), randn(LK, B, 16), randn(LK, B, 16)]
+    inputs = [randn64(L, B, 16), randn64(LK, B, 16), randn64(LK, B, 16)]
     ours_mask = mh.Mask.keep(keep.permute(2, 0, 1)[:, None])  # (Lq, Lk, B) -> (B, 1, Lq, Lk)
     assert_same_forward_backward(lambda q, k, v: source(q, k, v, keep),
                                  lambda q, k, v: ours(q, k, v, mask=ours_mask), inputs)
@@ -80,7 +76,7 @@ def check_003(cls, bias=True, mask_shape=(L, LK, B)):
 def check_004(cls, bias=False):
     """query/key/value sizes 6/5/4, num_hiddens 12, 3 heads; valid_lens (B,) and (B, Lq), all >= 1."""
     source, ours = convert(cls(5, 6, 4, 12, 3, 0.0, bias=bias))
-    inputs = [randn(B, L, 6), randn(B, LK, 5), randn(B, LK, 4)]
+    inputs = [randn64(B, L, 6), randn64(B, LK, 5), randn64(B, LK, 4)]
     for valid_lens in (torch.tensor([3, LK]), torch.randint(1, LK + 1, (B, L))):
         assert_same_forward_backward(lambda q, k, v: source(q, k, v, valid_lens),
                                      lambda q, k, v: ours(q, k, v, mask=mh.Mask.lengths(valid_lens)), inputs)
