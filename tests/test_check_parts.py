@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import randn64
 from multihead import AttentionError, textbook
 from multihead.check.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
                                      to_layout)
@@ -25,7 +26,7 @@ TOL = 1e-6
 
 
 def _x(B=3, L=5, E=16, seed=0):
-    return torch.randn(B, L, E, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return randn64(B, L, E, seed=seed)
 
 
 def _qkv(B=3, L=5, E=16):
