@@ -253,9 +253,10 @@ def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
 def _heads_fit(rows: dict[str, int], num_heads: int) -> bool:
     """Do q rows H*D and k, v rows Hkv*D each (Hkv dividing H) make heads of one size D?"""
     head_dim = rows["q"] // num_heads
-    kv_heads = rows["k"] // head_dim if head_dim else 0
-    return (head_dim > 0 and rows["k"] == rows["v"] == kv_heads * head_dim and kv_heads > 0
-            and num_heads % kv_heads == 0)
+    if head_dim == 0 or rows["k"] != rows["v"] or rows["k"] % head_dim:
+        return False
+    kv_heads = rows["k"] // head_dim
+    return kv_heads > 0 and num_heads % kv_heads == 0
 
 
 def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
