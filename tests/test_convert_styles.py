@@ -284,6 +284,12 @@ def test_extra_linear_layers_are_not_silently_dropped(source):
         mh.MultiHeadAttention.from_module(source)
 
 
+def test_an_extra_lazy_layer_is_described_without_an_input_size():
+    source = Named({**four(("W_q", "W_k", "W_v", "W_o")), "extra": nn.LazyLinear(4)}, num_heads=H)
+    with pytest.raises(mh.AttentionError, match=r"not use: extra \(\? -> 4\)"):
+        mh.MultiHeadAttention.from_module(source)
+
+
 @pytest.mark.parametrize("hints, match", [
     ({"q": "a", "num_heads": H}, r"missing \['k', 'v'\]"),
     ({"q": "a", "k": "b", "v": "c"}, "num_heads"),

@@ -47,7 +47,8 @@ def check_no_extra_linears(module: nn.Module, used, style: str) -> None:
     (A whole transformer block, say, has feed-forward layers too; convert its attention submodule.)
     """
     used_ids = {id(layer) for layer in used if isinstance(layer, nn.Module)}
-    extra = [f"{name} ({child.in_features} -> {child.out_features})" for name, child in module.named_modules()
+    extra = [f"{name} ({'?' if isinstance(child.weight, UninitializedParameter) else child.in_features} -> "
+             f"{child.out_features})" for name, child in module.named_modules()
              if isinstance(child, nn.Linear) and id(child) not in used_ids]
     if extra:
         raise AttentionError(
