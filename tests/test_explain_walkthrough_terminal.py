@@ -116,6 +116,8 @@ def test_punctuation_keeps_the_word_it_touches_on_its_line():
     assert lines == ["这里用的是", "self.d_model。然后"]
     lines = lines_of("一二三四五六七八（AttributeError）", 18)   # "（" would end line 1
     assert lines == ["一二三四五六七八", "（AttributeError）"]
+    lines = lines_of("一二三四五六七八再词1的……）", 24)   # a run of closing marks stays together
+    assert lines == ["一二三四五六七八再词1", "的……）"]
 
 
 def test_table_cells_and_long_headings_wrap_instead_of_being_cut():

@@ -34,22 +34,21 @@ def break_offsets(plain: str, width: int) -> list[int]:
     """Where to break `plain` so that no line is wider than `width` cells.
 
     Unlike rich's own wrapping (at spaces only), this also breaks between CJK characters, keeps
-    ASCII words whole where they fit, never starts a line with closing punctuation ("，。）")
+    ASCII words whole where they fit, never starts a line with closing punctuation ("，。）…")
     and never ends one with opening punctuation ("（“").
     """
     offsets: list[int] = []
-    line_start, line_width, prev = 0, 0, None  # prev: (start, end) of the last non-space token
+    line_start, line_width = 0, 0
     for match in TOKEN.finditer(plain):
         token, start = match.group(), match.start()
         if token == "\n":
-            line_start, line_width, prev = match.end(), 0, None
+            line_start, line_width = match.end(), 0
             continue
         if token.isspace():
             line_width += cell_len(token)  # trailing spaces may overhang; each line is rstripped
             continue
         if line_width + cell_len(token) > width and start > line_start:
-            if _carry_down(plain, prev, start, line_start, token, width):
-                start = prev[0]  # the last word goes down with the punctuation that sticks to it
+            start = _unsticky_break(plain, start, match.end(), line_start, width)
             offsets.append(start)
             line_start, line_width = start, cell_len(plain[start:match.start()])
         for char_index, char in enumerate(token):  # an ASCII word wider than a line is folded
@@ -58,18 +57,26 @@ def break_offsets(plain: str, width: int) -> list[int]:
                 offsets.append(line_start)
                 line_width = 0
             line_width += cell_len(char)
-        prev = (match.start(), match.end())
     return offsets
 
 
-def _carry_down(plain: str, prev, start: int, line_start: int, token: str, width: int) -> bool:
-    """Whether a break before `token` should move back to before `prev`, the word touching it:
-    when token starts with closing punctuation or prev ends with opening punctuation, and the two
-    fit on one line together."""
-    if prev is None or prev[1] != start or prev[0] <= line_start:
-        return False
-    sticky = token[0] in NO_LINE_START or plain[prev[1] - 1] in NO_LINE_END
-    return sticky and cell_len(plain[prev[0]:start + len(token)]) <= width
+def _is_ascii_word(char: str) -> bool:
+    return "\x21" <= char <= "\x7e"
+
+
+def _unsticky_break(plain: str, start: int, end: int, line_start: int, width: int) -> int:
+    """The break before plain[start:end] (the token that does not fit), moved back over the words
+    that punctuation sticks to: closing punctuation goes down with the word before it, opening
+    punctuation with the word after it. Unchanged when that would leave nothing on the line above
+    or make the line below too wide."""
+    cut = start
+    while cut > line_start and (plain[cut] in NO_LINE_START or plain[cut - 1] in NO_LINE_END):
+        cut -= 1
+        while cut > line_start and _is_ascii_word(plain[cut - 1]) and _is_ascii_word(plain[cut]):
+            cut -= 1  # never inside an ASCII word
+    if cut <= line_start or cell_len(plain[cut:end]) > width:
+        return start
+    return cut
 
 
 class Wrapped:
@@ -198,7 +205,8 @@ def _figure(block: Block, lang: str) -> RenderableType | None:
     if weights.shape[0] > MAX_GRID_HEADS:
         return None
     grids = [_grid(h, weights[h], block.data.get("tokens"), lang) for h in range(weights.shape[0])]
-    legend = Text(f"{block.data['label']}:  0 '{SHADES[0] * 2}' … 1 '{SHADES[-1] * 2}'", style="dim")
+    colon = "：" if lang == "zh" else ": "
+    legend = Text(f"{block.data['label']}{colon} 0 '{SHADES[0] * 2}' … 1 '{SHADES[-1] * 2}'", style="dim")
     return Padding(Group(legend, Columns(grids, padding=(0, 3))), (0, 0, 0, 2))
 
 
