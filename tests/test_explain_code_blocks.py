@@ -1,10 +1,12 @@
-"""The code a learner reads in the walkthrough and the topics: comments in the story's language."""
+"""The code a learner reads in the walkthrough and the topics: comments in the story's language, and
+every line within the 80 columns (2 are the indent), so that no code line is ever wrapped."""
 from __future__ import annotations
 
 import re
 from functools import cache
 
 import pytest
+from rich.cells import cell_len
 
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
@@ -14,6 +16,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 # a lowercase English word that is not a name in code (not before "=", "(", "[", "." or after ".")
 PROSE_WORD = re.compile(r"(?<![\w.])[a-z]{3,}(?![\w.(=\[]| \()")
 SENTENCE_WORDS = {token.lower() for token in DOC001_TOKENS}   # step 1 labels its rows with them
+CODE_WIDTH = 80 - 2
 
 STORIES = ["walkthrough", *TOPICS]
 
@@ -46,3 +49,10 @@ def test_chinese_code_comments_are_chinese(name):
 @pytest.mark.parametrize("name", STORIES)
 def test_english_code_comments_are_english(name):
     assert not any(CJK.search(comment) for comment in comments(told(name, "en")))
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name", STORIES)
+def test_code_lines_fit_without_wrapping(name, lang):
+    wide = [line for line in code_lines(told(name, lang)) if cell_len(line) > CODE_WIDTH]
+    assert not wide, wide

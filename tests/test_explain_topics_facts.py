@@ -10,7 +10,7 @@ from torch import nn
 import multihead as mh
 from multihead.explain.story import Story
 from multihead.explain.topics import heads, heads_meaning, layout, masking, memory, python_syntax, scores
-from multihead.explain.topics.base import error_of, error_text, max_diff, pick
+from multihead.explain.topics.base import error_of, error_text, max_diff, pick, stride_text
 from multihead.textbook import StackedHeads, transpose_output, transpose_qkv
 
 SIZES = [(1, 3, 2, 2), (2, 4, 4, 3), (3, 5, 3, 2)]   # (B, L, H, D)
@@ -24,6 +24,10 @@ def test_base_helpers():
     assert isinstance(err, RuntimeError) and error_text(err).startswith("RuntimeError: ")
     assert error_of(lambda: None) is None and error_text(None) == "(no error)"
     assert max_diff(torch.zeros(2), torch.tensor([0.0, -0.5])) == 0.5
+    assert error_text(AssertionError()) == "AssertionError()"   # a bare assert says nothing
+    t = torch.zeros(2, 3)
+    assert stride_text(Story(lang="en"), t) == "stride (3, 1)"
+    assert stride_text(Story(lang="zh"), t, t.t()) == "步幅 (3, 1) -> (1, 3)"
 
 
 # --- layout: reshape-then-transpose, split-heads-transpose, combine-heads ----------------------------
@@ -134,6 +138,8 @@ def test_unscaled_softmax_saturates_and_scaled_does_not():
 def test_fill_values_and_fully_masked_rows():
     assert masking.fill_in(torch.float16) == float("-inf") and masking.fill_in(torch.float16, -1e6) == float("-inf")
     assert masking.fill_in(torch.float32) == -1e9
+    shown = [masking.fill_text(masking.fill_in(d)) for d in (torch.float16, torch.bfloat16, torch.float32)]
+    assert shown == ["-inf", "-9.98244e+08", "-1e+09"]   # bfloat16 cannot hold -1e9 exactly
     row, none = torch.randn(1, 4), torch.zeros(1, 4, dtype=torch.int64)
     assert masking.masked_weights(row, none, float("-inf")).isnan().all()
     torch.testing.assert_close(masking.masked_weights(row, none, -1e9), torch.full((1, 4), 0.25))

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from multihead.explain.story import Story
+from multihead.explain.walk_checks import diff_text, max_diff  # noqa: F401 - the topics' too
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,19 @@ def error_of(fn: Callable[[], object]) -> BaseException | None:
 
 
 def error_text(exc: BaseException | None) -> str:
-    """`RuntimeError: message` (first line), the form the topics print."""
+    """`RuntimeError: message` (first line), the form the topics print; `AssertionError()` when the
+    exception says nothing."""
     if exc is None:
         return "(no error)"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if not str(exc):
+        return f"{type(exc).__name__}()"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
-def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest absolute difference, in float64."""
-    return (a.double() - b.double()).abs().max().item()
+def stride_text(story: Story, t: torch.Tensor, then: torch.Tensor | None = None) -> str:
+    """`stride (12, 4, 1)`, or `stride (3, 1) -> (1, 3)` from t to `then`, in the story's language."""
+    text = f"{story.pick('stride', '步幅')} {t.stride()}"
+    return text if then is None else f"{text} -> {then.stride()}"
 
 
 def memory_order(t: torch.Tensor) -> torch.Tensor:

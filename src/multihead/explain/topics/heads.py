@@ -12,7 +12,7 @@ from torch.overrides import TorchFunctionMode
 
 import multihead as mh
 from multihead.explain.story import Story
-from multihead.explain.topics.base import max_diff, pick, topic
+from multihead.explain.topics.base import diff_text, max_diff, pick, topic
 from multihead.textbook import ClassicTransformerHeads, FoldedBatchHeads, SplitHeads, StackedHeads
 
 HEAD_COUNTS = (1, 2, 4, 8)
@@ -131,8 +131,11 @@ def linear_d_model(story: Story) -> None:
                "输入的每一行有 d_model 个数，所以 in_features = d_model。输出要切成 H 个头，每个头 "
                "d_k = d_model / H 个数，所以 out_features = H * d_k = d_model。")
     heads = small_projections(model.W_q, H)
-    story.code("Q = split_heads(W_q(x))                      # (B, H, L, d_k)\n"
-               "small_h = Linear(d_model, d_k) with rows h*d_k:(h+1)*d_k of W_q")
+    story.code(pick(story,
+            "Q = split_heads(W_q(x))          # (B, H, L, d_k)\n"
+            "small_h = Linear(d_model, d_k)   # holding rows h*d_k:(h+1)*d_k of W_q",
+            "Q = split_heads(W_q(x))          # (B, H, L, d_k)\n"
+            "small_h = Linear(d_model, d_k)   # 权重取 W_q 的第 h*d_k:(h+1)*d_k 行"))
     Q = model.split_heads(model.W_q(x))
     story.check("One Linear(d_model, d_model) followed by split_heads equals H separate Linear(d_model, d_k), "
                 "one per head (float64)",
@@ -166,13 +169,15 @@ def stacked_vs_split(story: Story) -> None:
     split = split_from_stacked(stacked, L)
     x = torch.randn(2, L, dim_in)                            # (B, L, dim_in)
     story.code(pick(story,
-            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])   # same for Wk, Wv\n"
+            "# the heads' weights, one on top of the other; the same for Wk, Wv\n"
+            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])\n"
             "split.Wo = identity",
-            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])   # Wk、Wv 同理\n"
+            "# 把各个头的权重上下叠起来；Wk、Wv 同理\n"
+            "split.Wq.weight = torch.cat([head.W_query.weight for head in stacked.heads])\n"
             "split.Wo = 单位矩阵"))
     story.check("With the stacked heads' weights piled into one Wq/Wk/Wv, the split module gives the same output",
                 "把各个头的权重上下叠成一个大的 Wq/Wk/Wv 之后，权重分割版本的输出与堆叠版本相同",
-                max_diff(stacked(x), split(x)) < 1e-6, f"max diff {max_diff(stacked(x), split(x)):.1e}")
+                max_diff(stacked(x), split(x)) < 1e-6, diff_text(stacked(x), split(x)))
     calls_stacked, calls_split = count_calls(lambda: stacked(x)), count_calls(lambda: split(x))
     names = ("linear", "matmul", "softmax")
     story.table([pick(story, "call", "调用"), pick(story, "stacked", "堆叠"), pick(story, "split", "权重分割")],
@@ -198,7 +203,7 @@ def stacked_vs_split(story: Story) -> None:
     big_split = split_from_stacked(big_stacked, big_L)
     xb = torch.randn(4, big_L, 32)
     t_stacked, t_split = median_ms(lambda: big_stacked(xb)), median_ms(lambda: big_split(xb))
-    story.table([pick(story, "version", "实现"), pick(story, "median ms (7 runs, 1 thread)", "中位数毫秒（7 次，单线程）")],
+    story.table([pick(story, "version", "实现"), pick(story, "median ms (7 runs, 1 thread)", "耗时中位数，毫秒（7 次，单线程）")],
                 [[pick(story, "stacked", "堆叠"), f"{t_stacked:.2f}"], [pick(story, "split", "权重分割"), f"{t_split:.2f}"]],
                 title=f"B=4, L={big_L}, dim_in=32, H={big_H}, head_dim={big_d}")
 

@@ -9,7 +9,7 @@ from torch import nn
 
 import multihead as mh
 from multihead.explain.story import Story
-from multihead.explain.topics.base import max_diff, pick, topic
+from multihead.explain.topics.base import diff_text, max_diff, pick, topic
 from multihead.explain.topics.heads import HEAD_COUNTS, d2l_param_counts, param_count
 from multihead.explain.topics.layout import decode, labelled_tensor
 from multihead.textbook import FoldedBatchHeads, transpose_output, transpose_qkv
@@ -56,9 +56,11 @@ def where_heads_live(story: Story) -> None:
                 {k: tuple(v.shape) for k, v in four.state_dict().items()}
     four.load_state_dict(one.state_dict())
     story.code(pick(story,
-            "one, four = MultiHeadAttention(..., num_heads=1), MultiHeadAttention(..., num_heads=4)\n"
+            "one = MultiHeadAttention(..., num_heads=1)\n"
+            "four = MultiHeadAttention(..., num_heads=4)\n"
             "four.load_state_dict(one.state_dict())   # the very same weights",
-            "one, four = MultiHeadAttention(..., num_heads=1), MultiHeadAttention(..., num_heads=4)\n"
+            "one = MultiHeadAttention(..., num_heads=1)\n"
+            "four = MultiHeadAttention(..., num_heads=4)\n"
             "four.load_state_dict(one.state_dict())   # 完全相同的权重"))
     story.check("The 1-head and 4-head modules have the same parameter names and shapes: the weights can be swapped",
                 "1 个头和 4 个头的模块，参数名和形状完全相同：权重可以直接互换",
@@ -69,7 +71,7 @@ def where_heads_live(story: Story) -> None:
     story.check("With identical weights the outputs still differ: the only difference left is how the "
                 "features are split",
                 "权重完全相同，输出却不一样：剩下唯一的区别，就是特征被怎样切分",
-                max_diff(y1, y4) > 1e-3, f"max diff {max_diff(y1, y4):.3f}")
+                max_diff(y1, y4) > 1e-3, diff_text(y1, y4))
     story.check("The 4-head output is exactly 4 ordinary single-head attentions, each on its own slice of the "
                 "projected features (columns h*d:(h+1)*d), concatenated and passed through W_o",
                 "4 个头的输出，恰好等于 4 次普通的单头注意力：每次只用投影后特征的一个切片"
@@ -100,7 +102,7 @@ def heads_in_batch(story: Story) -> None:
     folded = transpose_qkv(X, H)                                  # (B*H, L, d)
     story.text("Again every number names itself: 1000*batch + 100*token + 10*head + feature.",
                "同样，每个数都“自报家门”：1000*批次 + 100*词 + 10*头 + 特征。")
-    story.code("folded = transpose_qkv(X, num_heads)   # (B, L, num_hiddens) -> (B*H, L, num_hiddens/H)")
+    story.code("# (B, L, num_hiddens) -> (B*H, L, num_hiddens/H)\nfolded = transpose_qkv(X, num_heads)")
     story.tensor("X (B, L, num_hiddens)", X)
     story.tensor("folded (B*H, L, d)", folded)
     story.check("The element count is unchanged: B * L * num_hiddens = (B*H) * L * (num_hiddens/H)",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from multihead.explain.story import Story
-from multihead.explain.topics.base import error_of, error_text, pick, topic
+from multihead.explain.topics.base import error_of, error_text, pick, stride_text, topic
 
 
 def labelled_tensor(B: int = 1, L: int = 3, H: int = 2, D: int = 2) -> torch.Tensor:
@@ -74,9 +74,9 @@ def reshape_then_transpose(story: Story) -> None:
     H = 2
     x = labelled_tensor(B=1, L=3, H=H, D=2)
     story.heading("A tensor whose numbers say where they come from", "一个会“自报家门”的张量")
-    story.text("Each number is 100*token + 10*head + feature: 112 means token 1, head 1, feature 2. "
+    story.text("Each number is 100*token + 10*head + feature: 111 means token 1, head 1, feature 1. "
                "The projection gives each token one row of hidden_size = H*d numbers, head 0's block first.",
-               "每个数都等于 100*词 + 10*头 + 特征：112 就是“词1、头1、第2个特征”。线性投影之后，"
+               "每个数都等于 100*词 + 10*头 + 特征：111 就是“词1、头1、特征1”。线性投影之后，"
                "每个词占一行 hidden_size = H*d 个数，头0的那一段在前，头1的在后。")
     story.code("x = 100*token + 10*head + feature   # (B=1, L=3, hidden=4), H=2, d=2")
     story.tensor("x (B, L, H*d)", x, layout=True)
@@ -96,13 +96,14 @@ def reshape_then_transpose(story: Story) -> None:
                 title=pick(story, "whose numbers land in each head", "每个头里装的是谁的数"))
     story.check("reshape + transpose: every slot (head h, position t) holds exactly token t's head-h features",
                 "reshape + transpose：位置 (头 h, 第 t 个词) 里装的恰好是词 t 的头 h 特征",
-                not misplaced(right), f"misplaced slots: {len(misplaced(right))}")
+                not misplaced(right),
+                pick(story, f"misplaced slots: {len(misplaced(right))}", f"放错的位置：{len(misplaced(right))} 个"))
     wrong_sources = slot_sources(wrong, 0)
     story.check("The direct reshape mixes heads: head slot 0 receives numbers from both head 0 and head 1",
                 "直接 reshape 会把头混在一起：头0 里既有头0的特征，也有头1的特征",
                 {h for _, h in wrong_sources} == {0, 1}, _pairs(wrong_sources, story))
     story.check("…and it mixes tokens: head slot 0's second position still holds token 0, not token 1",
-                "……还会把词混在一起：头0 的第2个位置装的仍是词0，而不是词1",
+                "……还会把词混在一起：头0 的第 2 个位置装的仍是词0，而不是词1",
                 decode(wrong[0, 0, 1, 0].item())[1] == 0, f"wrong[0, 0, 1] = {wrong[0, 0, 1].tolist()}")
     story.text("reshape cuts the numbers in memory order, and memory holds token after token. Cutting "
                "(L, H*d) straight into (H, L, d) therefore slices across token boundaries. Reshaping to "
@@ -134,7 +135,7 @@ def split_heads_transpose(story: Story) -> None:
     story.heading("Step 1: view splits the last axis", "第一步：view 把最后一维拆开")
     story.code("viewed = x.view(batch_size, seq_length, num_heads, d_k)   # (1, 3, 2, 2)")
     story.tensor("viewed (B, L, H, d_k)", viewed, layout=True)
-    story.heading("Step 2: transpose(1, 2) swaps axis 1 and axis 2", "第二步：transpose(1, 2) 交换第1维和第2维")
+    story.heading("Step 2: transpose(1, 2) swaps axis 1 and axis 2", "第二步：transpose(1, 2) 交换第 1 维和第 2 维")
     story.code("turned = viewed.transpose(1, 2)   # (1, 2, 3, 2)")
     story.tensor("turned (B, H, L, d_k)", turned, layout=True)
     story.table([pick(story, "tensor", "张量"), pick(story, "shape", "形状"), pick(story, "stride", "步幅"),
@@ -154,7 +155,7 @@ def split_heads_transpose(story: Story) -> None:
     story.check("No copy: both share the same memory (same data_ptr), only shape and stride are swapped",
                 "没有拷贝：两者共用同一块内存（data_ptr 相同），只是形状和步幅对调了",
                 turned.data_ptr() == viewed.data_ptr() and turned.stride() == (12, 2, 4, 1)
-                and viewed.stride() == (12, 4, 2, 1), f"strides {viewed.stride()} -> {turned.stride()}")
+                and viewed.stride() == (12, 4, 2, 1), stride_text(story, viewed, turned))
     story.check("transpose(1, 2) is the permutation (0, 2, 1, 3) of the axes",
                 "transpose(1, 2) 就是把维度按 (0, 2, 1, 3) 重新排列",
                 torch.equal(turned, viewed.permute(0, 2, 1, 3)))
@@ -164,7 +165,7 @@ def split_heads_transpose(story: Story) -> None:
                 tuple(big.shape) == (2, 8, 10, 64), str(tuple(big.shape)))
     story.text("Heads now sit in axis 1, next to the batch, so one batched matmul computes every head "
                "at once: torch.matmul treats all leading axes (B, H) as a batch.",
-               "现在“头”排在第1维，紧挨着批量维，一次批量矩阵乘法就能同时算出所有头："
+               "现在“头”排在第 1 维，紧挨着批量维，一次批量矩阵乘法就能同时算出所有头："
                "torch.matmul 会把前面的 (B, H) 都当作批量维。")
 
 
@@ -184,7 +185,7 @@ def combine_heads_topic(story: Story) -> None:
     turned = heads.transpose(1, 2)               # (B, L, H, d_k)
     story.tensor("heads.transpose(1, 2) (B, L, H, d_k)", turned, layout=True)
     story.check("After transpose the tensor is no longer contiguous", "转置之后，张量不再是内存连续的",
-                not turned.is_contiguous(), f"stride {turned.stride()}")
+                not turned.is_contiguous(), stride_text(story, turned))
     story.heading("2. view needs contiguous memory", "2. view 需要内存连续")
     err = error_of(lambda: turned.view(1, 3, 4))
     story.code(pick(story,
@@ -196,7 +197,8 @@ def combine_heads_topic(story: Story) -> None:
     story.tensor("heads.transpose(1, 2).contiguous()", packed, layout=True)
     story.check("contiguous() copies the numbers into a fresh, row-major block of memory",
                 "contiguous() 把数据按行优先的顺序拷贝到一块新内存里",
-                packed.is_contiguous() and packed.data_ptr() != turned.data_ptr(), f"stride {packed.stride()}")
+                packed.is_contiguous() and packed.data_ptr() != turned.data_ptr(),
+                stride_text(story, packed))
     story.check("On a tensor that is already contiguous, contiguous() returns the tensor itself (no copy)",
                 "如果张量本来就是连续的，contiguous() 直接返回它自己，不做拷贝",
                 packed.contiguous() is packed)

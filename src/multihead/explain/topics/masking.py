@@ -6,7 +6,7 @@ import torch
 
 import multihead as mh
 from multihead.explain.story import Story
-from multihead.explain.topics.base import error_of, error_text, max_diff, pick, topic
+from multihead.explain.topics.base import diff_text, error_of, error_text, max_diff, pick, topic
 from multihead.textbook import ClassicTransformerHeads, SeqFirstEinsumHeads
 
 CAUSAL_KEEP = torch.tril(torch.ones(3, 3, dtype=torch.int64))   # (Lq, Lk), document 002: 1 = keep
@@ -25,6 +25,11 @@ def masked_weights(scores: torch.Tensor, keep: torch.Tensor, fill: float) -> tor
 def fill_in(dtype: torch.dtype, value: float = -1e9) -> float:
     """What a literal fill value becomes once stored in `dtype` (-1e9 in float16 is -inf)."""
     return torch.tensor(value, dtype=dtype).item()
+
+
+def fill_text(value: float) -> str:
+    """A fill value as a short number: -1e+09, -9.98244e+08, -65504, -inf."""
+    return f"{value:.6g}"
 
 
 def labml_mask_asserts(mask: torch.Tensor, query_shape, key_shape) -> torch.Tensor:
@@ -61,7 +66,8 @@ def masked_fill_topic(story: Story) -> None:
     zero = masked_weights(scores, keep, 0.0)
     story.check("Filling with 0 instead does not block anything: exp(0) = 1, so blocked keys still get weight",
                 "如果填 0，根本屏蔽不了：exp(0) = 1，被屏蔽的键照样分到权重",
-                bool((zero[keep == 0] > 0).all()), f"{zero[0, 1].item():.3f} on a future token")
+                bool((zero[keep == 0] > 0).all()),
+                pick(story, f"{zero[0, 1].item():.3f} on a future token", f"未来的词元分到 {zero[0, 1].item():.3f}"))
     story.check("Multiplying the scores by the mask is the same mistake as filling 0",
                 "把分数直接乘以掩码，和填 0 是同一个错误", torch.equal((scores * keep).softmax(-1), zero))
     story.check("-inf gives the same weights as -1e9 while each row keeps at least one key",
@@ -76,8 +82,10 @@ def masked_fill_topic(story: Story) -> None:
     model = ClassicTransformerHeads(d_model=8, num_heads=2).double()
     ours = mh.attention(q, k, v, mask=mh.Mask.keep(keep))
     story.code(pick(story,
-            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))   # multihead: same convention, stated once",
-            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))   # multihead：同样的约定，只说一次"))
+            "# multihead: the same mask, its meaning (1 = keep) said by name\n"
+            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))",
+            "# multihead：同一个掩码，用名字写明它的含义（1 = 保留）\n"
+            "mh.attention(q, k, v, mask=mh.Mask.keep(mask))"))
     story.check("Document 002's scaled_dot_product_attention with -1e9 equals mh.attention with Mask.keep",
                 "文档 002 用 -1e9 的 scaled_dot_product_attention，与 mh.attention 配 Mask.keep 的结果相同",
                 max_diff(model.scaled_dot_product_attention(q, k, v, keep), ours) < 1e-12)
@@ -87,7 +95,7 @@ def masked_fill_topic(story: Story) -> None:
                "\"make its exp zero\": a huge negative score. The next topic, mask-fill-value, shows where -1e9 "
                "breaks and what multihead fills instead.",
                "softmax 用 exp 把分数变成权重，所以“忽略这个键”就意味着“让它的 exp 变成 0”，"
-               "也就是给它一个极大的负分数。下一个主题 mask-fill-value 会展示 -1e9 在哪里会出问题，"
+               "也就是给它一个极大的负分数。下一个专题 mask-fill-value 会展示 -1e9 在哪里会出问题，"
                "以及 multihead 实际填的是什么。")
 
 
@@ -98,7 +106,8 @@ def masked_fill_topic(story: Story) -> None:
 def mask_fill_value(story: Story) -> None:
     dtypes = (torch.float16, torch.bfloat16, torch.float32)
     story.table(["dtype", "-1e9", "-1e6 (d2l)", "finfo(dtype).min"],
-                [[str(d), fill_in(d, -1e9), fill_in(d, -1e6), torch.finfo(d).min] for d in dtypes],
+                [[str(d), *(fill_text(v) for v in (fill_in(d, -1e9), fill_in(d, -1e6), torch.finfo(d).min))]
+                 for d in dtypes],
                 title=pick(story, "the fill value once stored in each dtype", "填充值存进各种 dtype 之后变成了什么"))
     story.check("float16 tops out at 65504: -1e9 (and d2l's -1e6) become -inf",
                 "float16 最大只能表示 65504：-1e9（以及 d2l 的 -1e6）都会变成 -inf",
@@ -111,8 +120,10 @@ def mask_fill_value(story: Story) -> None:
                 isinstance(err, RuntimeError), error_text(err))
     block = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 1]]).half()   # document 000: 1 = blocked; row 2 all blocked
     story.code(pick(story,
-            "scores = scores + attention_mask * -1e9   # document 000, in float16; row 2 fully blocked",
-            "scores = scores + attention_mask * -1e9   # 文档 000 的写法，float16；第2行全部被屏蔽"))
+            "# document 000's way, in float16; row 2 is fully blocked\n"
+            "scores = scores + attention_mask * -1e9",
+            "# 文档 000 的写法，float16；第 2 行全部被屏蔽\n"
+            "scores = scores + attention_mask * -1e9"))
     added = scores_h + block * -1e9
     story.check("Document 000's additive mask in float16 turns blocked scores into -inf, and the fully blocked "
                 "row into NaN after the softmax",
@@ -121,12 +132,12 @@ def mask_fill_value(story: Story) -> None:
     premade = block * torch.tensor(-1e9, dtype=torch.float16)   # the constant made in float16 first
     story.check("Worse, if -1e9 is turned into a float16 tensor first, 0 * (-inf) = NaN lands on the kept positions",
                 "更糟的是：如果先把 -1e9 变成 float16 张量再相乘，0 * (-inf) = NaN 会落在本该保留的位置上",
-                int(premade.isnan().sum()) == int((block == 0).sum()), f"{int(premade.isnan().sum())} NaN")
+                int(premade.isnan().sum()) == int((block == 0).sum()), pick(story, f"{int(premade.isnan().sum())} NaN", f"{int(premade.isnan().sum())} 个 NaN"))
     story.heading("A fully masked row in float32", "float32 下整行都被屏蔽")
     row = scores_h.float()[0]
     everything = torch.ones(3, dtype=torch.bool)  # block every key of the row
     story.table([pick(story, "fill", "填充值"), pick(story, "weights of the fully masked row", "整行被屏蔽时的权重")],
-                [[str(f), ", ".join(f"{w:.4f}" for w in row.masked_fill(everything, f).softmax(-1))]
+                [[fill_text(f), ", ".join(f"{w:.4f}" for w in row.masked_fill(everything, f).softmax(-1))]
                  for f in (float("-inf"), -1e9, -1e6)])
     story.check("With -inf the row is 0/0: every weight is NaN (and the NaN flows on into the output)",
                 "填 -inf 时这一行成了 0/0：所有权重都是 NaN（NaN 还会继续流进输出）",
@@ -150,8 +161,10 @@ def mask_fill_value(story: Story) -> None:
     out = mh.attention(qh, kh, vh, mask=mh.Mask.keep(keep))
     out.float().sum().backward()
     story.code(pick(story,
-            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))   # row 2 keeps nothing",
-            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))   # 第2行什么都不保留"))
+            "# row 2 keeps nothing\n"
+            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))",
+            "# 第 2 行什么都不保留\n"
+            "out = mh.attention(q.half(), k.half(), v.half(), mask=mh.Mask.keep(keep))"))
     story.tensor("out[0, 0] (Lq, D), float16", out[0, 0])
     story.check("In float16, mh.attention gives no NaN or inf, and the fully masked row is exactly 0 with 0 gradient",
                 "在 float16 下，mh.attention 没有任何 NaN 或 inf，整行被屏蔽的那一行输出恰好为 0，梯度也恰好为 0",
@@ -160,7 +173,7 @@ def mask_fill_value(story: Story) -> None:
     ref = mh.attention(*(t.detach().double() for t in (qh, kh, vh)), mask=mh.Mask.keep(keep))
     story.check("The kept rows match a float64 reference to float16 precision",
                 "保留的那些行与 float64 参考结果在 float16 精度内一致", max_diff(out[..., :2, :], ref[..., :2, :]) < 5e-3,
-                f"max diff {max_diff(out[..., :2, :], ref[..., :2, :]):.1e}")
+                diff_text(out[..., :2, :], ref[..., :2, :]))
 
 
 @topic("mask-asserts", "003",
@@ -172,25 +185,27 @@ def mask_asserts(story: Story) -> None:
     query_shape, key_shape = (Lq, B, 8), (Lk, B, 8)          # sequence-first (L, B, d_model)
     story.text("Document 003 is sequence-first: query is (Lq, B, d_model), so query_shape[0] is the query length "
                "and query_shape[1] is the batch. Its mask is (Lq, Lk, B), 0 = blocked. A gentle correction: "
-               "the walkthrough calls mask dim 0 the batch and the mask (batch, key, query); measured below, "
+               "the document's explanation calls mask dim 0 the batch and the mask (batch, key, query); measured below, "
                "dim 0 is the queries, dim 1 the keys and dim 2 the batch.",
                "文档 003 是序列优先的：query 的形状是 (Lq, B, d_model)，所以 query_shape[0] 是查询长度，"
                "query_shape[1] 才是批量大小。它的掩码形状是 (Lq, Lk, B)，0 表示屏蔽。温和地更正一下："
-               "文中的解析把掩码第0维说成批量、把掩码说成 (batch, key, query)；下面实测可见，"
-               "第0维是查询，第1维是键，第2维是批量。")
+               "文中的解析把掩码第 0 维说成批量、把掩码说成 (batch, key, query)；下面实测可见，"
+               "第 0 维是查询，第 1 维是键，第 2 维是批量。")
     story.code(pick(story,
-            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1: queries (or shared)\n"
-            "assert mask.shape[1] == key_shape[0]                         # 2: keys, exactly\n"
-            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3: batch (or shared)",
-            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1：查询（或共用）\n"
-            "assert mask.shape[1] == key_shape[0]                         # 2：键，必须完全相等\n"
-            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3：批量（或共用）"))
+            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1: queries\n"
+            "assert mask.shape[1] == key_shape[0]                           # 2: keys\n"
+            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3: batch\n"
+            "# 1 and 3 also accept size 1 (shared); 2 wants the key length exactly",
+            "assert mask.shape[0] == 1 or mask.shape[0] == query_shape[0]   # 1：查询\n"
+            "assert mask.shape[1] == key_shape[0]                           # 2：键\n"
+            "assert mask.shape[2] == 1 or mask.shape[2] == query_shape[1]   # 3：批量\n"
+            "# 第 1、3 条也接受大小 1（共用）；第 2 条要求恰好等于键的长度"))
     cases = [((Lq, Lk, B), ("full", "完整掩码")),
              ((1, Lk, B), ("padding, shared by all queries", "填充掩码，所有查询共用")),
              ((Lq, Lk, 1), ("causal, shared by the batch", "因果掩码，整个批量共用")),
-             ((1, Lk, 1), ("one row for everything", "一行掩码管所有")),
-             ((Lq, 1, B), ("keys broadcast", "键这一维想靠广播")),
-             ((B, Lk, Lq), ("(batch, key, query), as the walkthrough says", "文中说的 (batch, key, query)"))]
+             ((1, Lk, 1), ("one row for everything", "一个掩码，全部共用")),
+             ((Lq, 1, B), ("keys broadcast", "键这一维也想靠广播")),
+             ((B, Lk, Lq), ("(batch, key, query), as the document says", "文中说的 (batch, key, query)"))]
     model = SeqFirstEinsumHeads(heads=H, d_model=8)
     rows, agree = [], True
     for shape, note in cases:
@@ -211,10 +226,10 @@ def mask_asserts(story: Story) -> None:
                 "批量和头复制", all(torch.broadcast_shapes(s + (1,), scores_shape) == scores_shape
                                   for s, _ in cases if all(assert_verdicts(s, query_shape, key_shape))))
     story.check("Assert 2 allows no size 1: a (Lq, 1, B) mask would broadcast, but the key axis must be spelled out",
-                "第2条 assert 不允许大小为 1：(Lq, 1, B) 的掩码本可以广播，但键这一维必须写全",
+                "第 2 条 assert 不允许大小为 1：(Lq, 1, B) 的掩码本可以广播，但键这一维必须写全",
                 torch.broadcast_shapes((Lq, 1, B, 1), scores_shape) == scores_shape
                 and not assert_verdicts((Lq, 1, B), query_shape, key_shape)[1])
-    story.check("The (batch, key, query) layout described in the walkthrough fails the asserts",
+    story.check("The (batch, key, query) layout the document describes fails the asserts",
                 "文中描述的 (batch, key, query) 排列通不过这些 assert",
                 not all(assert_verdicts((B, Lk, Lq), query_shape, key_shape)))
     bare = error_of(lambda: labml_mask_asserts(torch.ones(B, Lk, Lq), query_shape, key_shape))
@@ -229,8 +244,10 @@ def mask_asserts(story: Story) -> None:
     labml[:, 0] = 1                               # every query keeps key 0
     ours = mh.Mask.keep(labml.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk)
     story.code(pick(story,
-            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk), 1 = keep",
-            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))   # (Lq, Lk, B) -> (B, 1, Lq, Lk)，1 = 保留"))
+            "# (Lq, Lk, B) -> (B, 1, Lq, Lk), 1 = keep\n"
+            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))",
+            "# (Lq, Lk, B) -> (B, 1, Lq, Lk)，1 = 保留\n"
+            "mask = mh.Mask.keep(m.permute(2, 0, 1).unsqueeze(1))"))
     keep, _ = ours.materialize(B, H, Lq, Lk)
     story.check("Materialised for (B, H, Lq, Lk), it keeps exactly what document 003's mask keeps, for every head",
                 "展开到 (B, H, Lq, Lk) 后，它保留的位置与文档 003 的掩码完全相同，每个头都一样",
@@ -244,8 +261,8 @@ def mask_asserts(story: Story) -> None:
                 max_diff(mh.attention(q, k, v, mask=ours), ref) < 1e-12)
     err = error_of(lambda: mh.attention(q, k, v, mask=mh.Mask.keep(labml)))
     story.code(pick(story,
-            "mh.attention(q, k, v, mask=mh.Mask.keep(m))   # forgot the permute: (Lq, Lk, B)",
-            "mh.attention(q, k, v, mask=mh.Mask.keep(m))   # 忘了 permute：(Lq, Lk, B)"))
+            "mh.attention(q, k, v, mask=mh.Mask.keep(m))  # forgot the permute: (Lq, Lk, B)",
+            "mh.attention(q, k, v, mask=mh.Mask.keep(m))  # 忘了 permute：(Lq, Lk, B)"))
     story.check("A mask that cannot broadcast raises AttentionError (a ValueError) saying what was expected "
                 "and what came",
                 "形状无法广播的掩码会抛出 AttentionError（ValueError 的子类），并说明期望什么、收到了什么",

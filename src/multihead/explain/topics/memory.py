@@ -7,7 +7,7 @@ import math
 import torch
 
 from multihead.explain.story import Story
-from multihead.explain.topics.base import error_of, error_text, memory_order, pick, topic
+from multihead.explain.topics.base import error_of, error_text, memory_order, pick, stride_text, topic
 from multihead.explain.topics.layout import decode, labelled_tensor, split_right
 
 
@@ -32,7 +32,7 @@ def _layout_row(name: str, t: torch.Tensor) -> list:
         "reshape 的工作原理是什么？reshape 之后、transpose 之后，内存顺序各是什么样的？"))
 def memory_order_topic(story: Story) -> None:
     cols = [pick(story, "tensor", "张量"), pick(story, "shape", "形状"), pick(story, "stride", "步幅"),
-            "is_contiguous()", pick(story, "logical order (flatten)", "逻辑顺序 (flatten)"),
+            pick(story, "contiguous", "连续"), pick(story, "logical order (flatten)", "逻辑顺序 (flatten)"),
             pick(story, "memory order", "内存顺序")]
     x = torch.arange(6).reshape(2, 3)           # (2, 3): the document's [[a, b, c], [d, e, f]]
     r = x.reshape(3, 2)
@@ -52,7 +52,7 @@ def memory_order_topic(story: Story) -> None:
     story.check("transpose leaves the memory untouched: x.t() has the same memory order as x",
                 "transpose 完全不碰内存：x.t() 的内存顺序和 x 一模一样",
                 shares_memory(t, x) and memory_order(t).tolist() == memory_order(x).tolist(),
-                f"stride {x.stride()} -> {t.stride()}")
+                stride_text(story, x, t))
     rt = t.reshape(6)
     story.check("reshape follows the logical order, not memory: x.t().reshape(6) is [0, 3, 1, 4, 2, 5] "
                 "and, since memory cannot be read that way, it makes a copy",
@@ -72,9 +72,11 @@ def memory_order_topic(story: Story) -> None:
     split = split_right(lab, 2)                  # (B, H, L, d), a view
     packed = split.contiguous()
     story.code(pick(story,
-            "split = x.reshape(B, L, H, d).transpose(1, 2)   # value = 100*token + 10*head + feature\n"
+            "# x: value = 100*token + 10*head + feature\n"
+            "split = x.reshape(B, L, H, d).transpose(1, 2)\n"
             "packed = split.contiguous()",
-            "split = x.reshape(B, L, H, d).transpose(1, 2)   # 数值 = 100*词 + 10*头 + 特征\n"
+            "# x：数值 = 100*词 + 10*头 + 特征\n"
+            "split = x.reshape(B, L, H, d).transpose(1, 2)\n"
             "packed = split.contiguous()"))
     story.table(cols[:4] + [cols[5]], [r[:4] + [r[5]] for r in
                 (_layout_row("x", lab), _layout_row("split", split), _layout_row("split.contiguous()", packed))])
@@ -82,14 +84,15 @@ def memory_order_topic(story: Story) -> None:
     story.check("After reshape + transpose the memory is still token after token (token 0's heads, then token 1's...)",
                 "reshape + transpose 之后，内存里仍然是一个词接一个词（先词0的各个头，再词1的……）",
                 tokens_in_memory == sorted(tokens_in_memory) and shares_memory(split, lab),
-                f"tokens in memory: {tokens_in_memory}")
+                pick(story, f"tokens in memory: {tokens_in_memory}", f"内存里依次是词：{tokens_in_memory}"))
     heads_in_memory = [decode(v)[2] for v in memory_order(packed).tolist()]
     story.check("Only contiguous() rewrites memory head after head (head 0 for all tokens, then head 1)",
                 "只有 contiguous() 才会把内存改写成一个头接一个头（先所有词的头0，再头1）",
-                heads_in_memory == sorted(heads_in_memory), f"heads in memory: {heads_in_memory}")
+                heads_in_memory == sorted(heads_in_memory),
+                pick(story, f"heads in memory: {heads_in_memory}", f"内存里依次是头：{heads_in_memory}"))
     story.check("The split result is not contiguous, so reshape + transpose does not keep memory contiguous",
                 "拆分后的结果并不是内存连续的：reshape + transpose 并不能“保持数据连续性”",
-                not split.is_contiguous(), f"stride {split.stride()}")
+                not split.is_contiguous(), stride_text(story, split))
     story.text("A friendly correction of document 000's second answer: it writes the same memory order "
                "(\"head 1 token 1 -> head 1 token 2 -> ...\") for both the direct reshape and reshape + "
                "transpose, and credits reshape with keeping the data contiguous. Measured: transpose never "
@@ -122,17 +125,19 @@ def view_vs_contiguous(story: Story) -> None:
     ctx = torch.eye(n) @ heads                   # (b, H, n, d), contiguous
     back = ctx.transpose(1, 2)                   # (b, n, H, d): not contiguous
     samples = {"q (b, n, dim_out)": q, "q.view(b, n, H, d)": q.view(b, n, H, d),
-               "q.view(...).transpose(1, 2)": heads, "context = weights @ v": ctx,
+               "q.view(...).transpose(1, 2)": heads, "context = weights @ heads": ctx,
                "context.transpose(1, 2)": back, "q[:, ::2]": q[:, ::2], "q[:1]": q[:1]}
     story.code(pick(story,
             "heads = q.view(b, n, H, d).transpose(1, 2)   # (b, H, n, d)\n"
-            "context = weights @ heads                   # weights = identity here: context holds q's numbers",
+            "# weights = identity here, so context holds q's numbers:\n"
+            "context = weights @ heads",
             "heads = q.view(b, n, H, d).transpose(1, 2)   # (b, H, n, d)\n"
-            "context = weights @ heads                   # 这里权重取单位矩阵：context 装的就是 q 的数"))
+            "# 这里权重取单位矩阵，所以 context 装的就是 q 的数：\n"
+            "context = weights @ heads"))
     rows = [[k, tuple(v.shape), v.stride(), row_major_strides(tuple(v.shape)), v.is_contiguous()]
             for k, v in samples.items()]
     story.table([pick(story, "tensor", "张量"), pick(story, "shape", "形状"), pick(story, "stride", "步幅"),
-                 pick(story, "row-major stride", "行优先步幅"), "is_contiguous()"], rows)
+                 pick(story, "row-major stride", "行优先步幅"), pick(story, "contiguous", "连续")], rows)
     story.check("is_contiguous() is exactly \"stride == row-major stride\" for each tensor above",
                 "对上表每个张量，is_contiguous() 恰好等价于“步幅 == 行优先步幅”",
                 all((r[2] == r[3]) == r[4] for r in rows))
@@ -145,10 +150,10 @@ def view_vs_contiguous(story: Story) -> None:
 
     story.heading("view right after transpose", "转置之后直接 view")
     story.code(pick(story,
-            "context_vecs = context_vecs.transpose(1, 2)          # (b, num_tokens, H, head_dim)\n"
-            "context_vecs.view(b, num_tokens, dim_out)             # without contiguous()",
-            "context_vecs = context_vecs.transpose(1, 2)          # (b, num_tokens, H, head_dim)\n"
-            "context_vecs.view(b, num_tokens, dim_out)             # 不调用 contiguous()"))
+            "context_vecs = context_vecs.transpose(1, 2)   # (b, num_tokens, H, head_dim)\n"
+            "context_vecs.view(b, num_tokens, dim_out)      # without contiguous()",
+            "context_vecs = context_vecs.transpose(1, 2)   # (b, num_tokens, H, head_dim)\n"
+            "context_vecs.view(b, num_tokens, dim_out)      # 不调用 contiguous()"))
     err = error_of(lambda: back.view(b, n, H * d))
     story.check("view fails with a RuntimeError: merging (H, head_dim) would need one stride, but the "
                 "transposed memory has two",
@@ -163,7 +168,7 @@ def view_vs_contiguous(story: Story) -> None:
     story.check("view is not forbidden on every non-contiguous tensor: splitting the last axis of the "
                 "transposed tensor works, because that can still be described by strides",
                 "并不是所有不连续的张量都不能 view：把转置后张量的最后一维再拆开就可以，因为这仍然能用步幅描述",
-                shares_memory(split_last, back), f"stride {split_last.stride()}")
+                shares_memory(split_last, back), stride_text(story, split_last))
     story.check("reshape = view when possible, otherwise contiguous().view: same numbers here",
                 "reshape = 能 view 就 view，不能就 contiguous().view：这里结果完全一样",
                 torch.equal(back.reshape(b, n, H * d), merged))

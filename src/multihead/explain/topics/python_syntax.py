@@ -77,7 +77,8 @@ def size_unpacking(story: Story) -> None:
     story.code("x = torch.zeros(2, 5, 8)\nsize = x.size()   # torch.Size([2, 5, 8])")
     story.check("torch.Size is a subclass of tuple, and x.size() == x.shape",
                 "torch.Size 是 tuple 的子类，而且 x.size() == x.shape",
-                isinstance(size, tuple) and size == x.shape, f"{type(size).__mro__[:2]}")
+                isinstance(size, tuple) and size == x.shape,
+                f"isinstance(x.size(), tuple) = {isinstance(size, tuple)}")
     batch_size, seq_length, d_model = x.size()
     story.code(pick(story,
             "batch_size, seq_length, d_model = x.size()   # like a, b, c = (1, 2, 3)",
@@ -93,7 +94,7 @@ def size_unpacking(story: Story) -> None:
     too_few = error_of(lambda: _two_names(x))
     story.check("The number of names must match the number of dimensions, or Python raises ValueError",
                 "变量个数必须和维度个数一样多，否则 Python 会抛出 ValueError",
-                isinstance(too_few, ValueError), "a, b = x.size()  ->  " + error_text(too_few))
+                isinstance(too_few, ValueError), "a, b = x.size() -> " + error_text(too_few))
     head_shape = x.shape[:-1]
     story.text("Two relatives: x.size(0) asks for one dimension (document 000), and x.shape[:-1] keeps all "
                "but the last, which document 003 uses to split heads with view(*head_shape, heads, d_k).",
@@ -105,8 +106,8 @@ def size_unpacking(story: Story) -> None:
 
 
 @topic("underscore-placeholder", "002",
-       ("batch_size, _, seq_length, d_k = x.size(): what `_` is for (and the unused d_k)",
-        "batch_size, _, seq_length, d_k = x.size()：下划线是干什么的（以及没用上的 d_k）"),
+       ("The `_` in batch_size, _, seq_length, d_k = x.size(), and the unused d_k",
+        "batch_size, _, seq_length, d_k = x.size() 里的 `_`，以及没用上的 d_k"),
        ("Why is there a `_` in `batch_size, _, seq_length, d_k = x.size()`, and what is the point of d_k "
         "if it is unused?",
         "`batch_size, _, seq_length, d_k = x.size()` 为什么空一个下划线？d_k 没有直接使用，意义是什么？"))

@@ -6,7 +6,7 @@ import math
 import torch
 
 from multihead.explain.story import Story
-from multihead.explain.topics.base import error_of, error_text, max_diff, pick, topic
+from multihead.explain.topics.base import error_of, error_text, max_diff, pick, stride_text, topic
 from multihead.textbook import SeqFirstEinsumHeads
 
 
@@ -77,7 +77,8 @@ def k_transpose(story: Story) -> None:
                 tuple(scores.shape) == (1, 2, 3, 5) and max_diff(scores[0, 1], Q[0, 1] @ K[0, 1].T) < 1e-12)
     story.check("The transpose is a free view (no copy): same memory, strides swapped",
                 "这个转置只是一个视图，不拷贝数据：内存相同，步幅对调",
-                Kt.data_ptr() == K.data_ptr() and Kt.stride()[-2:] == K.stride()[-2:][::-1], f"stride {Kt.stride()}")
+                Kt.data_ptr() == K.data_ptr() and Kt.stride()[-2:] == K.stride()[-2:][::-1],
+                stride_text(story, K, Kt))
     story.check("transpose(-1, -2) (document 000) and transpose(2, 3) (document 001) are the same thing on 4-D K",
                 "transpose(-1, -2)（文档 000）和 transpose(2, 3)（文档 001）对 4 维的 K 是同一回事",
                 torch.equal(K.transpose(-1, -2), Kt) and torch.equal(K.transpose(2, 3), Kt))
@@ -104,7 +105,7 @@ def einsum_scores(story: Story) -> None:
     query, key = _randn(2, 1, 2, 4, seed=3), _randn(3, 1, 2, 4, seed=4)   # the document's i=2, j=3, b=1, h=2, d=4
     scores = model.get_score(query, key)         # (i, j, b, h)
     story.heading("The document's example: i=2, j=3, b=1, h=2, d=4", "文档里的例子：i=2, j=3, b=1, h=2, d=4")
-    story.code("scores = torch.einsum('ibhd,jbhd->ijbh', query, key)   # query (2, 1, 2, 4), key (3, 1, 2, 4)")
+    story.code("# query (2, 1, 2, 4), key (3, 1, 2, 4)\nscores = torch.einsum('ibhd,jbhd->ijbh', query, key)")
     story.check("The result has shape (i, j, b, h) = (2, 3, 1, 2)", "结果的形状是 (i, j, b, h) = (2, 3, 1, 2)",
                 tuple(scores.shape) == (2, 3, 1, 2), str(tuple(scores.shape)))
     by_hand = sum(query[1, 0, 1, d] * key[2, 0, 1, d] for d in range(4))
@@ -115,7 +116,7 @@ def einsum_scores(story: Story) -> None:
     story.text("b and h appear in both inputs and in the output, so they are simply lined up, like a batch. "
                "d appears in both inputs but not in the output, so it is summed away: that is the dot product. "
                "i and j each appear in one input and both survive, giving every (query, key) pair. "
-               "A small precision on the document: repeating a letter does not by itself mean summing; "
+               "A small clarification to the document: repeating a letter does not by itself mean summing; "
                "leaving it out of the output does.",
                "b 和 h 在两个输入和输出里都出现，所以只是对齐，相当于批量维。d 在两个输入里出现、"
                "输出里没有，所以被求和消掉：这就是点积。i 和 j 各在一个输入里出现，都保留下来，"
@@ -131,7 +132,7 @@ def einsum_scores(story: Story) -> None:
     attn = model.softmax(scores)                 # nn.Softmax(dim=1): over j, the keys
     story.check("In this (i, j, b, h) layout the keys are axis 1, so nn.Softmax(dim=1) makes each query's "
                 "weights sum to 1, exactly as softmax(-1) does in the (b, h, i, j) layout",
-                "在 (i, j, b, h) 这种排列里，键在第1维，所以 nn.Softmax(dim=1) 让每个查询的权重之和为 1，"
+                "在 (i, j, b, h) 这种排列里，键在第 1 维，所以 nn.Softmax(dim=1) 让每个查询的权重之和为 1，"
                 "和 (b, h, i, j) 排列下的 softmax(-1) 完全一致",
                 max_diff(attn.sum(dim=1), torch.ones(2, 1, 2)) < 1e-12
                 and max_diff(attn, scores.permute(2, 3, 0, 1).softmax(-1).permute(2, 3, 0, 1)) < 1e-12)
@@ -157,21 +158,22 @@ def scale_sqrt_dk(story: Story) -> None:
     sizes = (4, 16, 64, 256, 1024)
     raw = {d: saturation(d, scaled=False) for d in sizes}
     scaled = {d: saturation(d, scaled=True) for d in sizes}
-    story.text("Take q and k with unit-variance entries. q.k is a sum of d_k products of variance 1, so its "
+    story.text("Take q and k with unit-variance entries. q·k is a sum of d_k products of variance 1, so its "
                "variance is d_k and its spread grows like sqrt(d_k). We measure 128 softmaxes over 16 keys "
-               "for each d_k.",
+               "for each d_k. For comparison, uniform weights over 16 keys have a largest weight of 0.0625 "
+               "and an entropy of 2.773; a one-hot row has 1 and 0.",
                "取每个分量方差为 1 的 q 和 k。q·k 是 d_k 个方差为 1 的乘积之和，所以方差是 d_k，"
-               "波动幅度按 sqrt(d_k) 增长。下面对每个 d_k 测 128 次、每次 16 个键的 softmax。")
+               "波动幅度按 sqrt(d_k) 增长。下面对每个 d_k 测 128 次、每次 16 个键的 softmax。作为对照："
+               "16 个键上的均匀分布，最大权重是 0.0625，熵是 2.773；one-hot 的一行则分别是 1 和 0。")
     story.code(pick(story,
             "scores = q @ k.T                 # unscaled\nscores = q @ k.T / sqrt(d_k)     # scaled dot product",
             "scores = q @ k.T                 # 不缩放\nscores = q @ k.T / sqrt(d_k)     # 缩放点积"))
-    story.table(["d_k", pick(story, "std (raw)", "标准差（不缩放）"), pick(story, "max weight (raw)", "最大权重（不缩放）"),
-                 pick(story, "entropy (raw)", "熵（不缩放）"), pick(story, "std (scaled)", "标准差（缩放）"),
-                 pick(story, "max weight (scaled)", "最大权重（缩放）"), pick(story, "entropy (scaled)", "熵（缩放）")],
-                [[d, f"{raw[d]['std']:.2f}", f"{raw[d]['max_weight']:.3f}", f"{raw[d]['entropy']:.3f}",
-                  f"{scaled[d]['std']:.2f}", f"{scaled[d]['max_weight']:.3f}", f"{scaled[d]['entropy']:.3f}"]
-                 for d in sizes], title=pick(story, "uniform over 16 keys: max weight 0.0625, entropy 2.773",
-                                             "16 个键上均匀分布时：最大权重 0.0625，熵 2.773"))
+    columns = ["d_k", pick(story, "std of the scores", "分数的标准差"),
+               pick(story, "largest weight", "最大权重"), pick(story, "entropy", "熵")]
+    for measured, title in ((raw, pick(story, "unscaled: q @ k.T", "不缩放：q @ k.T")),
+                            (scaled, pick(story, "scaled: q @ k.T / sqrt(d_k)", "缩放：q @ k.T / sqrt(d_k)"))):
+        story.table(columns, [[d, f"{measured[d]['std']:.2f}", f"{measured[d]['max_weight']:.3f}",
+                               f"{measured[d]['entropy']:.3f}"] for d in sizes], title=title)
     story.check("Unscaled, the scores' std grows like sqrt(d_k) (within 15% for every d_k)",
                 "不缩放时，分数的标准差随 sqrt(d_k) 增长（每个 d_k 误差都在 15% 以内）",
                 all(abs(raw[d]["std"] / math.sqrt(d) - 1) < 0.15 for d in sizes))
@@ -189,7 +191,7 @@ def scale_sqrt_dk(story: Story) -> None:
     story.check("A saturated softmax passes back little gradient: at d_k = 1024 the scores get under a quarter "
                 "of the scaled version's gradient",
                 "饱和的 softmax 几乎传不回梯度：d_k = 1024 时，不缩放的分数得到的梯度不到缩放版本的四分之一",
-                ratio < 0.25, f"ratio {ratio:.3f}")
+                ratio < 0.25, pick(story, f"ratio {ratio:.3f}", f"比值 {ratio:.3f}"))
     story.text("This is what document 003 means by \"preventing vanishing gradients\": dividing by sqrt(d_k) "
                "keeps the scores at unit scale, so the softmax stays soft and keeps learning whatever the head size.",
                "这就是文档 003 所说的“防止 Softmax 梯度消失”：除以 sqrt(d_k) 让分数保持在单位尺度上，"
