@@ -26,6 +26,8 @@ CATALOGUE = [
     ("negative head_dim", lambda: mh.MultiHeadAttention(8, 2, head_dim=-1), "head_dim must be a positive int"),
     ("bad dropout", lambda: mh.MultiHeadAttention(8, 2, dropout=1.5), "dropout must be a probability"),
     ("unknown backend", lambda: mh.MultiHeadAttention(8, 2, backend="flash9"), "backend must be 'auto' or one of"),
+    ("batch_first not bool", lambda: mh.MultiHeadAttention(8, 2, batch_first="no"), "batch_first must be True or False; got 'no'"),
+    ("causal not bool", lambda: mh.MultiHeadAttention(8, 2, causal=None), "causal must be True or False; got None"),
     ("bad bias key", lambda: mh.MultiHeadAttention(8, 2, bias={"query": False}), "bias keys must be among"),
     ("bad bias type", lambda: mh.MultiHeadAttention(8, 2, bias="yes"), "bias must be a bool or a dict"),
     # module forward

@@ -64,6 +64,9 @@ class MultiHeadAttention(nn.Module):
                 raise AttentionError(f"{name} must be a positive int; got {value!r}.")
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise AttentionError(f"dropout must be a probability in [0, 1); got {dropout!r}.")
+        for name, flag in (("batch_first", batch_first), ("causal", causal)):
+            if not isinstance(flag, bool):
+                raise AttentionError(f"{name} must be True or False; got {flag!r}.")
         from multihead.dispatch import backend_names
 
         if backend != "auto" and backend not in backend_names():
@@ -72,7 +75,7 @@ class MultiHeadAttention(nn.Module):
         self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim = embed_dim, num_heads, num_kv_heads, head_dim
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.out_dim = out_dim or embed_dim
-        self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, bool(causal), backend
+        self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, causal, backend
         biases = resolve_bias(bias)
         factory = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, num_heads * head_dim, bias=biases["q"], **factory)
