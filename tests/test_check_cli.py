@@ -77,7 +77,7 @@ def test_could_not_run_exits_2(capsys, argv, words):
 def test_library_check_works_without_rich():
     script = (
         "import sys; sys.modules['rich'] = None\n"
-        "from multihead.check import check\n"
+        "from multihead.checker import check\n"
         f"r = check({str(ZOO / 'weights_times_keys.py:Attention')!r})\n"
         "assert r.bug == 'keys-used-as-values', r\n"
         "assert 'rich' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from multihead import textbook
-from multihead.check import check
+from multihead.checker import check
 
 SEEDS = Path(__file__).parent / "seeds"
 

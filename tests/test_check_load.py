@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from helpers import edited_zoo_file
-from multihead.check import check
-from multihead.check.load import LoadError, guess_init, misspelled_forward, parse_init, split_target
+from multihead.checker import check
+from multihead.checker.load import LoadError, guess_init, misspelled_forward, parse_init, split_target
 
 ZOO = Path(__file__).parent / "check_zoo"
 

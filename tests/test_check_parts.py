@@ -10,17 +10,17 @@ from torch import nn
 
 from helpers import randn64
 from multihead import AttentionError, textbook
-from multihead.check.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
+from multihead.checker.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
                                      to_layout)
-from multihead.check.compare import agree, compare_with_reference, reference_output, relative_error
-from multihead.check.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
-from multihead.check.diagnose import closest, exception_signature, match_exception, random_weights, variant_outputs
-from multihead.check.hints import Hints, apply_hints, parse_hints
-from multihead.check.load import LoadError
-from multihead.check.masks import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
-from multihead.check.report import CheckReport
-from multihead.check.roles import LinearInputs, candidate_roles, linear_layers
-from multihead.check.text import check_lang, say
+from multihead.checker.compare import agree, compare_with_reference, reference_output, relative_error
+from multihead.checker.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
+from multihead.checker.diagnose import closest, exception_signature, match_exception, random_weights, variant_outputs
+from multihead.checker.hints import Hints, apply_hints, parse_hints
+from multihead.checker.load import LoadError
+from multihead.checker.masks import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
+from multihead.checker.report import CheckReport
+from multihead.checker.roles import LinearInputs, candidate_roles, linear_layers
+from multihead.checker.text import check_lang, say
 
 TOL = 1e-6
 
@@ -253,7 +253,7 @@ def test_report_object():
 
 
 def test_checker_failures_are_reported_not_raised(monkeypatch):
-    from multihead.check import run  # (`import multihead.check.run as run` meets mh.check, the function)
+    from multihead.checker import run  # (`import multihead.checker.run as run` meets mh.check, the function)
 
     def broken(*args, **kwargs):
         raise IndexError("unexpected layout")
@@ -289,7 +289,7 @@ def test_report_pretty_printing_is_the_text_report():
 
 
 def test_probe_cases_are_fixed_and_sized_apart():
-    from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+    from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 
     xq, xk, xv = inputs((16, 12, 8), PROBE_BATCH, 5, 7, torch.float64, seed=1)
     assert (xq.shape, xk.shape, xv.shape) == ((3, 5, 16), (3, 7, 12), (3, 7, 8))

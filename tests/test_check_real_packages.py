@@ -2,7 +2,7 @@
 and BERT's self-attention pass as they are (skipped when the packages are not installed)."""
 from __future__ import annotations
 
-from multihead.check import check
+from multihead.checker import check
 
 
 def test_real_d2l_multi_head_attention_passes(d2l_torch):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from helpers import edited_zoo_file
-from multihead.check import BUGS, check
-from multihead.check.load import load_class
+from multihead.checker import BUGS, check
+from multihead.checker.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 

@@ -18,8 +18,10 @@ def test_every_contract_name_is_exported():
     assert callable(mh.MultiHeadAttention.from_module) and callable(mh.MultiHeadAttention.to_torch)
 
 
-def test_check_stays_a_function_after_its_subpackage_is_imported():
-    import multihead.check.cli  # noqa: F401  (importing the subpackage must not shadow the function)
+def test_check_is_a_function_and_its_subpackage_imports_normally():
+    import multihead.checker.run as run  # the package is `checker`, so nothing shadows `mh.check`
+
+    assert run.check is mh.check
 
     module = mh.textbook.ClassicTransformerHeads(16, 4)
     first, second = mh.check(module), mh.check(module)

@@ -13,7 +13,7 @@ from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
-from multihead.check import check  # noqa: E402  (after the core: the checker is built on it)
+from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
 
 
 __version__ = "0.1.0"

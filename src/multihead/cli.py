@@ -12,7 +12,7 @@ import sys
 
 SUBCOMMANDS = {
     "explain": ("multihead.explain.cli", "walk through multi-head attention step by step (EN/ZH)"),
-    "check": ("multihead.check.cli", "check your own attention module against the reference"),
+    "check": ("multihead.checker.cli", "check your own attention module against the reference"),
     "bench": ("multihead.bench.cli", "benchmark multihead against its peers on this machine"),
 }
 

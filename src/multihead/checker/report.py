@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from multihead.check.catalogue import BUG_BY_ID
-from multihead.check.text import say
+from multihead.checker.catalogue import BUG_BY_ID
+from multihead.checker.text import say
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
 

@@ -13,9 +13,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from multihead.check.report import CheckReport
-from multihead.check.run import check
-from multihead.check.text import LANGS, say
+from multihead.checker.report import CheckReport
+from multihead.checker.run import check
+from multihead.checker.text import LANGS, say
 
 STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
 TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("ERROR", "错误")}

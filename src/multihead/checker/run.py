@@ -20,20 +20,20 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from multihead.check import conventions as conv
-from multihead.check.calling import CallSpec, LearnerError, invoke, read_signature
-from multihead.check.catalogue import BUG_OF_FORM, forms_to_try
-from multihead.check.compare import compare_with_reference
-from multihead.check.diagnose import closest, match_exception, random_weights
-from multihead.check.hints import Hints, apply_hints, parse_hints
-from multihead.check.load import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES,
+from multihead.checker import conventions as conv
+from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signature
+from multihead.checker.catalogue import BUG_OF_FORM, forms_to_try
+from multihead.checker.compare import compare_with_reference
+from multihead.checker.diagnose import closest, match_exception, random_weights
+from multihead.checker.hints import Hints, apply_hints, parse_hints
+from multihead.checker.load import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES,
                                   QUERY_SIZE_NAMES, VALUE_SIZE_NAMES, LoadError, build, load_class,
                                   misspelled_forward, parse_init)
-from multihead.check.masks import detect_encoding, encoding_by_agreement
-from multihead.check.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
-from multihead.check.report import CheckReport
-from multihead.check.roles import LinearInputs, candidate_roles, linear_layers
-from multihead.check.text import check_lang, say
+from multihead.checker.masks import detect_encoding, encoding_by_agreement
+from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+from multihead.checker.report import CheckReport
+from multihead.checker.roles import LinearInputs, candidate_roles, linear_layers
+from multihead.checker.text import check_lang, say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.check.roles import Weights
+from multihead.checker.roles import Weights
 
 
 @dataclass(frozen=True)

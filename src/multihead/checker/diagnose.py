@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.check.calling import attention_inputs
-from multihead.check.catalogue import BLOCKED_FILL, BUG_OF_FORM, forms_to_try, reference_variant
-from multihead.check.compare import relative_error
-from multihead.check.roles import RoleAssignment, Weights
+from multihead.checker.calling import attention_inputs
+from multihead.checker.catalogue import BLOCKED_FILL, BUG_OF_FORM, forms_to_try, reference_variant
+from multihead.checker.compare import relative_error
+from multihead.checker.roles import RoleAssignment, Weights
 
 
 @dataclass

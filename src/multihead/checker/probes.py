@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from multihead.check.calling import CallSpec
-from multihead.check.masks import random_pattern
+from multihead.checker.calling import CallSpec
+from multihead.checker.masks import random_pattern
 
 PROBE_BATCH = 3
 

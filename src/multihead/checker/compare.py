@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from multihead.check.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
-from multihead.check.roles import RoleAssignment, Weights
+from multihead.checker.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
+from multihead.checker.roles import RoleAssignment, Weights
 from multihead.convert import linears_to_module
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention

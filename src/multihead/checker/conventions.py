@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from multihead.check.calling import INPUT_COUNT, CallSpec, LearnerError, invoke
-from multihead.check.compare import agree
+from multihead.checker.calling import INPUT_COUNT, CallSpec, LearnerError, invoke
+from multihead.checker.compare import agree
 
 
 def _used(spec: CallSpec, inputs) -> list[torch.Tensor]:

@@ -13,10 +13,10 @@ from typing import Callable
 
 import torch
 
-from multihead.check.calling import CallSpec, LearnerError, invoke
-from multihead.check.catalogue import NEEDS_MASK, forms_to_try
-from multihead.check.compare import agree
-from multihead.check.diagnose import closest
+from multihead.checker.calling import CallSpec, LearnerError, invoke
+from multihead.checker.catalogue import NEEDS_MASK, forms_to_try
+from multihead.checker.compare import agree
+from multihead.checker.diagnose import closest
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multihead.check.calling import CallSpec
-from multihead.check.load import LoadError
+from multihead.checker.calling import CallSpec
+from multihead.checker.load import LoadError
 
 _CHOICES = {"layout": ("batch", "seq"), "causal": ("yes", "no"), "inputs": ("x", "qkv", "q_kv")}
 
