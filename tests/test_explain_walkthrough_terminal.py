@@ -89,7 +89,7 @@ def test_layout_line_shows_strides_only_when_asked():
     t = torch.zeros(2, 3, 4).transpose(1, 2)
     assert present.layout_line(t, "en", False) == "shape (2, 4, 3)"
     assert present.layout_line(t, "en", True) == "shape (2, 4, 3) · stride (12, 1, 4) · contiguous: no"
-    assert "步幅" in present.layout_line(t, "zh", True)
+    assert present.layout_line(t, "zh", True) == "形状 (2, 4, 3) · 步幅 (12, 1, 4) · 连续：否"
 
 
 def lines_of(plain: str, width: int) -> list[str]:

@@ -71,15 +71,15 @@ def to_multihead(attention: nn.Module) -> mh.MultiHeadAttention:
 def minilm_input_code(layer: int) -> tuple[str, str]:
     """How step 1 says --text made its input and module, (en, zh)."""
     code = (
-        "bert = AutoModel.from_pretrained(path)   # all-MiniLM-L6-v2, {offline}\n"
+        "bert = AutoModel.from_pretrained(path)   # all-MiniLM-L6-v2{offline}\n"
         "tokens = tokenizer(text, return_tensors=\"pt\")\n"
         "states = bert(**tokens, output_hidden_states=True).hidden_states\n"
         "x = states[{layer}]                        # {receives}\n"
         "layer = bert.encoder.layer[{layer}]\n"
         "attn = mh.MultiHeadAttention.from_module(layer.attention)"
     )
-    return (code.format(layer=layer, offline="offline", receives=f"what layer {layer} receives"),
-            code.format(layer=layer, offline="离线加载", receives=f"第 {layer} 层收到的输入"))
+    return (code.format(layer=layer, offline=", offline", receives=f"what layer {layer} receives"),
+            code.format(layer=layer, offline="，离线加载", receives=f"第 {layer} 层收到的输入"))
 
 
 def text_setup(text: str, layer: int = 0):

@@ -50,7 +50,8 @@ def layout_line(value: torch.Tensor, lang: str, layout: bool) -> str:
     line = f"{ui('shape', lang)} {tuple(value.shape)}"
     if layout:
         yes_no = ui("yes" if value.is_contiguous() else "no", lang)
-        line += f" · {ui('stride', lang)} {tuple(value.stride())} · {ui('contiguous', lang)}: {yes_no}"
+        colon = "：" if lang == "zh" else ": "
+        line += f" · {ui('stride', lang)} {tuple(value.stride())} · {ui('contiguous', lang)}{colon}{yes_no}"
     return line
 
 

@@ -165,7 +165,7 @@ def tell_closing(story: Story) -> None:
         "Each question below has a topic that computes its answer and checks it: "
         "multihead explain --topic NAME (add --html PATH for a report).",
         "下面每个问题都有一个专题，现场计算出答案并加以检查：multihead explain --topic 名称"
-        "（加上 --html 路径 可以生成报告）。",
+        "（再加上 --html 路径，还能生成 HTML 报告）。",
     )
     rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
     story.table([story.pick("doc", "文档"), story.pick("question", "问题"), "--topic"], rows)
