@@ -218,9 +218,9 @@ def param_count_topic(story: Story) -> None:
     ours = {H: param_count(mh.MultiHeadAttention(num_hiddens, H)) for H in HEAD_COUNTS}
     full_width = {H: param_count(StackedHeads(num_hiddens, num_hiddens, 4, 0.0, H)) for H in HEAD_COUNTS}
     story.text("Document 004's last answers agree that the parameters become Wq*num_heads, Wk*num_heads, "
-               "Wv*num_heads. Let us count them, politely, for num_hiddens = 16.",
+               "Wv*num_heads. Let us simply count them, for num_hiddens = 16.",
                "文档 004 后面的回答认同“参数变成了 Wq*num_heads、Wk*num_heads、Wv*num_heads”。"
-               "我们客气地数一数，取 num_hiddens = 16。")
+               "我们不妨实际数一数，取 num_hiddens = 16。")
     claimed = claimed_param_counts(counts, num_hiddens)
     story.table(["num_heads", pick(story, "d2l module", "d2l 的模块"),
                  pick(story, "claimed: Wq, Wk, Wv x heads", "文中说法：Wq、Wk、Wv 乘以头数"),
