@@ -70,18 +70,21 @@ class _CallCounter(TorchFunctionMode):
         return out
 
 
-def count_calls(fn) -> collections.Counter:
-    """How many times each torch function (linear, matmul, softmax...) is called while fn() runs."""
+def _counted(fn) -> _CallCounter:
+    """Run fn() without gradients, counting its torch calls and matmul FLOPs."""
     with torch.no_grad(), _CallCounter() as counter:
         fn()
-    return counter.calls
+    return counter
+
+
+def count_calls(fn) -> collections.Counter:
+    """How many times each torch function (linear, matmul, softmax...) is called while fn() runs."""
+    return _counted(fn).calls
 
 
 def matmul_flops(fn) -> int:
     """Floating-point operations of the matrix multiplications (linear, matmul, bmm) run by fn()."""
-    with torch.no_grad(), _CallCounter() as counter:
-        fn()
-    return counter.flops
+    return _counted(fn).flops
 
 
 def median_ms(fn, runs: int = 7) -> float:
