@@ -13,6 +13,8 @@ Three kinds of call are seen while the model runs:
 - `torch.nn.MultiheadAttention` modules, asked for per-head weights and handed back what their
   caller asked for.
 Outside the block nothing is patched and no weights are ever computed.
+Attention written out by hand (`softmax(q @ k.T)`, as the tutorials and HF's "eager" models do) is
+not a call anyone can see: convert such a module with `MultiHeadAttention.from_module` first.
 """
 from __future__ import annotations
 
