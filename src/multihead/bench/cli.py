@@ -36,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
     rounds = args.rounds or (3 if args.quick else 5)
     ctx_kwargs = {"rounds": rounds, "budget_s": 10.0 if args.quick else 60.0}
     results = []
+    load_at_start = machine.load_average()
     with Bars(enabled=not args.no_progress) as bars:
         ctx = Context(bars=bars, **ctx_kwargs)
         for name in args.suite or SUITES:
@@ -46,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
         for r in results:
             r.targets = [replace(t, note=("quick sizes, indicative only; " + t.note).rstrip("; "))
                          for t in r.targets]
-    info = machine.describe()
+    info = {**machine.describe(), "load_average_at_start": load_at_start}
     report.print_rich(results, info)
     line = report.json_line(results, info)
     print(line)

@@ -38,7 +38,8 @@ def print_rich(results: list[SuiteResult], machine: dict) -> None:
     if not console.is_terminal:  # piped: wide enough that no column is cut
         console = Console(width=200)
     console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({machine['threads']} threads), "
-                  f"torch {machine['torch']}, {machine['date']}, load {machine['load_average']}")
+                  f"torch {machine['torch']}, {machine['date']}, load average "
+                  f"{machine.get('load_average_at_start')} at the start, {machine['load_average']} at the end")
     for r in results:
         table = Table(title=r.title, title_justify="left")
         for c in r.columns:
