@@ -1,6 +1,7 @@
 """matplotlib figures, one PNG per suite, written by `multihead bench --plot DIR`."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from multihead.bench.results import SuiteResult
@@ -73,7 +74,7 @@ def _bars(plt, r: SuiteResult, label_of, value_col: str, xlabel: str):
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
-    ax.set_title(r.title, fontsize=9)
+    ax.set_title(textwrap.fill(r.title, 70), fontsize=9)
     return fig
 
 
