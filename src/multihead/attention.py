@@ -17,7 +17,7 @@ import torch
 
 from multihead import capture
 from multihead.backends import Problem
-from multihead.dispatch import choose
+from multihead.dispatch import pick
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 
@@ -36,7 +36,7 @@ def attention(q, k, v, mask=None, *, causal=False, scale=None, dropout=0.0, back
     problem = make_problem(q, k, v, mask, causal, scale, dropout)
     if capture.ACTIVE:
         capture.notify(problem)
-    return choose(problem, backend, explain=False)[0].run(problem)
+    return pick(problem, backend).run(problem)
 
 
 def make_problem(q, k, v, mask, causal, scale, dropout) -> Problem:

@@ -31,47 +31,43 @@ def backend_names() -> list[str]:
     return [b.name for b in BACKENDS]
 
 
-def choose(problem: Problem, backend: str = "auto", explain: bool = True):
-    """(backend object, Decision) for a validated problem. `backend` is "auto" or a backend name.
+def pick(problem: Problem, backend: str = "auto"):
+    """The backend object that runs a validated problem; formats no reasons (the hot path).
 
-    explain=False (the hot path of `attention`) returns (backend object, None): it stops at the first
-    backend that accepts and formats no reasons.
+    backend="auto": the first backend that can run it and does not decline it, else the last one
+    that can (reference math). A backend name: that backend, or AttentionError if it cannot run it.
     """
-    reasons: dict[str, str] = {}
-    if backend != "auto":
+    if backend == "auto":
         for candidate in BACKENDS:
-            if candidate.name == backend:
-                why = candidate.unsupported(problem)
-                if why is not None:
-                    raise AttentionError(f"backend {backend!r} cannot run this call: {why}.")
-                if not explain:
-                    return candidate, None
-                reasons = {b.name: f"not requested (backend={backend!r})" for b in BACKENDS if b is not candidate}
-                return candidate, Decision(candidate.name, candidate.describe(problem), reasons)
-        raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
-
-    chosen = None
+            if candidate.unsupported(problem) is None and candidate.declines(problem) is None:
+                return candidate
+        return next(b for b in reversed(BACKENDS) if b.unsupported(problem) is None)
     for candidate in BACKENDS:
-        if chosen is not None and not explain:
-            break
-        why = candidate.unsupported(problem) or candidate.declines(problem)
-        if chosen is not None:
-            reasons[candidate.name] = why or f"{chosen.name} ranks first and accepted the call"
+        if candidate.name == backend:
+            why = candidate.unsupported(problem)
+            if why is not None:
+                raise AttentionError(f"backend {backend!r} cannot run this call: {why}.")
+            return candidate
+    raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
+
+
+def decide(problem: Problem, backend: str = "auto") -> Decision:
+    """`pick`'s choice, how it will run, and why each other backend was not chosen."""
+    chosen = pick(problem, backend)
+    reasons = {}
+    for other in BACKENDS:
+        if other is chosen:
             continue
-        if why is None:
-            chosen = candidate
+        if backend != "auto":
+            reasons[other.name] = f"not requested (backend={backend!r})"
         else:
-            reasons[candidate.name] = why
-    if chosen is None:  # every backend declined: the last one (reference math) still computes it exactly
-        chosen = next(b for b in reversed(BACKENDS) if b.unsupported(problem) is None)
-        reasons.pop(chosen.name, None)
-    if not explain:
-        return chosen, None
-    return chosen, Decision(chosen.name, chosen.describe(problem), reasons)
+            reasons[other.name] = (other.unsupported(problem) or other.declines(problem)
+                                   or f"{chosen.name} ranks first and accepted the call")
+    return Decision(chosen.name, chosen.describe(problem), reasons)
 
 
 def dispatch(q, k, v, mask=None, *, causal=False, scale=None, dropout=0.0, backend="auto") -> Decision:
     """Which backend `attention(q, k, v, mask, ...)` would run, with the reasons; computes nothing."""
     from multihead.attention import make_problem
 
-    return choose(make_problem(q, k, v, mask, causal, scale, dropout), backend)[1]
+    return decide(make_problem(q, k, v, mask, causal, scale, dropout), backend)
