@@ -148,3 +148,21 @@ def test_dispatch_reports_choice_and_reasons():
     assert "math: not chosen" in str(auto)
     with pytest.raises(mh.AttentionError, match="cannot run this call"):
         mh.attention(q, k[:, :, :0], v[:, :, :0], backend="sdpa")
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_large_finite_offsets_never_become_inf_in_half_precision(dtype):
+    """Document 000's `mask * -1e9` as an additive mask, in fp16/bf16: no -inf, no NaN, on every backend.
+
+    (A row offset by -1e9 on *every* key is ill-conditioned: exactly, softmax(s - 1e9) = softmax(s), but
+    float32 absorbs s into -1e9 and gives uniform weights. Only finiteness is claimed for that row.)
+    """
+    q, k, v = (t.to(dtype) for t in _inputs((1, 2, 2, 3, 4, 8, 8)))
+    offsets = torch.zeros(3, 4)
+    offsets[1] = -1e9  # query 1: every key pushed down by the same huge amount
+    offsets[2, 1:] = -1e9  # query 2: only key 0 left
+    mask = mh.Mask.additive(offsets)
+    for backend in BACKENDS:
+        out = mh.attention(q, k, v, mask, backend=backend)
+        assert torch.isfinite(out).all(), backend
+        assert torch.allclose(out[:, :, 2].float(), v[:, :, 0].float(), atol=1e-2), backend

@@ -179,6 +179,8 @@ class Mask:
                 continue
             k = _part_keep(part, Lq, Lk, device)
             keep = k if keep is None else keep & k
+        if bias is not None and bias.is_floating_point():
+            bias = bias.clamp_min(torch.finfo(bias.dtype).min)  # -1e9 in fp16 stays finite, never -inf
         return keep, bias
 
 
