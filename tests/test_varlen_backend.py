@@ -105,10 +105,9 @@ def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
 
 
 @pytest.mark.parametrize("mask, why", [
-    (mh.Mask.causal(), "needs exactly one Mask.lengths"),
-    (mh.Mask.lengths(KEY_LENS) & mh.Mask.key_padding(torch.zeros(4, 7, dtype=torch.bool)),
-     "needs exactly one Mask.lengths"),
-    (mh.Mask.lengths(torch.full((4, 7), 3)), "per-query valid_lens (B, Lq)"),
+    (mh.Mask.causal(), "needs per-sequence lengths"),
+    (mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(KEY_LENS), "needs per-sequence lengths"),
+    (mh.Mask.lengths(torch.full((4, 7), 3)), "needs per-sequence lengths"),
 ])
 def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
     q, k, v = _qkv()
@@ -117,13 +116,45 @@ def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
         mh.attention(q, k, v, mask, backend="varlen")
 
 
-def test_bottom_right_causal_is_refused_when_lengths_differ():
+PAD = torch.rand(4, 7, generator=torch.Generator().manual_seed(3)) > 0.7
+SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+
+
+def _by_hand(kind: str, qlens, klens, Lq: int, Lk: int):
+    """(keep, bias) for `kind`, written with loops, per sequence, independently of multihead."""
+    B = len(klens)
+    keep = torch.zeros(B, 1, Lq, Lk, dtype=torch.bool)
+    bias = torch.zeros(B, 4, Lq, Lk)
+    for b in range(B):
+        offset = klens[b] - qlens[b]  # bottom-right: last valid query at last valid key
+        for i in range(qlens[b]):
+            for j in range(klens[b]):
+                ok = {"bottom-right": j <= i + offset,
+                      "bottom-right-window": i + offset - 2 < j <= i + offset,
+                      "key-padding": not PAD[b, j],
+                      "alibi": True}[kind]
+                keep[b, 0, i, j] = ok
+                bias[b, :, i, j] = -SLOPES * (i - j) if kind == "alibi" else 0.0
+    return keep, bias
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("bottom-right", mh.Mask.causal("bottom_right")),
+    ("bottom-right-window", mh.Mask.causal("bottom_right") & mh.Mask.window(2, "bottom_right")),
+    ("key-padding", mh.Mask.key_padding(PAD)),
+    ("alibi", mh.Mask.alibi(SLOPES)),
+])
+def test_other_parts_are_evaluated_on_each_slice(kind, extra):
+    """Each sequence's slice sees the rest of the mask as the whole grid does: bottom-right causal lines
+    up each sequence's last query with its last valid key, even when Lq != Lk."""
     q, k, v = _qkv(L=7)
-    mask = mh.Mask.lengths(KEY_LENS) & mh.Mask.causal("bottom_right")
-    with pytest.raises(mh.AttentionError, match="bottom-right causal"):
-        mh.attention(q[:, :, :3], k, v, mask, backend="varlen")
-    same = mh.attention(q, k, v, mask, backend="varlen")  # Lq == Lk: bottom-right is top-left
-    torch.testing.assert_close(same, mh.attention(q, k, v, mask, backend="sdpa"), atol=1e-5, rtol=1e-5)
+    q = q[:, :, :3]
+    qlens = [3, 1, 2, 3]
+    mask = mh.Mask.lengths(KEY_LENS, query_lens=torch.tensor(qlens)) & extra
+    keep, bias = _by_hand(kind, qlens, KEY_LENS.tolist(), 3, 7)
+    ref = reference_attention(q, k, v, keep=keep, bias=bias).float()
+    for backend in ("varlen", "sdpa", "math"):
+        torch.testing.assert_close(mh.attention(q, k, v, mask, backend=backend), ref, atol=1e-5, rtol=1e-5)
 
 
 def test_module_with_lengths_mask_matches_dense_backend():

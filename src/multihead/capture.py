@@ -70,11 +70,8 @@ class Recorder:
 
 def notify(problem) -> None:
     """Called by `multihead.attention` while a capture is active: compute and record the weights."""
-    from multihead.backends.reference import attention_weights
-
     with torch.no_grad():
-        keep, bias = problem.dense_mask()
-        weights = attention_weights(problem.q, problem.k, keep, bias, problem.scale)
+        weights = problem.weights()
     for recorder in ACTIVE:
         recorder.add(weights)
 

@@ -66,8 +66,9 @@ def decide(problem: Problem, backend: str = "auto") -> Decision:
     return Decision(chosen.name, chosen.describe(problem), reasons)
 
 
-def dispatch(q, k, v, mask=None, *, causal=False, scale=None, dropout=0.0, backend="auto") -> Decision:
+def dispatch(q, k, v, mask=None, *, causal=False, scale=None, softcap=None, sinks=None, dropout=0.0,
+             backend="auto") -> Decision:
     """Which backend `attention(q, k, v, mask, ...)` would run, with the reasons; computes nothing."""
     from multihead.attention import make_problem
 
-    return decide(make_problem(q, k, v, mask, causal, scale, dropout), backend)
+    return decide(make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks), backend)

@@ -5,12 +5,16 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.masks import Mask
+from multihead.masks import Index, Mask
 
 
 @dataclass(frozen=True, eq=False)
 class Problem:
-    """q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); mask already includes `causal=True`."""
+    """q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); mask already includes `causal=True`.
+
+    softcap: scores -> softcap * tanh(scores / softcap) before the mask, or None.
+    sinks: (H,) logits joining each row's softmax denominator (carrying no value), or None.
+    """
 
     q: torch.Tensor
     k: torch.Tensor
@@ -18,6 +22,8 @@ class Problem:
     mask: Mask | None
     scale: float
     dropout: float
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -29,13 +35,30 @@ class Problem:
     def gqa(self) -> bool:
         return self.k.shape[1] != self.q.shape[1]
 
+    @property
+    def softmax_dtype(self) -> torch.dtype:
+        """The input dtype promoted to at least float32."""
+        return torch.promote_types(self.q.dtype, torch.float32)
+
+    def index(self) -> Index:
+        """The whole (B, H, Lq, Lk) grid, with the mask's per-sequence extents."""
+        B, H, Lq, Lk = self.dims
+        if self.mask is None:
+            return Index.grid(B, H, Lq, Lk, self.q.device)
+        return self.mask.index(B, H, Lq, Lk, self.q.device)
+
     def dense_mask(self, dtype=None):
         """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask.
 
-        bias is in `dtype`, by default the softmax dtype: the input dtype promoted to at least float32.
+        bias is in `dtype`, by default the softmax dtype.
         """
         if self.mask is None:
             return None, None
-        dtype = dtype or torch.promote_types(self.q.dtype, torch.float32)
-        B, H, Lq, Lk = self.dims
-        return self.mask.dense(Lq, Lk, device=self.q.device, dtype=dtype)  # validated in make_problem
+        return self.mask.dense(self.index(), dtype or self.softmax_dtype)
+
+    def weights(self) -> torch.Tensor:
+        """The reference attention weights (B, H, Lq, Lk) in the softmax dtype; blocked entries exactly 0."""
+        from multihead.backends.reference import attention_weights
+
+        keep, bias = self.dense_mask()
+        return attention_weights(self.q, self.k, keep, bias, self.scale, self.softcap, self.sinks)

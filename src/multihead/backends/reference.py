@@ -1,9 +1,12 @@
 """The reference backend: attention as a learner writes it, softmax in float32.
 
-    scores  = q @ k^T * scale             (B, H, Lq, Lk)
-    scores += bias; blocked -> dtype min  (the safe fill: never overflows, never NaN)
-    weights = softmax(scores) over keys   (float32), then blocked weights set to exactly 0
-    out     = weights @ v                 (B, H, Lq, Dv)
+    scores  = q @ k^T * scale              (B, H, Lq, Lk)
+    scores  = softcap * tanh(scores / softcap)   (only with softcap, Gemma 2)
+    scores += bias; blocked -> dtype min   (the safe fill: never overflows, never NaN)
+    weights = softmax(scores) over keys    (float32; with sinks, each row's denominator also
+                                            gets exp(sink[h]), a logit that carries no value)
+    weights[blocked] = 0                   then dropout
+    out     = weights @ v                  (B, H, Lq, Dv)
 
 Setting blocked weights to 0 *after* the softmax is what makes a fully masked row return exactly
 zero with zero gradient: its uniform weights are all blocked, so nothing flows either way.
@@ -22,19 +25,40 @@ def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
     return t if groups == 1 else t.repeat_interleave(groups, dim=1)
 
 
-def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0) -> torch.Tensor:
-    """softmax(q k^T * scale + bias) over keys in (at least) float32, blocked entries exactly 0. (B, H, Lq, Lk)."""
+def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None) -> torch.Tensor:
+    """softmax(cap(q k^T * scale) + bias) over keys (and sinks) in at least float32, blocked entries 0.
+
+    q (B, H, Lq, D), k (B, Hkv, Lk, D) -> (B, H, Lq, Lk).
+    """
     k = repeat_kv(k, q.shape[1])
     scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # at least float32
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     if bias is not None:
         scores = scores + bias
     if keep is not None:
         scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        B, H, Lq, _ = scores.shape
+        sink = sinks.to(scores.dtype).view(1, H, 1, 1).expand(B, H, Lq, 1)  # one extra logit per row
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, Lq, Lk)
     if keep is not None:
         weights = weights.masked_fill(~keep, 0.0)
     return weights
+
+
+def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v with every key that no query may see set to 0, so NaN or inf there never reaches out."""
+    if p.mask is None:
+        return p.k, p.v
+    visible = p.mask.key_keep(ix)  # (B, 1, 1, Lk) or None
+    if visible is None:
+        return p.k, p.v
+    hidden = ~visible.transpose(-1, -2)  # (B, 1, Lk, 1)
+    return p.k.masked_fill(hidden, 0.0), p.v.masked_fill(hidden, 0.0)
 
 
 class MathBackend:
@@ -48,11 +72,14 @@ class MathBackend:
         return f"reference math materialises the (B, H, Lq, Lk) = ({B}, {H}, {Lq}, {Lk}) scores; slower"
 
     def describe(self, p: Problem) -> str:
-        return "plain matmul + float32 softmax + matmul"
+        extras = "".join((", softcap" if p.softcap is not None else "", ", sinks" if p.sinks is not None else ""))
+        return "plain matmul + float32 softmax + matmul" + extras
 
     def run(self, p: Problem) -> torch.Tensor:
-        keep, bias = p.dense_mask()
-        weights = attention_weights(p.q, p.k, keep, bias, p.scale)  # (B, H, Lq, Lk) float32
+        ix = p.index()
+        k, v = inert_keys(p, ix)
+        keep, bias = p.mask.dense(ix, p.softmax_dtype) if p.mask is not None else (None, None)
+        weights = attention_weights(p.q, k, keep, bias, p.scale, p.softcap, p.sinks)  # (B, H, Lq, Lk)
         if p.dropout:
             weights = F.dropout(weights, p.dropout)
-        return weights.to(p.v.dtype) @ repeat_kv(p.v, p.q.shape[1])  # (B, H, Lq, Dv)
+        return weights.to(v.dtype) @ repeat_kv(v, p.q.shape[1])  # (B, H, Lq, Dv)

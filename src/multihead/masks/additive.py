@@ -1,0 +1,48 @@
+"""Mask.additive: a float added to the scaled scores; -inf blocks the key."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from multihead.errors import AttentionError, shape_str
+from multihead.masks.index import Index
+from multihead.masks.mask import Mask, Part, check_broadcast, mask_constructor, values_checkable
+
+
+@dataclass(frozen=True, eq=False)
+class AdditivePart(Part):
+    """Float offsets broadcastable to (B, H, Lq, Lk). -inf is structure, not arithmetic: it becomes a
+    blocked key (so rows stay NaN-free) and the bias there is 0."""
+
+    offsets: torch.Tensor
+    tensor_fields = ("offsets",)
+
+    def check(self, B, H, Lq, Lk, device) -> None:
+        super().check(B, H, Lq, Lk, device)
+        check_broadcast(self.offsets, B, H, Lq, Lk)
+
+    def keep(self, ix: Index) -> torch.Tensor:
+        return ~torch.isneginf(ix.dense(self.offsets))
+
+    def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor:
+        t = ix.dense(self.offsets)
+        t = t.masked_fill(torch.isneginf(t), 0.0)  # blocked by keep(), not by arithmetic
+        return t.clamp_min(torch.finfo(dtype).min).to(dtype)  # -1e9 in fp16 stays finite, never -inf
+
+    def describe(self) -> str:
+        return f"additive{shape_str(self.offsets.shape)}"
+
+
+@mask_constructor
+def additive(cls, t) -> Mask:
+    """A float added to the scaled scores (broadcastable to (B, H, Lq, Lk)); -inf blocks."""
+    t = torch.as_tensor(t)
+    if not t.is_floating_point():
+        raise AttentionError(
+            f"Mask.additive expects a floating tensor of score offsets; got dtype {t.dtype}. "
+            "For 0/1 or bool masks use Mask.keep (1 = attend) or Mask.block (1 = blocked)."
+        )
+    if values_checkable(t) and bool((torch.isnan(t) | torch.isposinf(t)).any()):
+        raise AttentionError("Mask.additive expects finite values or -inf; got NaN or +inf.")
+    return cls((AdditivePart(t),))

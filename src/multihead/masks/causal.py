@@ -1,0 +1,50 @@
+"""Mask.causal: query i sees keys j <= i, aligned top-left or bottom-right."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from multihead.errors import AttentionError
+from multihead.masks.index import Index
+from multihead.masks.mask import Mask, Part, mask_constructor
+
+ALIGNS = ("top_left", "bottom_right")
+
+
+def check_align(align, who: str) -> None:
+    if align not in ALIGNS:
+        raise AttentionError(f"{who} align must be one of {ALIGNS}; got {align!r}.")
+
+
+@dataclass(frozen=True, eq=False)
+class CausalPart(Part):
+    """Keys j <= i + offset: offset 0 (top-left) or each sequence's valid keys - valid queries."""
+
+    align: str = "top_left"
+
+    def keep(self, ix: Index) -> torch.Tensor | None:
+        if self._keeps_all(ix):
+            return None
+        return ix.k <= ix.query_position(self.align)  # (.., Lq, Lk)
+
+    def is_causal(self, ix: Index) -> bool:
+        if not ix.plain or self._keeps_all(ix):
+            return False
+        return self.align == "top_left" or (isinstance(ix.q_extent, int) and isinstance(ix.k_extent, int)
+                                            and ix.q_extent == ix.k_extent == ix.Lq == ix.Lk)
+
+    def _keeps_all(self, ix: Index) -> bool:
+        """One bottom-right query at the last valid key sees every valid key (a decode step)."""
+        return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == ix.Lq == 1
+
+    def describe(self) -> str:
+        return f"causal({self.align})"
+
+
+@mask_constructor
+def causal(cls, align: str = "top_left") -> Mask:
+    """Query i sees keys j <= i (top_left), or the last valid query of each sequence lines up with its
+    last valid key (bottom_right: j <= i + klen - qlen, per sequence when Mask.lengths gives lengths)."""
+    check_align(align, "Mask.causal")
+    return cls((CausalPart(align),))

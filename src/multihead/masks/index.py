@@ -1,0 +1,97 @@
+"""Index: the grid a mask is evaluated on, as broadcastable index tensors.
+
+Every mask kind is written once, as a function of four indices, the way FlexAttention's mask_mod
+sees it:
+
+    b  batch row          (B, 1, 1, 1), or one row, or a scalar
+    h  head               (1, H, 1, 1)
+    q  query position     (1, 1, Lq, 1)
+    k  key position       (1, 1, 1, Lk)
+
+Evaluated on the whole grid (`Index.grid`), the result broadcasts to (B, H, Lq, Lk): the dense form
+every backend can use. Evaluated on one sequence's valid slice (`Index.slice`) it is the mask the
+length-aware backend needs; evaluated on scalars it is a Flex mask_mod.
+
+Extents are the valid queries and keys of each sequence (from `Mask.lengths`, else Lq and Lk). A
+bottom-right alignment lines up each sequence's last valid query with its last valid key, so a
+decoder with a KV cache attends causally to its own cached length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class Index:
+    """Broadcastable index tensors of one evaluation grid; see the module docstring."""
+
+    b: torch.Tensor | int | None
+    h: torch.Tensor | None
+    q: torch.Tensor
+    k: torch.Tensor
+    Lq: int
+    Lk: int
+    q_extent: torch.Tensor | int  # valid queries per sequence: (B, 1, 1, 1) or int
+    k_extent: torch.Tensor | int  # valid keys per sequence
+    whole: bool = True  # b, h, q, k cover the whole grid in order: dense tensors apply as they are
+    plain: bool = True  # q and k are positions 0..Lq-1 and 0..Lk-1 (the whole grid or one slice)
+    within_extents: bool = False  # the grid holds only valid queries and keys (a length-aware slice)
+    rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
+
+    @classmethod
+    def grid(cls, B: int, H: int, Lq: int, Lk: int, device) -> Index:
+        """The whole (B, H, Lq, Lk) grid; extents start as Lq and Lk (Mask.index narrows them)."""
+        q = torch.arange(Lq, device=device).view(1, 1, Lq, 1)
+        k = torch.arange(Lk, device=device).view(1, 1, 1, Lk)
+        return cls(None, None, q, k, Lq, Lk, Lq, Lk)
+
+    @classmethod
+    def slice(cls, b: int, qlen: int, klen: int, device) -> Index:
+        """One sequence's valid slice: row b, queries [0, qlen), keys [0, klen)."""
+        q = torch.arange(qlen, device=device).view(1, 1, qlen, 1)
+        k = torch.arange(klen, device=device).view(1, 1, 1, klen)
+        return cls(b, None, q, k, qlen, klen, qlen, klen, whole=False, within_extents=True)
+
+    def with_extents(self, q_extent, k_extent) -> Index:
+        return replace(self, q_extent=q_extent, k_extent=k_extent)
+
+    def query_position(self, align: str) -> torch.Tensor:
+        """Query positions shifted for the alignment: (.., Lq, 1), per sequence when extents are."""
+        if align == "top_left":
+            return self.q
+        return self.q + (self.k_extent - self.q_extent)
+
+    # ---------------------------------------------------------------- reading per-sequence tensors
+    def per_batch(self, t: torch.Tensor) -> torch.Tensor:
+        """A (B,) tensor at this grid's batch rows: (B, 1, 1, 1) on the whole grid."""
+        return self.dense(t.view(-1, 1, 1, 1))
+
+    def per_query(self, t: torch.Tensor) -> torch.Tensor:
+        """A (B, Lq) tensor at this grid's rows and queries: (B, 1, Lq, 1) on the whole grid."""
+        return self.dense(t[:, None, :, None])
+
+    def per_key(self, t: torch.Tensor) -> torch.Tensor:
+        """A (B, Lk) tensor at this grid's rows and keys: (B, 1, 1, Lk) on the whole grid."""
+        return self.dense(t[:, None, None, :])
+
+    def dense(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor broadcastable to (B, H, Lq, Lk), read at this grid's indices (size-1 dims broadcast)."""
+        if self.whole:
+            return t
+        t4 = t.view((1,) * (4 - t.dim()) + tuple(t.shape))
+        index = tuple(_axis_index(size, i, axis, t4.device)
+                      for axis, (size, i) in enumerate(zip(t4.shape, (self.b, self.h, self.q, self.k))))
+        return t4[index]
+
+
+def _axis_index(size: int, i, axis: int, device) -> torch.Tensor:
+    """The index tensor for one axis: 0 where the tensor broadcasts, else the grid's indices."""
+    if size == 1:
+        return torch.zeros((), dtype=torch.long, device=device)
+    if i is None:
+        shape = [1, 1, 1, 1]
+        shape[axis] = size
+        return torch.arange(size, device=device).view(shape)
+    return torch.as_tensor(i, device=device)

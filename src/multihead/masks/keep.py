@@ -1,0 +1,72 @@
+"""Dense bool masks: Mask.keep (True = may attend), Mask.block (True = blocked), Mask.key_padding."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from multihead.errors import AttentionError, shape_str
+from multihead.masks.index import Index
+from multihead.masks.mask import Mask, Part, check_broadcast, mask_constructor, values_checkable
+
+
+@dataclass(frozen=True, eq=False)
+class KeepPart(Part):
+    """A bool keep tensor (True = may attend), broadcastable to (B, H, Lq, Lk)."""
+
+    keep_tensor: torch.Tensor
+    tensor_fields = ("keep_tensor",)
+
+    def check(self, B, H, Lq, Lk, device) -> None:
+        super().check(B, H, Lq, Lk, device)
+        check_broadcast(self.keep_tensor, B, H, Lq, Lk)
+
+    def keep(self, ix: Index) -> torch.Tensor:
+        return ix.dense(self.keep_tensor)
+
+    def key_keep(self, ix: Index) -> torch.Tensor | None:
+        t = self.keep_tensor
+        if t.dim() >= 2 and t.shape[-2] != 1:  # varies per query: not a whole-key mask
+            return None
+        if t.dim() >= 3 and t.shape[-3] != 1:  # varies per head
+            return None
+        return ix.dense(t.view((1,) * (4 - t.dim()) + tuple(t.shape)))  # (B or 1, 1, 1, Lk)
+
+    def describe(self) -> str:
+        return f"keep{shape_str(self.keep_tensor.shape)}"
+
+
+def as_bool(t, who: str) -> torch.Tensor:
+    """A bool tensor from bool or 0/1 numbers; AttentionError for anything else."""
+    t = torch.as_tensor(t)
+    if t.dtype == torch.bool:
+        return t
+    if t.is_complex():
+        raise AttentionError(f"{who} expects a bool tensor or 0/1 values; got dtype {t.dtype}.")
+    if values_checkable(t) and not bool(((t == 0) | (t == 1)).all()):
+        raise AttentionError(
+            f"{who} expects a bool tensor or 0/1 values; got dtype {t.dtype} with other values. "
+            "For float score offsets use Mask.additive."
+        )
+    return t != 0
+
+
+@mask_constructor
+def keep(cls, t) -> Mask:
+    """True / 1 = may attend. Bool or 0/1 numeric, broadcastable to (B, H, Lq, Lk)."""
+    return cls((KeepPart(as_bool(t, "Mask.keep")),))
+
+
+@mask_constructor
+def block(cls, t) -> Mask:
+    """True / 1 = must not attend. Bool or 0/1 numeric, broadcastable to (B, H, Lq, Lk)."""
+    return cls((KeepPart(~as_bool(t, "Mask.block")),))
+
+
+@mask_constructor
+def key_padding(cls, t) -> Mask:
+    """(B, Lk), True / 1 = padding key (the torch convention)."""
+    pad = as_bool(t, "Mask.key_padding")
+    if pad.dim() != 2:
+        raise AttentionError(f"Mask.key_padding expects shape (B, Lk); got {shape_str(pad.shape)}.")
+    return cls((KeepPart(~pad[:, None, None, :]),))  # (B, 1, 1, Lk)

@@ -1,0 +1,224 @@
+"""Mask: one structured attention mask; Part: one kind of mask or score term, knowing all its forms.
+
+Shapes: B batch, H heads, Lq queries, Lk keys. Every mask broadcasts to (B, H, Lq, Lk).
+
+A Mask is a tuple of parts combined with `&` (a key is kept where every part keeps it; additive
+parts add up). A part is written once as a function of an `Index` (batch row, head, query position,
+key position), and that one function gives every form a backend needs:
+
+    keep(ix)        bool, True = may attend               (dense mask, Flex mask_mod, per-sequence slice)
+    bias(ix, dtype) float added to the scaled scores      (dense bias, Flex score_mod)
+    is_causal(ix)   the part is exactly SDPA's is_causal   (no dense mask at all)
+    key_keep(ix)    (B, 1, 1, Lk) keys no query may see   (those keys are made inert)
+    extents()       valid queries / keys per sequence     (the length-aware backend's slices)
+
+So backends never ask which kind a part is, and a new kind is one file in this package.
+Mask and every part are pytree nodes: torch.compile and torch.export take them as inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import torch
+import torch.utils._pytree as pytree
+
+from multihead.errors import AttentionError, shape_str
+from multihead.masks.index import Index
+
+
+class Part:
+    """One kind of mask or score term. Subclasses are frozen dataclasses; see the module docstring."""
+
+    tensor_fields: ClassVar[tuple[str, ...]] = ()  # the pytree leaves; every other field is static
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        pytree.register_pytree_node(
+            cls, _flatten_part, lambda children, ctx, cls=cls: _unflatten_part(cls, children, ctx),
+            serialized_type_name=f"multihead.masks.{cls.__name__}",
+            flatten_with_keys_fn=_flatten_part_with_keys,
+        )
+
+    def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
+        """Raise AttentionError unless the part fits (B, H, Lq, Lk) on `device`. Reads shapes, never values."""
+        for name in self.tensor_fields:
+            t = getattr(self, name)
+            if t is not None and t.device != device:
+                raise AttentionError(f"mask is on {t.device} but the inputs are on {device}.")
+
+    def keep(self, ix: Index) -> torch.Tensor | None:
+        """Bool, True = may attend, broadcastable to the grid; None when the part blocks nothing."""
+        return None
+
+    def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor | None:
+        """Float added to the scaled scores, broadcastable to the grid; None when the part adds nothing."""
+        return None
+
+    def is_causal(self, ix: Index) -> bool:
+        """True when the part equals SDPA's top-left `is_causal` on this grid."""
+        return False
+
+    def key_keep(self, ix: Index) -> torch.Tensor | None:
+        """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
+        return None
+
+    def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
+        """(query_lens (B,) or None, key_lens (B,)) when the part limits each sequence's length."""
+        return None
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+def _flatten_part(part):
+    fields = [f.name for f in dataclasses.fields(part)]
+    children = [getattr(part, n) for n in part.tensor_fields]
+    static = tuple((n, getattr(part, n)) for n in fields if n not in part.tensor_fields)
+    return children, static
+
+
+def _flatten_part_with_keys(part):
+    children, static = _flatten_part(part)
+    keys = [pytree.GetAttrKey(n) for n in part.tensor_fields]
+    return list(zip(keys, children)), static
+
+
+def _unflatten_part(cls, children, static):
+    return cls(**dict(zip(cls.tensor_fields, children)), **dict(static))
+
+
+class Mask:
+    """One structured attention mask. Build it with a constructor; combine with `&`.
+
+    Constructors (each states its convention once; nothing is guessed from a dtype):
+        Mask.keep(t)            True / 1 = the query may attend to the key
+        Mask.block(t)           True / 1 = the query must not attend to the key
+        Mask.additive(t)        a float added to the scaled scores; -inf blocks the key
+        Mask.lengths(v, q)      key j is kept when j < v[b] (v: (B,) or (B, Lq)); query i >= q[b] is padding
+        Mask.key_padding(t)     (B, Lk), True = padding key
+        Mask.causal(align)      key j is kept when j <= i ("top_left") or, "bottom_right", when the last
+                                valid query of each sequence lines up with its last valid key
+        Mask.window(size)       key j is kept when i - size < j (a sliding window; combine with causal)
+        Mask.alibi(slopes)      adds -slope[h] * (i - j) to the scores (ALiBi), never materialised early
+        Mask.segments(ids)      packed sequences: attend only within the same segment id
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: tuple = ()):
+        self.parts = tuple(parts)
+
+    def __and__(self, other: Mask) -> Mask:
+        if not isinstance(other, Mask):
+            return NotImplemented
+        return Mask(self.parts + other.parts)
+
+    def __repr__(self) -> str:
+        return "Mask(" + " & ".join(p.describe() for p in self.parts) + ")" if self.parts else "Mask()"
+
+    # ---------------------------------------------------------------- checks and grids
+    def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
+        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values."""
+        for part in self.parts:
+            part.check(B, H, Lq, Lk, device)
+
+    def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
+        """(query_lens or None, key_lens), each (B,), when a part limits sequence lengths; else None."""
+        found = [e for e in (p.extents() for p in self.parts) if e is not None]
+        return found[0] if len(found) == 1 else None
+
+    def index(self, B: int, H: int, Lq: int, Lk: int, device) -> Index:
+        """The whole grid, with each sequence's extents when the mask has them."""
+        ix = Index.grid(B, H, Lq, Lk, device)
+        extents = self.extents()
+        if extents is None:
+            return ix
+        q_lens, k_lens = extents
+        return ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
+
+    # ---------------------------------------------------------------- forms
+    def dense(self, ix: Index, dtype: torch.dtype = torch.float32, skip=()):
+        """(keep, bias) on the grid, each broadcastable to it or None; bias is finite `dtype`."""
+        keep = bias = None
+        for part in self.parts:
+            if part in skip:
+                continue
+            k = part.keep(ix)
+            if k is not None:
+                keep = k if keep is None else keep & k
+            b = part.bias(ix, dtype)
+            if b is not None:
+                bias = b if bias is None else bias + b
+        if bias is not None:
+            bias = bias.clamp_min(torch.finfo(bias.dtype).min)  # -1e9 in fp16 stays finite, never -inf
+        return keep, bias
+
+    def causal_parts(self, ix: Index) -> tuple[Part, ...]:
+        """The parts SDPA can take as is_causal=True on this grid."""
+        return tuple(p for p in self.parts if p.is_causal(ix))
+
+    def key_keep(self, ix: Index) -> torch.Tensor | None:
+        """(B, 1, 1, Lk) bool: keys some query may see, where parts block whole keys; else None."""
+        keep = None
+        for part in self.parts:
+            k = part.key_keep(ix)
+            if k is not None:
+                keep = k if keep is None else keep & k
+        return keep
+
+    def materialize(self, B: int, H: int, Lq: int, Lk: int, *, device=None, dtype=torch.float32):
+        """Dense form, checked: (keep, bias), each broadcastable to (B, H, Lq, Lk) or None.
+
+        keep is bool (True = attend); bias is `dtype`, added to the scaled scores.
+        """
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self.check(B, H, Lq, Lk, device)
+        return self.dense(self.index(B, H, Lq, Lk, device), dtype)
+
+
+def _flatten_mask(mask: Mask):
+    return list(mask.parts), None
+
+
+pytree.register_pytree_node(
+    Mask, _flatten_mask, lambda parts, _: Mask(tuple(parts)), serialized_type_name="multihead.Mask",
+    flatten_with_keys_fn=lambda m: ([(pytree.SequenceKey(i), p) for i, p in enumerate(m.parts)], None),
+)
+
+
+def mask_constructor(fn):
+    """Make `fn(cls, ...)` the classmethod `Mask.<name>`: each kind's file declares its own constructors."""
+    setattr(Mask, fn.__name__, classmethod(fn))
+    return fn
+
+
+def broadcasts(shape, target) -> bool:
+    """Whether `shape` broadcasts to `target` (every dim 1 or equal, no more dims)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def check_broadcast(t: torch.Tensor, B: int, H: int, Lq: int, Lk: int) -> None:
+    if not broadcasts(t.shape, (B, H, Lq, Lk)):
+        raise AttentionError(
+            f"mask shape {shape_str(t.shape)} cannot broadcast to (B={B}, H={H}, Lq={Lq}, Lk={Lk}); "
+            "expected (..., Lq, Lk) with every dim 1 or equal to the target."
+        )
+
+
+def values_checkable(t: torch.Tensor) -> bool:
+    """Whether reading `t`'s values is free: a CPU tensor, outside torch.compile and tracing.
+
+    Value checks (0/1 entries, non-negative lengths) run only then; on accelerators they would stall
+    the device, and under torch.compile they would break the graph.
+    """
+    return (t.device.type == "cpu" and not torch.compiler.is_compiling()
+            and not torch.jit.is_tracing() and not _is_fake(t))
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor) or t.device.type == "meta"
