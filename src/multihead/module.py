@@ -1,18 +1,24 @@
-"""MultiHeadAttention: project -> split heads -> attend -> merge heads -> project. Nothing else.
+"""MultiHeadAttention: project -> split heads -> (norm, positions) -> attend -> merge heads -> project.
 
 Shape legend: B batch, Lq/Lk lengths, E embed_dim (query features), H heads, Hkv kv heads,
 D head_dim, O out_dim. With batch_first=False the inputs and output are (L, B, features).
+
+The module calls its projection modules (`self.q_proj(x)`), so forward hooks fire and wrappers that
+replace a projection (LoRA, quantized Linears) work. Decoder options: rope (an `mh.RoPE`), window
+(sliding window size), alibi, softcap, sinks (learned per-head sink logits), qk_norm (per-head
+RMSNorm of q and k); `new_cache()` gives a KV cache that `forward(..., cache=cache)` appends to.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from multihead.attention import attention
-from multihead.errors import AttentionError, shape_str
+from multihead.cache import KVCache
+from multihead.errors import AttentionError, check_flag, check_number, shape_str
+from multihead.masks import Mask
 
 PROJECTIONS = ("q", "k", "v", "out")
 
@@ -38,14 +44,18 @@ class MultiHeadAttention(nn.Module):
     (default E). bias: True, False, or per projection {"q": False, "k": False} (others True).
     causal=True makes every call causal (a decoder's self-attention, or a converted module whose
     source applied its causal mask inside forward); forward's causal=True adds it per call.
+    Decoder options: rope (an mh.RoPE applied to q and k), window (keys within the last `window`
+    positions), alibi (ALiBi biases with mh.alibi_slopes), softcap (Gemma 2), sinks (learned (H,) sink
+    logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3).
     """
 
     def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, head_dim=None, num_kv_heads=None,
                  out_dim=None, bias=True, dropout=0.0, batch_first=True, causal=False, backend="auto",
+                 rope=None, window=None, alibi=False, softcap=None, sinks=False, qk_norm=False,
                  device=None, dtype=None):
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise AttentionError(f"{name} must be a positive int; got {value!r}.")
         if head_dim is None:
             if embed_dim % num_heads:
@@ -55,18 +65,25 @@ class MultiHeadAttention(nn.Module):
                 )
             head_dim = embed_dim // num_heads
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if not isinstance(num_kv_heads, int) or num_kv_heads <= 0 or num_heads % num_kv_heads:
+        if isinstance(num_kv_heads, bool) or not isinstance(num_kv_heads, int) or num_kv_heads <= 0 \
+                or num_heads % num_kv_heads:
             raise AttentionError(
                 f"num_kv_heads={num_kv_heads!r} must be a positive divisor of num_heads={num_heads}."
             )
-        for name, value in (("head_dim", head_dim), ("kdim", kdim), ("vdim", vdim), ("out_dim", out_dim)):
-            if value is not None and (not isinstance(value, int) or value <= 0):
+        for name, value in (("head_dim", head_dim), ("kdim", kdim), ("vdim", vdim), ("out_dim", out_dim),
+                            ("window", window)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise AttentionError(f"{name} must be a positive int; got {value!r}.")
-        if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
-            raise AttentionError(f"dropout must be a probability in [0, 1); got {dropout!r}.")
-        for name, flag in (("batch_first", batch_first), ("causal", causal)):
-            if not isinstance(flag, bool):
-                raise AttentionError(f"{name} must be True or False; got {flag!r}.")
+        check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
+        if softcap is not None:
+            check_number(softcap, "softcap", "a positive finite number or None", lambda x: 0 < x < float("inf"))
+        for name, flag in (("batch_first", batch_first), ("causal", causal), ("alibi", alibi),
+                           ("sinks", sinks), ("qk_norm", qk_norm)):
+            check_flag(flag, name)
+        if rope is not None and not (isinstance(rope, nn.Module) and hasattr(rope, "cos_sin")):
+            raise AttentionError(f"rope must be an mh.RoPE or None; got {type(rope).__name__}.")
+        if rope is not None and alibi:
+            raise AttentionError("rope and alibi are two ways to encode positions; choose one.")
         from multihead.dispatch import backend_names
 
         if backend != "auto" and backend not in backend_names():
@@ -76,12 +93,24 @@ class MultiHeadAttention(nn.Module):
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.out_dim = out_dim or embed_dim
         self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, causal, backend
+        self.window, self.softcap = window, None if softcap is None else float(softcap)
         biases = resolve_bias(bias)
         factory = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, num_heads * head_dim, bias=biases["q"], **factory)
         self.k_proj = nn.Linear(self.kdim, num_kv_heads * head_dim, bias=biases["k"], **factory)
         self.v_proj = nn.Linear(self.vdim, num_kv_heads * head_dim, bias=biases["v"], **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, self.out_dim, bias=biases["out"], **factory)
+        self.rope = rope
+        self.q_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
+        self.k_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
+        self.sinks = nn.Parameter(torch.zeros(num_heads, **factory)) if sinks else None
+        if alibi:
+            from multihead.positions import alibi_slopes
+
+            self.register_buffer("alibi_slopes", alibi_slopes(num_heads).to(device=device), persistent=False)
+        else:
+            self.alibi_slopes = None
+        self._register_load_state_dict_pre_hook(_accept_torch_state)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -91,12 +120,17 @@ class MultiHeadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
 
-    def forward(self, query, key=None, value=None, *, mask=None, causal=False):
+    def forward(self, query, key=None, value=None, *, mask=None, causal=False, cache=None, positions=None):
         """query (B, Lq, E); key (B, Lk, kdim) and value (B, Lk, vdim) default to query (self-attention).
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.
         mask: a `Mask` broadcastable to (B, H, Lq, Lk) (e.g. Mask.key_padding(pad), True = padding).
-        causal=True adds Mask.causal() (always on when the module was built with causal=True). Returns (B, Lq, out_dim) in the input layout.
+        causal=True adds Mask.causal() (always on when the module was built with causal=True).
+        cache: a KVCache from new_cache(); this call's keys and values are appended to it and the
+        queries attend to everything cached, bottom-right aligned per sequence. With a cache, mask may
+        only be Mask.lengths(lens, query_lens=lens) for a right-padded prompt.
+        positions: (Lq,) or (B, Lq) integer positions for rope (default: arange, after the cache).
+        Returns (B, Lq, out_dim) in the input layout.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -105,16 +139,70 @@ class MultiHeadAttention(nn.Module):
         B, Lq, _ = query.shape
         Lk = key.shape[1]
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q = F.linear(query, self.q_proj.weight, self.q_proj.bias).view(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
-        k = F.linear(key, self.k_proj.weight, self.k_proj.bias).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
-        v = F.linear(value, self.v_proj.weight, self.v_proj.bias).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
-        out = attention(q, k, v, mask, causal=causal or self.causal, dropout=self.dropout if self.training else 0.0,
-                        backend=self.backend)  # (B, H, Lq, D)
+        causal = check_flag(causal, "causal") or self.causal
+        new_tokens = self._check_cache_call(cache, mask, B, key is query) if cache is not None else None
+        q = self.q_proj(query).view(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
+        k = self.k_proj(key).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
+        v = self.v_proj(value).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over each head's D features
+        if self.rope is not None:
+            if positions is None:
+                positions = cache.positions(Lq) if cache is not None else torch.arange(Lq, device=q.device)
+            q, k = self.rope(q, k, positions)
+        align = "top_left"
+        if cache is not None:  # keys: everything cached; mask: causal within each sequence's length
+            k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D)
+            causal, align = False, "bottom_right"
+        mask = self._variant_masks(mask, align)
+        out = attention(q, k, v, mask, causal=causal, softcap=self.softcap, sinks=self.sinks,
+                        dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, D)
         out = out.transpose(1, 2).reshape(B, Lq, H * D)  # merge heads: (B, Lq, H*D)
-        out = F.linear(out, self.out_proj.weight, self.out_proj.bias)  # (B, Lq, O)
+        out = self.out_proj(out)  # (B, Lq, O)
         if unbatched:
             return out[0]
         return out if self.batch_first else out.transpose(0, 1)
+
+    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,)."""
+        weight = self.k_proj.weight
+        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device,
+                       dtype=weight.dtype)
+
+    def _variant_masks(self, mask, align: str):
+        """The caller's mask & this module's sliding window and ALiBi parts."""
+        parts = [] if mask is None else [mask]
+        if self.window is not None:
+            parts.append(Mask.window(self.window, align))
+        if self.alibi_slopes is not None:
+            parts.append(Mask.alibi(self.alibi_slopes, align))
+        if not parts:
+            return None
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = combined & part
+        return combined
+
+    def _check_cache_call(self, cache, mask, B: int, self_attention: bool):
+        """The per-sequence count of real new tokens (None: all Lq), after checking the call."""
+        if not isinstance(cache, KVCache):
+            raise AttentionError(f"cache must be a KVCache from new_cache(); got {type(cache).__name__}.")
+        if not self_attention:
+            raise AttentionError("a KV cache holds a decoder's own keys: pass only the query (self-attention).")
+        if cache.keys.shape[0] != B or cache.keys.shape[1] != self.num_kv_heads or cache.keys.shape[3] != self.head_dim:
+            raise AttentionError(
+                f"the cache is for batch {cache.keys.shape[0]}, {cache.keys.shape[1]} kv heads of size "
+                f"{cache.keys.shape[3]}; this call has batch {B}, {self.num_kv_heads} kv heads of size {self.head_dim}."
+            )
+        if mask is None:
+            return None
+        extents = mask.extents() if isinstance(mask, Mask) else None
+        if extents is None or len(mask.parts) != 1:
+            raise AttentionError(
+                "with a cache, mask may only be Mask.lengths(lens, query_lens=lens) (a right-padded prompt); "
+                f"got {mask!r}. The cache makes the attention causal by itself.")
+        q_lens, k_lens = extents
+        return k_lens if q_lens is None else q_lens
 
     def _batch_first_view(self, query, key, value, unbatched):
         """Check ranks, features, lengths, dtypes; return (B, L, features) views of the three inputs."""
@@ -172,5 +260,18 @@ class MultiHeadAttention(nn.Module):
             extra += f", num_kv_heads={self.num_kv_heads}"
         if self.causal:
             extra += ", causal=True"
+        for name in ("window", "softcap"):
+            if getattr(self, name) is not None:
+                extra += f", {name}={getattr(self, name)}"
+        for name, on in (("rope", self.rope is not None), ("alibi", self.alibi_slopes is not None),
+                         ("sinks", self.sinks is not None), ("qk_norm", self.q_norm is not None)):
+            extra += f", {name}=True" if on else ""
         return extra + f", batch_first={self.batch_first}, backend={self.backend!r}"
 
+
+
+def _accept_torch_state(module, state_dict, prefix, *args) -> None:
+    """load_state_dict pre-hook: nn.MultiheadAttention's in_proj_weight / q,k,v_proj_weight forms."""
+    from multihead.convert.torch_state import torch_mha_state_to_ours
+
+    torch_mha_state_to_ours(module, state_dict, prefix)

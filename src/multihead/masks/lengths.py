@@ -16,6 +16,7 @@ class LengthsPart(Part):
 
     key_lens: torch.Tensor
     query_lens: torch.Tensor | None = None
+    inert_keys: bool = True  # zero k and v past each length, so NaN stored there never reaches the output
     tensor_fields = ("key_lens", "query_lens")
 
     def check(self, B, H, Lq, Lk, device) -> None:
@@ -43,7 +44,7 @@ class LengthsPart(Part):
         return keep
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
-        if ix.within_extents or self.key_lens.dim() != 1:
+        if ix.within_extents or self.key_lens.dim() != 1 or not self.inert_keys:
             return None
         return ix.k < ix.per_batch(self.key_lens)  # (B, 1, 1, Lk)
 
