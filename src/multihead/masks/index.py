@@ -29,8 +29,8 @@ class Index:
 
     b: torch.Tensor | int | None
     h: torch.Tensor | None
-    q: torch.Tensor
-    k: torch.Tensor
+    q_pos: torch.Tensor | None  # None: 0..Lq-1, made on first use (most masks never need positions)
+    k_pos: torch.Tensor | None
     Lq: int
     Lk: int
     q_extent: torch.Tensor | int  # valid queries per sequence: (B, 1, 1, 1) or int
@@ -40,19 +40,31 @@ class Index:
     within_extents: bool = False  # the grid holds only valid queries and keys (a length-aware slice)
     rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
 
+    device: torch.device | str | None = None
+
     @classmethod
-    def grid(cls, B: int, H: int, Lq: int, Lk: int, device) -> Index:
+    def grid(cls, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
         """The whole (B, H, Lq, Lk) grid; extents start as Lq and Lk (Mask.index narrows them)."""
-        q = torch.arange(Lq, device=device).view(1, 1, Lq, 1)
-        k = torch.arange(Lk, device=device).view(1, 1, 1, Lk)
-        return cls(None, None, q, k, Lq, Lk, Lq, Lk)
+        return cls(None, None, None, None, Lq, Lk, Lq, Lk, rows_may_shift=rows_may_shift, device=device)
 
     @classmethod
     def slice(cls, b: int, qlen: int, klen: int, device) -> Index:
         """One sequence's valid slice: row b, queries [0, qlen), keys [0, klen)."""
-        q = torch.arange(qlen, device=device).view(1, 1, qlen, 1)
-        k = torch.arange(klen, device=device).view(1, 1, 1, klen)
-        return cls(b, None, q, k, qlen, klen, qlen, klen, whole=False, within_extents=True)
+        return cls(b, None, None, None, qlen, klen, qlen, klen, whole=False, within_extents=True, device=device)
+
+    @property
+    def q(self) -> torch.Tensor:
+        """Query positions, (1, 1, Lq, 1) on a plain grid."""
+        if self.q_pos is None:
+            object.__setattr__(self, "q_pos", torch.arange(self.Lq, device=self.device).view(1, 1, -1, 1))
+        return self.q_pos
+
+    @property
+    def k(self) -> torch.Tensor:
+        """Key positions, (1, 1, 1, Lk) on a plain grid."""
+        if self.k_pos is None:
+            object.__setattr__(self, "k_pos", torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1))
+        return self.k_pos
 
     def with_extents(self, q_extent, k_extent) -> Index:
         return replace(self, q_extent=q_extent, k_extent=k_extent)

@@ -59,6 +59,27 @@ class Part:
         """True when the part equals SDPA's top-left `is_causal` on this grid."""
         return False
 
+    def memoized(self, key: tuple, build):
+        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
+        leaves = [t for t in pytree.tree_leaves(self) if isinstance(t, torch.Tensor)]
+        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
+                and any(t.requires_grad for t in leaves)):
+            return build()
+        key = key + tuple(t._version for t in leaves)
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, build())
+        return self._memo[1]
+
+    def only_key_blocks(self, ix: Index) -> bool:
+        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
+        for part in self.parts:
+            if part.bias(ix, torch.float32) is not None:
+                return False
+            keep = part.keep(ix)
+            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
+                return False
+        return True
+
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
         return None
@@ -104,10 +125,11 @@ class Mask:
         Mask.segments(ids)      packed sequences: attend only within the same segment id
     """
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "_memo")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
+        self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
@@ -128,9 +150,9 @@ class Mask:
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         return found[0] if len(found) == 1 else None
 
-    def index(self, B: int, H: int, Lq: int, Lk: int, device) -> Index:
+    def index(self, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
         """The whole grid, with each sequence's extents when the mask has them."""
-        ix = Index.grid(B, H, Lq, Lk, device)
+        ix = Index.grid(B, H, Lq, Lk, device, rows_may_shift)
         extents = self.extents()
         if extents is None:
             return ix
@@ -157,6 +179,27 @@ class Mask:
     def causal_parts(self, ix: Index) -> tuple[Part, ...]:
         """The parts SDPA can take as is_causal=True on this grid."""
         return tuple(p for p in self.parts if p.is_causal(ix))
+
+    def memoized(self, key: tuple, build):
+        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
+        leaves = [t for t in pytree.tree_leaves(self) if isinstance(t, torch.Tensor)]
+        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
+                and any(t.requires_grad for t in leaves)):
+            return build()
+        key = key + tuple(t._version for t in leaves)
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, build())
+        return self._memo[1]
+
+    def only_key_blocks(self, ix: Index) -> bool:
+        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
+        for part in self.parts:
+            if part.bias(ix, torch.float32) is not None:
+                return False
+            keep = part.keep(ix)
+            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
+                return False
+        return True
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool: keys some query may see, where parts block whole keys; else None."""
