@@ -61,11 +61,12 @@ class Part:
 
     def memoized(self, key: tuple, build):
         """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = [t for t in pytree.tree_leaves(self) if isinstance(t, torch.Tensor)]
+        leaves = self._tensors
         if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
                 and any(t.requires_grad for t in leaves)):
             return build()
-        key = key + tuple(t._version for t in leaves)
+        if leaves:
+            key = key + tuple(t._version for t in leaves)
         if self._memo is None or self._memo[0] != key:
             self._memo = (key, build())
         return self._memo[1]
@@ -125,11 +126,14 @@ class Mask:
         Mask.segments(ids)      packed sequences: attend only within the same segment id
     """
 
-    __slots__ = ("parts", "_memo")
+    __slots__ = ("parts", "_memo", "_tensors", "_extents")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
         self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
+        self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
+        found = [e for e in (p.extents() for p in self.parts) if e is not None]
+        self._extents = found[0] if len(found) == 1 else None
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
@@ -146,9 +150,8 @@ class Mask:
             part.check(B, H, Lq, Lk, device)
 
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-        """(query_lens or None, key_lens), each (B,), when a part limits sequence lengths; else None."""
-        found = [e for e in (p.extents() for p in self.parts) if e is not None]
-        return found[0] if len(found) == 1 else None
+        """(query_lens or None, key_lens), each (B,), when exactly one part limits sequence lengths."""
+        return self._extents
 
     def index(self, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
         """The whole grid, with each sequence's extents when the mask has them."""
@@ -182,11 +185,12 @@ class Mask:
 
     def memoized(self, key: tuple, build):
         """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = [t for t in pytree.tree_leaves(self) if isinstance(t, torch.Tensor)]
+        leaves = self._tensors
         if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
                 and any(t.requires_grad for t in leaves)):
             return build()
-        key = key + tuple(t._version for t in leaves)
+        if leaves:
+            key = key + tuple(t._version for t in leaves)
         if self._memo is None or self._memo[0] != key:
             self._memo = (key, build())
         return self._memo[1]
