@@ -1,0 +1,90 @@
+"""One Llama attention layer twice: transformers' LlamaAttention and ours, with identical weights.
+
+Shapes: B batch, L context, E hidden size, H heads, Hkv kv heads, D head dim (E = H * D here).
+
+    pair = LlamaPair.build(hidden=4096, heads=32, kv_heads=8, head_dim=128, dtype=torch.bfloat16)
+    pair.fill(context)            # context (B, L, E): both caches hold its rotated keys and values
+    pair.ours_step(x)             # x (B, 1, E): one decode step through MultiHeadAttention + KVCache
+    pair.hf_step(x)               # the same step through LlamaAttention + DynamicCache
+    pair.recompute(full)          # full (B, L + 1, E): our module over the whole sequence, causal
+
+The weights are copied by hand (q_proj, k_proj, v_proj, o_proj -> out_proj); our RoPE takes the
+config's own rope parameters. HF runs its SDPA attention (`attn_implementation="sdpa"`) and computes
+its rotary cos/sin with LlamaRotaryEmbedding on every step, as its decoder does once per step.
+Both caches are filled with the same keys and values, the ones a prefill writes: the context's
+projections, keys turned to their positions. Filling them that way costs two projections instead of
+a whole prefill forward, which at long contexts takes as long as the recompute itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from multihead.cache import KVCache
+from multihead.module import MultiHeadAttention
+from multihead.positions import RoPE, apply_rotary
+
+
+@dataclass
+class LlamaPair:
+    hf: nn.Module  # LlamaAttention
+    rotary: nn.Module  # LlamaRotaryEmbedding
+    ours: MultiHeadAttention
+    hf_cache: object = None  # DynamicCache
+    our_cache: KVCache | None = None
+
+    @classmethod
+    def build(cls, hidden: int, heads: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype,
+              max_position: int, seed: int = 0) -> LlamaPair:
+        """Both layers in eval mode, in `dtype`, with the same random weights (HF's own init)."""
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+        config = LlamaConfig(hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                             head_dim=head_dim, intermediate_size=4, num_hidden_layers=1, vocab_size=4,
+                             max_position_embeddings=max_position, attention_bias=False)
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(seed)
+        hf = LlamaAttention(config, layer_idx=0).to(dtype).eval()
+        rope = RoPE(head_dim, scaling=config.rope_parameters, max_position=max_position)
+        ours = MultiHeadAttention(hidden, heads, num_kv_heads=kv_heads, head_dim=head_dim, bias=False,
+                                  rope=rope, dtype=dtype).eval()
+        with torch.no_grad():
+            for theirs, mine in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"),
+                                 ("o_proj", "out_proj")):
+                getattr(ours, mine).weight.copy_(getattr(hf, theirs).weight)
+        return cls(hf, LlamaRotaryEmbedding(config), ours)
+
+    def fill(self, context: torch.Tensor, headroom: int) -> None:
+        """Fresh caches holding the keys and values of context (B, L, E), with room for `headroom` more
+        tokens in ours (HF's DynamicCache grows by concatenation)."""
+        from transformers import DynamicCache
+
+        B, L, _ = context.shape
+        Hkv, D = self.ours.num_kv_heads, self.ours.head_dim
+        with torch.no_grad():
+            k = self.ours.k_proj(context).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
+            v = self.ours.v_proj(context).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
+            cos, sin = self.ours.rope.cos_sin(torch.arange(L), k.dtype)  # (1, L, D)
+            k = apply_rotary(k, cos, sin, self.ours.rope.interleaved)
+            self.our_cache = self.ours.new_cache(B, L + headroom)
+            self.our_cache.append(k, v)
+            self.hf_cache = DynamicCache()
+            self.hf_cache.update(k.clone(), v.clone(), 0)
+
+    def ours_step(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, 1, E) -> (B, 1, E), appended to our cache."""
+        return self.ours(x, cache=self.our_cache)
+
+    def hf_step(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, 1, E) -> (B, 1, E) through LlamaAttention, appended to its DynamicCache."""
+        position = torch.full((x.shape[0], 1), self.hf_cache.get_seq_length(), dtype=torch.long)
+        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=None,
+                         past_key_values=self.hf_cache)
+        return out
+
+    def recompute(self, full: torch.Tensor) -> torch.Tensor:
+        """full (B, L + 1, E) -> (B, L + 1, E): our module over the whole sequence, no cache, causal."""
+        return self.ours(full, causal=True)

@@ -1,0 +1,388 @@
+"""Decode: one decoder step with a KV cache, a ragged batch step, and a sliding-window prefill.
+
+1. Decode step, B=1, H=32, Hkv=8, D=128 (E=4096), contexts 4096 and 16384, fp32 and bf16:
+   - the attention alone: `mh.attention` on a KVCache's keys and values with the cache's mask (what the
+     module calls), raw SDPA with enable_gqa, and SDPA on the queries grouped per kv head,
+     (B, Hkv, H/Hkv, D) against (B, Hkv, L, D), which reads each K/V head once. Achieved rate = bytes
+     of K and V / time, against the read bandwidth of the same rounds: `sum()` of a 256 MiB fp32
+     tensor. Each call takes the next cache of a rotation spanning at least as many bytes, so no call
+     finds its keys in the CPU's caches;
+   - the module step (MultiHeadAttention with RoPE and GQA appending to a KVCache that holds the
+     context) against the same module recomputing the whole context (a causal forward over L + 1
+     tokens), and against HF's LlamaAttention with its DynamicCache on identical weights
+     (`bench/llama_pair.py`). Both caches grow by one token per step: the two sides take the same
+     number of steps, so they stay at the same context.
+2. Ragged decode: 8 sequences with contexts 512 ... 4096 evenly spaced, one step: the attention on a
+   cache holding each sequence's own length, against the dense padded decode (SDPA over all slots with
+   a key-padding mask); then the same step through the module.
+3. Sliding-window prefill: W=1024, N=16384, B=1, H=8, D=64, fp32: `mh.attention(q, k, v,
+   Mask.window(W), causal=True)` against SDPA with the dense (N, N) bool mask built beforehand.
+
+Ratios are medians of per-round ratios (`timing.compare`). Calls that take seconds (the recompute,
+the window prefill) get no warm-up and as many rounds as the budget allows, down to one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import multihead as mh
+from multihead.bench.llama_pair import LlamaPair
+from multihead.bench.machine import load_average
+from multihead.bench.plots import DRAWERS
+from multihead.bench.results import SuiteResult, Target
+from multihead.bench.suites.context import Context
+from multihead.bench.timing import Timing, compare, ratio, time_call
+from multihead.cache import KVCache
+
+GOALS = {"bandwidth": 0.5, "recompute": 50.0, "hf": 1.0, "ragged": 1.5, "window": 5.0}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+COLUMNS = ["case", "implementation", "ms", "GB/s", "% of bandwidth", "x ours", "max |diff|", "runs"]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    contexts: tuple[int, ...]
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    dtypes: tuple[str, ...] = ("fp32", "bf16")
+    ragged_batch: int = 8
+    ragged_longest: int = 4096
+    window: int = 1024
+    window_length: int = 16384
+    window_heads: int = 8
+    window_head_dim: int = 64
+    rotation_mib: int = 256  # the bandwidth tensor, and the least bytes a rotation of caches spans
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(contexts=(4096, 16384))
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(contexts=(1024,), ragged_longest=1024, window=256, window_length=4096, rotation_mib=64)
+
+
+def run(ctx: Context, sizes: Sizes) -> SuiteResult:
+    s = sizes
+    result = SuiteResult(
+        "decode",
+        f"Decode: B=1 H={s.heads} Hkv={s.kv_heads} D={s.head_dim} at N={', '.join(map(str, s.contexts))}; "
+        f"ragged {s.ragged_batch} x up to {s.ragged_longest}; window W={s.window} at N={s.window_length}",
+        COLUMNS,
+    )
+    parts = len(s.contexts) * len(s.dtypes) * 3 + 2 + 1
+    loads = []
+    with ctx.bars.task("decode", total=parts) as steps, torch.no_grad():
+        for dtype in s.dtypes:
+            for length in s.contexts:
+                steps.describe(f"decode N={length} {dtype}")
+                loads.append(f"N={length} {dtype} {load_average()}")
+                attention_alone(ctx, s, length, dtype, result)
+                steps.advance()
+                module_step(ctx, s, length, dtype, result, steps)
+        steps.describe("ragged decode")
+        loads.append(f"ragged {load_average()}")
+        ragged(ctx, s, result, steps)
+        steps.describe("sliding window prefill")
+        loads.append(f"window {load_average()}")
+        window(ctx, s, result)
+        steps.advance()
+    result.notes.append("load average (1, 5, 15 min) at the start of each part: " + "; ".join(loads))
+    return result
+
+
+class Rotation:
+    """Inputs that take turns: each call, from any timed function, gets the next set in the list."""
+
+    def __init__(self, items: list):
+        self.items, self.turn = items, 0
+
+    def __call__(self):
+        self.turn = (self.turn + 1) % len(self.items)
+        return self.items[self.turn]
+
+
+def copies_for(nbytes: int, sizes: Sizes) -> int:
+    """How many copies of `nbytes` span `rotation_mib` (at least one)."""
+    return max(1, math.ceil(sizes.rotation_mib * 2**20 / nbytes))
+
+
+def filled_cache(lengths: torch.Tensor, longest: int, s: Sizes, dtype: torch.dtype, g: torch.Generator):
+    """A KVCache (B, Hkv, longest + 1, D) holding `lengths` random tokens per sequence plus one more
+    (the step's), and the step's (keys, values, mask) from that last append."""
+    B, Hkv, D = len(lengths), s.kv_heads, s.head_dim
+    cache = KVCache(B, longest + 1, Hkv, D, dtype=dtype)
+    kv = [torch.randn(B, Hkv, longest, D, generator=g).to(dtype) for _ in range(2)]
+    cache.append(*kv, None if bool((lengths == longest).all()) else lengths)
+    return cache.append(*(torch.randn(B, Hkv, 1, D, generator=g).to(dtype) for _ in range(2)))
+
+
+def kv_bytes(keys: torch.Tensor, lengths: torch.Tensor) -> int:
+    """Bytes of K and V a step must read: every valid token of every sequence and kv head."""
+    return 2 * int(lengths.sum()) * keys.shape[1] * keys.shape[3] * keys.element_size()
+
+
+def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteResult) -> None:
+    """Part 1a: the attention of one decode step against the read bandwidth of the same rounds."""
+    g = torch.Generator().manual_seed(0)
+    H, Hkv, D, dt = s.heads, s.kv_heads, s.head_dim, DTYPES[dtype]
+    lengths = torch.tensor([length])
+    first = filled_cache(lengths, length, s, dt, g)
+    nbytes = kv_bytes(first[0], lengths + 1)
+    sets = [first] + [filled_cache(lengths, length, s, dt, g) for _ in range(copies_for(nbytes, s) - 1)]
+    q = torch.randn(1, H, 1, D, generator=g).to(dt)  # (B, H, 1, D)
+    grouped = q.view(1, Hkv, H // Hkv, D)  # (B, Hkv, G, D): the G query heads of each kv head as rows
+    big = torch.randn(s.rotation_mib * 2**20 // 4, generator=g)
+    turn = Rotation(sets)
+    fns = {
+        "ours: mh.attention": lambda: mh.attention(q, *turn()),
+        "raw SDPA, enable_gqa": lambda: F.scaled_dot_product_attention(q, *turn()[:2], enable_gqa=True),
+        "SDPA on grouped queries": lambda: F.scaled_dot_product_attention(grouped, *turn()[:2]),
+        f"read bandwidth: sum of {s.rotation_mib} MiB fp32": big.sum,
+    }
+    t = compare(fns, rounds=2 * ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
+    ours = mh.attention(q, *first)
+    diffs = {"raw SDPA, enable_gqa": F.scaled_dot_product_attention(q, *first[:2], enable_gqa=True),
+             "SDPA on grouped queries": F.scaled_dot_product_attention(grouped, *first[:2]).view_as(q)}
+    bandwidth_name = list(fns)[-1]
+    bw = t[bandwidth_name]
+    case = f"decode N={length} {dtype}: attention"
+    shares = {}
+    for name, timing in t.items():
+        is_bw = name == bandwidth_name
+        moved = big.numel() * 4 if is_bw else nbytes
+        shares[name] = 1.0 if is_bw else nbytes / (big.numel() * 4) * ratio(bw, timing)
+        result.rows.append({
+            "case": case, "implementation": name, "ms": timing.median_s * 1e3,
+            "GB/s": moved / timing.median_s / 1e9, "% of bandwidth": 100 * shares[name],
+            "x ours": None if is_bw else ratio(timing, t["ours: mh.attention"]),
+            "max |diff|": (diffs[name] - ours).abs().max().item() if name in diffs else None,
+            "runs": mh.dispatch(q, *first).backend if name.startswith("ours") else "",
+        })
+    result.targets.append(Target(
+        f"decode N={length} {dtype}: attention reads K/V at this share of the read bandwidth",
+        shares["ours: mh.attention"], ">=", GOALS["bandwidth"],
+        note=(f"{nbytes / 2**20:.0f} MiB of K/V per step; bandwidth {big.numel() * 4 / bw.median_s / 1e9:.1f} "
+              f"GB/s (sum of {s.rotation_mib} MiB fp32); raw SDPA {shares['raw SDPA, enable_gqa']:.0%}, "
+              f"grouped queries {shares['SDPA on grouped queries']:.0%}")))
+
+
+def big_rounds(fns: dict, ctx: Context) -> dict[str, Timing]:
+    """Interleaved rounds of calls that take seconds: no warm-up; a first round, then as many more as
+    fit in the budget (up to ctx.rounds)."""
+    first = {name: time_call(fn) for name, fn in fns.items()}
+    more = max(0, min(ctx.rounds, int(ctx.budget_s / max(sum(first.values()), 1e-9))) - 1)
+    later = compare(fns, rounds=more, warmup=0) if more else {name: Timing(0.0, ()) for name in fns}
+    return {name: Timing(*_median_of([first[name], *later[name].samples])) for name in fns}
+
+
+def _median_of(samples: list[float]) -> tuple[float, tuple[float, ...]]:
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median, tuple(samples)
+
+
+def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteResult, steps) -> None:
+    """Parts 1b and 1c: the module's decode step against the recompute and against HF's layer."""
+    E, dt = s.heads * s.head_dim, DTYPES[dtype]
+    rounds = 2 * ctx.rounds
+    headroom = 2 + ctx.warmup + rounds + ctx.rounds
+    pair = LlamaPair.build(E, s.heads, s.kv_heads, s.head_dim, dtype=dt, max_position=length + headroom)
+    full = torch.randn(1, length + 1, E, generator=torch.Generator().manual_seed(1)).to(dt)  # (1, L + 1, E)
+    x = full[:, length:]  # (1, 1, E): the token after the context
+    pair.fill(full[:, :length], headroom)
+    ours_first, hf_first = pair.ours_step(x), pair.hf_step(x)
+    t = compare({"ours": lambda: pair.ours_step(x), "hf": lambda: pair.hf_step(x)},
+                rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
+    steps.advance()
+    recomputed = {}
+
+    def recompute():
+        recomputed["out"] = pair.recompute(full)
+
+    big = big_rounds({"recompute": recompute, "step": lambda: pair.ours_step(x)}, ctx)
+    steps.advance()
+    case = f"decode N={length} {dtype}: module step"
+    ours_runs = _backend(pair, 1, length + 1, mh.Mask.causal("bottom_right"), dt)
+    recompute_x = ratio(big["recompute"], big["step"])
+    hf_x = ratio(t["hf"], t["ours"])
+    for name, timing, times, diff, runs in (
+        ("ours: MultiHeadAttention + KVCache", t["ours"], 1.0, None, ours_runs),
+        ("HF LlamaAttention + DynamicCache (sdpa)", t["hf"], hf_x, hf_first - ours_first, "SDPA"),
+        (f"ours recomputing all {length + 1} tokens", big["recompute"], recompute_x,
+         recomputed["out"][:, -1:] - ours_first, _backend(pair, length + 1, length + 1, mh.Mask.causal(), dt)),
+    ):
+        result.rows.append({"case": case, "implementation": name, "ms": timing.median_s * 1e3,
+                            "x ours": times, "runs": runs,
+                            "max |diff|": None if diff is None else diff.abs().max().item()})
+    result.targets.append(Target(f"decode N={length} {dtype}: recompute / module step", recompute_x, ">=",
+                                 GOALS["recompute"], note=f"{len(big['step'].samples)} recompute round(s)"))
+    result.targets.append(Target(f"decode N={length} {dtype}: HF LlamaAttention step / ours", hf_x, ">=",
+                                 GOALS["hf"], note="identical weights; HF's SDPA attention"))
+
+
+def _backend(pair: LlamaPair, lq: int, lk: int, mask: mh.Mask, dt: torch.dtype) -> str:
+    """The backend `auto` picks for the module's attention at these lengths (shapes only, no data)."""
+    H, Hkv, D = pair.ours.num_heads, pair.ours.num_kv_heads, pair.ours.head_dim
+    zero = torch.zeros((), dtype=dt)
+    keys = zero.expand(1, Hkv, lk, D)
+    return mh.dispatch(zero.expand(1, H, lq, D), keys, keys, mask).backend
+
+
+def keeping(outputs: dict, name: str, fn):
+    """fn, storing its latest output in outputs[name] (big calls are checked on a timed output)."""
+    def call():
+        outputs[name] = fn()
+    return call
+
+
+OURS, VARLEN, DENSE = "ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"
+
+
+def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
+    """Part 2: one step of a ragged batch, the length-aware path against the dense padded decode."""
+    B, H, D, N = s.ragged_batch, s.heads, s.head_dim, s.ragged_longest
+    g = torch.Generator().manual_seed(2)
+    lengths = torch.tensor([N * (i + 1) // B for i in range(B)])  # (B,) tokens cached before the step
+    first = filled_cache(lengths, N, s, torch.float32, g)
+    Lk = first[0].shape[2]
+    nbytes, padded = kv_bytes(first[0], lengths + 1), kv_bytes(first[0], torch.full((B,), Lk))
+    sets = [first] + [filled_cache(lengths, N, s, torch.float32, g) for _ in range(copies_for(padded, s) - 1)]
+    q = torch.randn(B, H, 1, D, generator=g)  # (B, H, 1, D)
+    keep = (torch.arange(Lk) < (lengths + 1)[:, None])[:, None, None, :]  # (B, 1, 1, Lk): valid keys
+    turn = Rotation(sets)
+    baseline = "dense padded: SDPA + key-padding mask"
+    fns = {
+        baseline: lambda: F.scaled_dot_product_attention(q, *turn()[:2], keep, enable_gqa=True),
+        OURS: lambda: mh.attention(q, *turn()),
+        VARLEN: lambda: mh.attention(q, *turn(), backend="varlen"),
+        DENSE: lambda: mh.attention(q, *turn(), backend="sdpa"),
+    }
+    t = compare(fns, rounds=2 * ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
+    steps.advance()
+    expected = F.scaled_dot_product_attention(q, *first[:2], keep, enable_gqa=True)
+    decision = mh.dispatch(q, *first)
+    runs = {baseline: "SDPA", OURS: decision.backend, VARLEN: "varlen", DENSE: "sdpa"}
+    case = f"ragged decode {B} x {lengths[0].item()}..{N}: attention"
+    for name, timing in t.items():
+        result.rows.append({
+            "case": case, "implementation": name, "ms": timing.median_s * 1e3,
+            "GB/s": (padded if name == baseline else nbytes) / timing.median_s / 1e9,
+            "x ours": ratio(timing, t[OURS]), "runs": runs[name],
+            "max |diff|": None if name == baseline else _diff(name, q, first, expected),
+        })
+    module_x = ragged_module_step(ctx, s, lengths, result)
+    steps.advance()
+    result.targets.append(Target(
+        f"ragged decode {B} x {lengths[0].item()}..{N}: dense padded / ours", ratio(t[baseline], t[OURS]), ">=",
+        GOALS["ragged"],
+        note=(f"auto runs {decision.backend}; backend='varlen' gives {ratio(t[baseline], t[VARLEN]):.2f}x; "
+              f"ideal {padded / nbytes:.2f} (K/V bytes); module step: dense / ours {module_x:.2f}x")))
+    result.notes.append(f"ragged decode, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
+
+
+def _diff(name: str, q, inputs, expected) -> float:
+    backend = {OURS: "auto", VARLEN: "varlen", DENSE: "sdpa"}[name]
+    return (mh.attention(q, *inputs, backend=backend) - expected).abs().max().item()
+
+
+def ragged_module_step(ctx: Context, s: Sizes, lengths: torch.Tensor, result: SuiteResult) -> float:
+    """The ragged step through the module (RoPE, GQA, KVCache), auto against varlen and the dense path;
+    returns dense / auto. The projections read all weights once per step, whatever the lengths."""
+    B, H, Hkv, D, N = s.ragged_batch, s.heads, s.kv_heads, s.head_dim, s.ragged_longest
+    g = torch.Generator().manual_seed(4)
+    attn = mh.MultiHeadAttention(H * D, H, num_kv_heads=Hkv, head_dim=D, bias=False, rope=mh.RoPE(D)).eval()
+    rounds = 2 * ctx.rounds
+    k, v = (torch.randn(B, Hkv, N, D, generator=g) for _ in range(2))  # (B, Hkv, N, D)
+    x = torch.randn(B, 1, H * D, generator=g)  # (B, 1, E): one new token per sequence
+    backends = {"auto": OURS, "varlen": VARLEN, "sdpa": DENSE}
+    caches = {}
+    for backend in backends:
+        caches[backend] = attn.new_cache(B, N + 2 + ctx.warmup + rounds)
+        caches[backend].append(k, v, lengths)
+
+    def step(backend: str):
+        def call():
+            attn.backend = backend
+            return attn(x, cache=caches[backend])
+        return call
+
+    first = {backend: step(backend)() for backend in backends}
+    t = compare({backends[b]: step(b) for b in backends}, rounds=rounds, warmup=ctx.warmup,
+                budget_s=ctx.budget_s)
+    attn.backend = "auto"
+    weights = sum(p.numel() * p.element_size() for p in attn.parameters())
+    case = f"ragged decode {B} x {lengths[0].item()}..{N}: module step ({weights / 2**20:.0f} MiB of weights)"
+    for backend, name in backends.items():
+        result.rows.append({
+            "case": case, "implementation": name.replace("mh.attention", "MultiHeadAttention"),
+            "ms": t[name].median_s * 1e3, "x ours": ratio(t[name], t[OURS]), "runs": backend,
+            "max |diff|": None if backend == "sdpa" else (first[backend] - first["sdpa"]).abs().max().item(),
+        })
+    return ratio(t[DENSE], t[OURS])
+
+
+def window(ctx: Context, s: Sizes, result: SuiteResult) -> None:
+    """Part 3: a sliding-window causal prefill, ours against SDPA with the dense (N, N) mask."""
+    N, W, H, D = s.window_length, s.window, s.window_heads, s.window_head_dim
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, H, N, D, generator=g) for _ in range(3))  # (1, H, N, D)
+    keep = band_keep(N, W)  # (N, N)
+    mask = mh.Mask.window(W)
+    baseline, ours, causal = ("dense-masked SDPA, (N, N) bool mask",
+                              f"ours: mh.attention(Mask.window({W}), causal=True)", "SDPA is_causal, no window")
+    outs: dict[str, torch.Tensor] = {}
+    t = big_rounds({
+        baseline: keeping(outs, baseline, lambda: F.scaled_dot_product_attention(q, k, v, keep)),
+        ours: keeping(outs, ours, lambda: mh.attention(q, k, v, mask, causal=True)),
+        causal: lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    }, ctx)
+    decision = mh.dispatch(q, k, v, mask, causal=True)
+    case = f"window prefill N={N} W={W} H={H} D={D} fp32"
+    for name, timing in t.items():
+        result.rows.append({
+            "case": case, "implementation": name, "ms": timing.median_s * 1e3, "x ours": ratio(timing, t[ours]),
+            "max |diff|": (outs[ours] - outs[baseline]).abs().max().item() if name == ours else None,
+            "runs": decision.backend if name == ours else "SDPA",
+        })
+    result.targets.append(Target(
+        f"window prefill N={N} W={W}: dense-masked SDPA / ours", ratio(t[baseline], t[ours]), ">=",
+        GOALS["window"],
+        note=(f"auto runs {decision.backend}; ideal {N * N / band_pairs(N, W):.1f} (N^2 / pairs in the band); "
+              f"SDPA is_causal without the window is {ratio(t[baseline], t[causal]):.2f}x faster than dense-masked; "
+              f"{len(t[ours].samples)} round(s)")))
+    result.notes.append(f"window prefill, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
+
+
+def band_keep(N: int, W: int) -> torch.Tensor:
+    """(N, N) bool: query i keeps keys i - W < j <= i (causal, the last W keys)."""
+    i = torch.arange(N)
+    return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - W)
+
+
+def band_pairs(N: int, W: int) -> int:
+    """How many (query, key) pairs `band_keep(N, W)` keeps: the work of a path that follows the window."""
+    return N * W - W * (W - 1) // 2 if N >= W else N * (N + 1) // 2
+
+
+def plot(plt, r: SuiteResult):
+    """ms per call of every row, log scale (the recompute and a decode step differ by 100x and more)."""
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(10, 0.3 * len(r.rows) + 1.5))
+    ax.barh(range(len(r.rows)), [row["ms"] for row in r.rows])
+    ax.set_yticks(range(len(r.rows)), [f"{row['case']}: {row['implementation']}" for row in r.rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per call (log scale)")
+    ax.set_title(textwrap.fill(r.title, 90), fontsize=9)
+    return fig
+
+
+DRAWERS.setdefault("decode", plot)  # `multihead bench --plot` draws this suite with it

@@ -1,0 +1,141 @@
+"""`multihead bench --suite decode` on tiny sizes: every part runs, agrees with its baseline, reports.
+
+No timing is asserted: the numbers live in benchmarks/decode.md. What is checked is that every row
+computes the same thing as the row it is compared with, and the pieces the suite is built from.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+import torch
+
+import multihead as mh
+from multihead.bench import cli
+from multihead.bench.llama_pair import LlamaPair
+from multihead.bench.suites import decode
+from multihead.bench.suites.context import Context
+
+TINY = decode.Sizes(contexts=(24,), heads=4, kv_heads=2, head_dim=16, ragged_batch=4, ragged_longest=32,
+                    window=8, window_length=48, window_heads=2, window_head_dim=8, rotation_mib=1)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """The CLI with --suite decode --quick at TINY sizes: (JSON data, Markdown text, plot directory)."""
+    out = tmp_path_factory.mktemp("decode")
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    args = parser.parse_args(["--suite", "decode", "--quick", "--rounds", "1", "--no-progress",
+                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
+                              "--plot", str(out / "plots")])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decode.Sizes, "quick", classmethod(lambda cls: TINY))
+        assert cli.main(args) == 0
+    return json.loads((out / "r.json").read_text()), (out / "r.md").read_text(), out / "plots"
+
+
+def rows(data, case_start: str) -> dict[str, dict]:
+    found = {r["implementation"]: r for r in data["suites"]["decode"]["rows"] if r["case"].startswith(case_start)}
+    assert found, case_start
+    return found
+
+
+def test_cli_writes_every_part_with_targets_markdown_and_a_plot(bench):
+    data, markdown, plots = bench
+    assert set(data["suites"]) == {"decode"}
+    names = [t["name"] for t in data["suites"]["decode"]["targets"]]
+    for dtype in TINY.dtypes:
+        assert f"decode N=24 {dtype}: attention reads K/V at this share of the read bandwidth" in names
+        assert f"decode N=24 {dtype}: recompute / module step" in names
+        assert f"decode N=24 {dtype}: HF LlamaAttention step / ours" in names
+    assert "ragged decode 4 x 8..32: dense padded / ours" in names
+    assert "window prefill N=48 W=8: dense-masked SDPA / ours" in names
+    for t in data["suites"]["decode"]["targets"]:
+        assert math.isfinite(t["value"]) and t["value"] > 0 and t["met"] in (True, False)
+        assert t["note"].startswith("quick sizes, indicative only")
+    assert "### Targets" in markdown and "load average" in markdown
+    assert [p.name for p in plots.iterdir()] == ["decode.png"]
+
+
+@pytest.mark.parametrize("dtype", TINY.dtypes)
+def test_decode_step_rows_agree_with_hf_and_with_the_recompute(bench, dtype):
+    tol = 1e-5 if dtype == "fp32" else 2e-2
+    step = rows(bench[0], f"decode N=24 {dtype}: module step")
+    assert set(step) == {"ours: MultiHeadAttention + KVCache", "HF LlamaAttention + DynamicCache (sdpa)",
+                         "ours recomputing all 25 tokens"}
+    assert step["ours: MultiHeadAttention + KVCache"]["x ours"] == 1.0
+    for name in ("HF LlamaAttention + DynamicCache (sdpa)", "ours recomputing all 25 tokens"):
+        assert step[name]["max |diff|"] <= tol, name
+    alone = rows(bench[0], f"decode N=24 {dtype}: attention")
+    assert alone["ours: mh.attention"]["runs"] == "sdpa"
+    for name in ("raw SDPA, enable_gqa", "SDPA on grouped queries"):
+        assert alone[name]["max |diff|"] <= tol, name
+    bandwidth = next(r for name, r in alone.items() if name.startswith("read bandwidth"))
+    assert bandwidth["% of bandwidth"] == 100 and bandwidth["GB/s"] > 0
+
+
+def test_ragged_and_window_rows_agree_with_their_dense_baselines(bench):
+    ragged = rows(bench[0], "ragged decode 4 x 8..32: attention")
+    for name in ("ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"):
+        assert ragged[name]["max |diff|"] < 1e-5, name
+    assert ragged["ours: backend='varlen'"]["runs"] == "varlen"
+    module = rows(bench[0], "ragged decode 4 x 8..32: module step")
+    assert all(r["max |diff|"] < 1e-5 for name, r in module.items() if r["runs"] != "sdpa")
+    window = rows(bench[0], "window prefill N=48 W=8")
+    assert window["ours: mh.attention(Mask.window(8), causal=True)"]["max |diff|"] < 1e-5
+
+
+def test_filled_caches_hold_what_a_prefill_writes():
+    """LlamaPair.fill writes the keys and values the module's own prefill writes, in both caches."""
+    pair = LlamaPair.build(32, 4, 2, 8, dtype=torch.float32, max_position=64)
+    context = torch.randn(2, 10, 32, generator=torch.Generator().manual_seed(0))
+    pair.fill(context, headroom=3)
+    prefilled = pair.ours.new_cache(2, 13)
+    with torch.no_grad():
+        pair.ours(context, cache=prefilled)
+    torch.testing.assert_close(pair.our_cache.keys, prefilled.keys)
+    torch.testing.assert_close(pair.our_cache.values, prefilled.values)
+    assert torch.equal(pair.our_cache.lengths, prefilled.lengths)
+    torch.testing.assert_close(pair.hf_cache.layers[0].keys, prefilled.keys[:, :, :10])
+    x = torch.randn(2, 1, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(pair.hf_step(x), pair.ours_step(x))
+        torch.testing.assert_close(pair.recompute(torch.cat([context, x], 1))[:, -1:], pair.ours(x, cache=prefilled))
+
+
+def test_filled_cache_holds_each_length_plus_the_step():
+    lengths = torch.tensor([3, 8, 5])
+    keys, values, mask = decode.filled_cache(lengths, 8, TINY, torch.float32, torch.Generator().manual_seed(0))
+    assert keys.shape == values.shape == (3, TINY.kv_heads, 9, TINY.head_dim)
+    keep, _ = mask.materialize(3, 1, 1, 9)
+    assert torch.equal(keep[:, 0, 0].sum(-1), lengths + 1)
+    assert decode.kv_bytes(keys, lengths + 1) == 2 * 19 * TINY.kv_heads * TINY.head_dim * 4
+
+
+def test_rotation_spans_the_bytes_and_hands_out_each_set_in_turn():
+    assert decode.copies_for(2**20, TINY) == 1 and decode.copies_for(2**18, TINY) == 4
+    assert decode.copies_for(3 * 2**18, TINY) == 2
+    turn = decode.Rotation(["a", "b", "c"])
+    assert [turn() for _ in range(6)] == ["b", "c", "a", "b", "c", "a"]
+
+
+def test_big_rounds_takes_one_round_past_the_budget_and_more_within_it():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    one = decode.big_rounds(fns, Context(rounds=5, budget_s=0.0))
+    assert calls == ["a", "b"] and all(len(t.samples) == 1 for t in one.values())
+    calls.clear()
+    five = decode.big_rounds(fns, Context(rounds=5, budget_s=60.0))
+    assert calls == ["a", "b"] * 5 and all(len(t.samples) == 5 for t in five.values())
+    assert all(t.median_s == sorted(t.samples)[2] for t in five.values())
+
+
+@pytest.mark.parametrize("N, W", [(20, 6), (5, 8), (7, 7)])
+def test_the_dense_window_baseline_keeps_what_the_window_mask_keeps(N, W):
+    keep = decode.band_keep(N, W)
+    ours, _ = (mh.Mask.window(W) & mh.Mask.causal()).materialize(1, 1, N, N)
+    assert torch.equal(ours[0, 0], keep)
+    assert int(keep.sum()) == decode.band_pairs(N, W)
