@@ -10,6 +10,7 @@ from multihead.bench import cli, memory, report
 from multihead.bench.peers import Shape
 from multihead.bench.registry import build, names
 from multihead.bench.suites import padded, roofline, scaling, shootout, small
+from multihead.bench.suites import decode
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare
 
@@ -19,6 +20,8 @@ TINY = {
     padded: padded.Sizes(length=64, batch=4, heads=2, head_dim=8),
     roofline: roofline.Sizes(gemm=64, copy_mib=1, length=64, heads=2, head_dim=8),
     small: small.Sizes(Shape(batch=1, length=8, embed=32, heads=4), calls=2),
+    decode: decode.Sizes(contexts=(16,), heads=4, kv_heads=2, head_dim=8, ragged_batch=2, ragged_longest=16,
+                         window=4, window_length=16, window_heads=2, window_head_dim=8, rotation_mib=1),
 }
 
 
