@@ -31,7 +31,7 @@ class Index:
     h: torch.Tensor | None
     q_pos: torch.Tensor | None  # None: 0..Lq-1, made on first use (most masks never need positions)
     k_pos: torch.Tensor | None
-    Lq: int
+    Lq: int  # the whole grid's size, also when the positions are a block of it
     Lk: int
     q_extent: torch.Tensor | int  # valid queries per sequence: (B, 1, 1, 1) or int
     k_extent: torch.Tensor | int  # valid keys per sequence
@@ -65,6 +65,12 @@ class Index:
         if self.k_pos is None:
             object.__setattr__(self, "k_pos", torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1))
         return self.k_pos
+
+    def block(self, q_lo: int, q_hi: int, k_lo: int, k_hi: int) -> Index:
+        """Queries [q_lo, q_hi) and keys [k_lo, k_hi) of this whole grid: positions and extents unchanged."""
+        q = torch.arange(q_lo, q_hi, device=self.device).view(1, 1, -1, 1)
+        k = torch.arange(k_lo, k_hi, device=self.device).view(1, 1, 1, -1)
+        return replace(self, q_pos=q, k_pos=k, whole=False, plain=False)
 
     def with_extents(self, q_extent, k_extent) -> Index:
         return replace(self, q_extent=q_extent, k_extent=k_extent)

@@ -11,6 +11,7 @@ key position), and that one function gives every form a backend needs:
     is_causal(ix)   the part is exactly SDPA's is_causal   (no dense mask at all)
     key_keep(ix)    (B, 1, 1, Lk) keys no query may see   (those keys are made inert)
     extents()       valid queries / keys per sequence     (the length-aware backend's slices)
+    key_span(..)    the keys a block of queries may see   (the banded backend's blocks)
 
 So backends never ask which kind a part is, and a new kind is one file in this package.
 Mask and every part are pytree nodes: torch.compile and torch.export take them as inputs.
@@ -88,6 +89,10 @@ class Part:
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """(query_lens (B,) or None, key_lens (B,)) when the part limits each sequence's length."""
         return None
+
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        """Keys [lo, hi) that queries [q_lo, q_hi) may keep, as host ints; None when unknown on the host."""
+        return 0, ix.Lk
 
     def describe(self) -> str:
         return type(self).__name__
@@ -204,6 +209,16 @@ class Mask:
             if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
                 return False
         return True
+
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        """Keys [lo, hi) that queries [q_lo, q_hi) may keep under every part; None when unknown."""
+        lo, hi = 0, ix.Lk
+        for part in self.parts:
+            span = part.key_span(q_lo, q_hi, ix)
+            if span is None:
+                return None
+            lo, hi = max(lo, span[0]), min(hi, span[1])
+        return lo, max(lo, hi)
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool: keys some query may see, where parts block whole keys; else None."""
