@@ -45,7 +45,7 @@ class Part:
         """Raise AttentionError unless the part fits (B, H, Lq, Lk) on `device`. Reads shapes, never values."""
         for name in self.tensor_fields:
             t = getattr(self, name)
-            if t is not None and t.device != device:
+            if t is not None and not same_device(t.device, device):
                 raise AttentionError(f"mask is on {t.device} but the inputs are on {device}.")
 
     def keep(self, ix: Index) -> torch.Tensor | None:
@@ -253,6 +253,12 @@ def mask_constructor(fn):
     """Make `fn(cls, ...)` the classmethod `Mask.<name>`: each kind's file declares its own constructors."""
     setattr(Mask, fn.__name__, classmethod(fn))
     return fn
+
+
+def same_device(a: torch.device, b) -> bool:
+    """Whether two devices are the same one ("cuda" and "cuda:0" are, for the current device)."""
+    b = torch.device(b)
+    return a.type == b.type and (a.index == b.index or None in (a.index, b.index))
 
 
 def broadcasts(shape, target) -> bool:
