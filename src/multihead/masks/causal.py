@@ -40,7 +40,7 @@ class CausalPart(Part):
 
     def _keeps_all(self, ix: Index) -> bool:
         """One bottom-right query at the last valid key sees every valid key (a decode step)."""
-        return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == ix.Lq == 1
+        return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == 1
 
     def describe(self) -> str:
         return f"causal({self.align})"
