@@ -15,10 +15,12 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.problem import Problem
+from multihead.errors import AttentionError
 from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
 MIN_KEYS = 2048  # below this many keys one dense call is cheaper than several blocks
+UNKNOWN_SPANS = "the key spans differ per sequence (bottom-right with Mask.lengths); the length-aware path takes those"
 
 
 def block_size(Lq: int, span_hint: int) -> int:
@@ -59,15 +61,16 @@ class BandedBackend:
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
             return f"the fused kernels need non-empty sequences; got Lq={Lq}, Lk={Lk}"
-        if _blocks(p)[0] is None:
-            return "the key spans differ per sequence (bottom-right with Mask.lengths); the length-aware path takes those"
         return score_variants_unsupported(p)
 
     def declines(self, p: Problem) -> str | None:
         B, H, Lq, Lk = p.dims
-        if Lk < MIN_KEYS:
+        if Lk < MIN_KEYS:  # checked first: the common small call costs no span arithmetic
             return f"only {Lk} keys (needs {MIN_KEYS}); one dense call is cheaper than blocks"
-        skipped = _skipped(p, _blocks(p)[0])
+        blocks = _blocks(p)[0]
+        if blocks is None:
+            return UNKNOWN_SPANS
+        skipped = _skipped(p, blocks)
         if skipped < MIN_SKIPPED:
             return f"the blocks would skip only {skipped:.0%} of the (Lq, Lk) grid (needs {MIN_SKIPPED:.0%})"
         return None
@@ -79,6 +82,8 @@ class BandedBackend:
 
     def run(self, p: Problem) -> torch.Tensor:
         blocks, ix = _blocks(p)
+        if blocks is None:
+            raise AttentionError(f"backend 'banded' cannot run this call: {UNKNOWN_SPANS}.")
         outs = []
         for q_lo, q_hi, k_lo, k_hi in blocks:
             q = p.q[:, :, q_lo:q_hi]  # (B, H, Bq, D)

@@ -270,6 +270,8 @@ def mask_constructor(fn):
 
 def same_device(a: torch.device, b) -> bool:
     """Whether two devices are the same one ("cuda" and "cuda:0" are, for the current device)."""
+    if a == b:
+        return True
     b = torch.device(b)
     return a.type == b.type and (a.index == b.index or None in (a.index, b.index))
 
