@@ -78,8 +78,8 @@ def hf_dropout(module: nn.Module) -> float:
 def hf_window(module: nn.Module, config) -> int | None:
     """The sliding window of this layer: the module's own `sliding_window` when it keeps one (models
     with alternating layers set it None on full layers), else the config's (Mistral: every layer)."""
-    window = getattr(module, "sliding_window") if hasattr(module, "sliding_window") else \
-        getattr(config, "sliding_window", None)
+    owner = module if hasattr(module, "sliding_window") else config
+    window = getattr(owner, "sliding_window", None)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
         raise AttentionError(f"{config.model_type} attention: sliding_window must be a positive int; got {window!r}.")
     return window
