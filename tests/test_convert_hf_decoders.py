@@ -217,8 +217,8 @@ def test_ragged_cache_decode_matches_hf_left_padded(case):
     report(case, "KV cache, ragged batch", worst)
 
 
-def _carried(mod: mh.MultiHeadAttention, layer_index: int) -> dict:
-    """What a converted layer carries, in the shape of PLAIN (window and scale for this layer)."""
+def _carried(mod: mh.MultiHeadAttention) -> dict:
+    """What a converted layer carries, in the shape of PLAIN (window and scale: this layer's own)."""
     rope = None if mod.rope is None else (mod.rope.scaling.kind, mod.rope.base, mod.rope.rotary_dim)
     return {"kv_heads": mod.num_kv_heads, "rope": rope, "window": mod.window, "softcap": mod.softcap,
             "scale": mod.scale, "qk_norm": mod.q_norm is not None,
@@ -250,7 +250,7 @@ def test_converted_layers_carry_each_variant_and_each_one_matters(case):
     for index, (layer, (call,)) in enumerate(zip(attention_layers(model), captured)):
         ours = mh.MultiHeadAttention.from_module(layer)
         want = dict(expected, window=expected["window"][index], scale=expected["scale"][index])
-        got = _carried(ours, index)
+        got = _carried(ours)
         assert got == want, f"layer {index}"
         assert ours.causal and ours.batch_first and not ours.training
         present = [name for name in ("rope", "window", "softcap", "scale", "qk_norm") if got[name]]
