@@ -169,3 +169,21 @@ def test_masks_are_pytree_nodes_that_round_trip():
     keep, bias = mask.materialize(B, H, L, L)
     keep2, bias2 = again.materialize(B, H, L, L)
     assert torch.equal(keep, keep2) and torch.equal(bias, bias2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_segments_run_one_slice_per_segment(causal):
+    """The length-aware backend runs each packed segment alone, and equals the dense path."""
+    q, k, v = _qkv(7)
+    mask = mh.Mask.segments(IDS) & mh.Mask.causal() if causal else mh.Mask.segments(IDS)
+    got = mh.attention(q, k, v, mask, backend="varlen")
+    torch.testing.assert_close(got, mh.attention(q, k, v, mask, backend="math"), atol=1e-5, rtol=1e-5)
+    assert "5 calls" in mh.dispatch(q, k, v, mask, backend="varlen").detail  # 3 segments + 2 segments
+
+
+def test_segments_whose_ids_come_back_are_left_to_the_dense_path():
+    q, k, v = _qkv(8)
+    mask = mh.Mask.segments(torch.tensor([[0, 0, 1, 1, 0, 0, 0], [0] * 7]))
+    with pytest.raises(mh.AttentionError, match="more than one run"):
+        mh.attention(q, k, v, mask, backend="varlen")
+    assert mh.dispatch(q, k, v, mask).backend == "sdpa"

@@ -18,6 +18,7 @@ import torch
 from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched kernel entry
 
 from multihead.backends.problem import Problem
+from multihead.backends.reference import zero_where
 from multihead.masks import Index, Mask
 
 
@@ -62,9 +63,9 @@ def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float
     else:
         form = sdpa_mask(mask, ix, q.dtype)
     if form.hidden is not None:
-        k, v = k.masked_fill(form.hidden, 0.0), v.masked_fill(form.hidden, 0.0)
+        k, v = zero_where(form.hidden, k), zero_where(form.hidden, v)
     out = _sdpa(q, k, v, form.attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
-    return out if form.dead is None else out.masked_fill(form.dead, 0.0)
+    return out if form.dead is None else zero_where(form.dead, out)
 
 
 def describe_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> str:
