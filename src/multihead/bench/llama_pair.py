@@ -8,8 +8,8 @@ Shapes: B batch, L context, E hidden size, H heads, Hkv kv heads, D head dim (E 
     pair.hf_step(x)               # the same step through LlamaAttention + DynamicCache
     pair.recompute(full)          # full (B, L + 1, E): our module over the whole sequence, causal
 
-The weights are copied by hand (q_proj, k_proj, v_proj, o_proj -> out_proj); our RoPE takes the
-config's own rope parameters. HF runs its SDPA attention (`attn_implementation="sdpa"`) and computes
+`MultiHeadAttention.from_module` converts the HF layer: its weights, and a RoPE built from the config's
+rope parameters. HF runs its SDPA attention (`attn_implementation="sdpa"`) and computes
 its rotary cos/sin with LlamaRotaryEmbedding on every step, as its decoder does once per step.
 Both caches are filled with the same keys and values, the ones a prefill writes: the context's
 projections, keys turned to their positions. Filling them that way costs two projections instead of
@@ -24,7 +24,7 @@ from torch import nn
 
 from multihead.cache import KVCache
 from multihead.module import MultiHeadAttention
-from multihead.positions import RoPE, apply_rotary
+from multihead.positions import apply_rotary
 
 
 @dataclass
@@ -48,13 +48,7 @@ class LlamaPair:
         config._attn_implementation = "sdpa"
         torch.manual_seed(seed)
         hf = LlamaAttention(config, layer_idx=0).to(dtype).eval()
-        rope = RoPE(head_dim, scaling=config.rope_parameters, max_position=max_position)
-        ours = MultiHeadAttention(hidden, heads, num_kv_heads=kv_heads, head_dim=head_dim, bias=False,
-                                  rope=rope, dtype=dtype).eval()
-        with torch.no_grad():
-            for theirs, mine in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"),
-                                 ("o_proj", "out_proj")):
-                getattr(ours, mine).weight.copy_(getattr(hf, theirs).weight)
+        ours = MultiHeadAttention.from_module(hf).eval()  # the Llama converter: weights, RoPE, causal
         return cls(hf, LlamaRotaryEmbedding(config), ours)
 
     def fill(self, context: torch.Tensor, headroom: int) -> None:
