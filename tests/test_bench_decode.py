@@ -64,8 +64,8 @@ def test_cli_writes_every_part_with_targets_markdown_and_a_plot(bench):
 def test_decode_step_rows_agree_with_hf_and_with_the_recompute(bench, dtype):
     tol = 1e-5 if dtype == "fp32" else 2e-2
     step = rows(bench[0], f"decode N=24 {dtype}: module step")
-    assert set(step) == {"ours: MultiHeadAttention + KVCache", "HF LlamaAttention + DynamicCache (sdpa)",
-                         "ours recomputing all 25 tokens"}
+    assert set(step) == {"ours: MultiHeadAttention + KVCache", "of which: KVCache.append of one token",
+                         "HF LlamaAttention + DynamicCache (sdpa)", "ours recomputing all 25 tokens"}
     assert step["ours: MultiHeadAttention + KVCache"]["x ours"] == 1.0
     for name in ("HF LlamaAttention + DynamicCache (sdpa)", "ours recomputing all 25 tokens"):
         assert step[name]["max |diff|"] <= tol, name

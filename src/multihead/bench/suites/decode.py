@@ -198,7 +198,11 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
     x = full[:, length:]  # (1, 1, E): the token after the context
     pair.fill(full[:, :length], headroom)
     ours_first, hf_first = pair.ours_step(x), pair.hf_step(x)
-    t = compare({"ours": lambda: pair.ours_step(x), "hf": lambda: pair.hf_step(x)},
+    spare = pair.ours.new_cache(1, length + headroom)  # the cache write alone, on a cache of the same size
+    spare.append(pair.our_cache.keys[:, :, :length], pair.our_cache.values[:, :, :length])
+    token = pair.our_cache.keys[:, :, :1].clone()  # (1, Hkv, 1, D)
+    t = compare({"ours": lambda: pair.ours_step(x), "hf": lambda: pair.hf_step(x),
+                 "append": lambda: spare.append(token, token)},
                 rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
     steps.advance()
     recomputed = {}
@@ -214,6 +218,7 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
     hf_x = ratio(t["hf"], t["ours"])
     for name, timing, times, diff, runs in (
         ("ours: MultiHeadAttention + KVCache", t["ours"], 1.0, None, ours_runs),
+        ("of which: KVCache.append of one token", t["append"], ratio(t["append"], t["ours"]), None, ""),
         ("HF LlamaAttention + DynamicCache (sdpa)", t["hf"], hf_x, hf_first - ours_first, "SDPA"),
         (f"ours recomputing all {length + 1} tokens", big["recompute"], recompute_x,
          recomputed["out"][:, -1:] - ours_first, _backend(pair, length + 1, length + 1, mh.Mask.causal(), dt)),
