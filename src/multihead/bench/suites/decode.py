@@ -24,6 +24,7 @@ the window prefill) get no warm-up and as many rounds as the budget allows, down
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,7 @@ from multihead.cache import KVCache
 GOALS = {"bandwidth": 0.5, "recompute": 50.0, "hf": 1.0, "ragged": 1.5, "window": 5.0}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COLUMNS = ["case", "implementation", "ms", "GB/s", "% of bandwidth", "x ours", "max |diff|", "runs"]
+OURS, VARLEN, DENSE = "ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
     result = SuiteResult(
         "decode",
         f"Decode: B=1 H={s.heads} Hkv={s.kv_heads} D={s.head_dim} at N={', '.join(map(str, s.contexts))}; "
-        f"ragged {s.ragged_batch} x up to {s.ragged_longest}; window W={s.window} at N={s.window_length}",
+        f"ragged {s.ragged_batch} x up to {s.ragged_longest}; window W={s.window} at N={s.window_length} "
+        f"(H={s.window_heads}, D={s.window_head_dim})",
         COLUMNS,
     )
     parts = len(s.contexts) * len(s.dtypes) * 3 + 2 + 1
@@ -140,7 +143,7 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
     big = torch.randn(s.rotation_mib * 2**20 // 4, generator=g)
     turn = Rotation(sets)
     fns = {
-        "ours: mh.attention": lambda: mh.attention(q, *turn()),
+        OURS: lambda: mh.attention(q, *turn()),
         "raw SDPA, enable_gqa": lambda: F.scaled_dot_product_attention(q, *turn()[:2], enable_gqa=True),
         "SDPA on grouped queries": lambda: F.scaled_dot_product_attention(grouped, *turn()[:2]),
         f"read bandwidth: sum of {s.rotation_mib} MiB fp32": big.sum,
@@ -160,13 +163,13 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
         result.rows.append({
             "case": case, "implementation": name, "ms": timing.median_s * 1e3,
             "GB/s": moved / timing.median_s / 1e9, "% of bandwidth": 100 * shares[name],
-            "x ours": None if is_bw else ratio(timing, t["ours: mh.attention"]),
+            "x ours": None if is_bw else ratio(timing, t[OURS]),
             "max |diff|": (diffs[name] - ours).abs().max().item() if name in diffs else None,
-            "runs": mh.dispatch(q, *first).backend if name.startswith("ours") else "",
+            "runs": mh.dispatch(q, *first).backend if name == OURS else "",
         })
     result.targets.append(Target(
         f"decode N={length} {dtype}: attention reads K/V at this share of the read bandwidth",
-        shares["ours: mh.attention"], ">=", GOALS["bandwidth"],
+        shares[OURS], ">=", GOALS["bandwidth"],
         note=(f"{nbytes / 2**20:.0f} MiB of K/V per step; bandwidth {big.numel() * 4 / bw.median_s / 1e9:.1f} "
               f"GB/s (sum of {s.rotation_mib} MiB fp32); raw SDPA {shares['raw SDPA, enable_gqa']:.0%}, "
               f"grouped queries {shares['SDPA on grouped queries']:.0%}")))
@@ -178,14 +181,8 @@ def big_rounds(fns: dict, ctx: Context) -> dict[str, Timing]:
     first = {name: time_call(fn) for name, fn in fns.items()}
     more = max(0, min(ctx.rounds, int(ctx.budget_s / max(sum(first.values()), 1e-9))) - 1)
     later = compare(fns, rounds=more, warmup=0) if more else {name: Timing(0.0, ()) for name in fns}
-    return {name: Timing(*_median_of([first[name], *later[name].samples])) for name in fns}
-
-
-def _median_of(samples: list[float]) -> tuple[float, tuple[float, ...]]:
-    ordered = sorted(samples)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return median, tuple(samples)
+    samples = {name: (first[name], *later[name].samples) for name in fns}
+    return {name: Timing(statistics.median(x), x) for name, x in samples.items()}
 
 
 def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteResult, steps) -> None:
@@ -205,12 +202,9 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
                  "append": lambda: spare.append(token, token)},
                 rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
     steps.advance()
-    recomputed = {}
-
-    def recompute():
-        recomputed["out"] = pair.recompute(full)
-
-    big = big_rounds({"recompute": recompute, "step": lambda: pair.ours_step(x)}, ctx)
+    recomputed: dict[str, torch.Tensor] = {}
+    big = big_rounds({"recompute": keeping(recomputed, "out", lambda: pair.recompute(full)),
+                      "step": lambda: pair.ours_step(x)}, ctx)
     steps.advance()
     case = f"decode N={length} {dtype}: module step"
     ours_runs = _backend(pair, 1, length + 1, mh.Mask.causal("bottom_right"), dt)
@@ -229,7 +223,7 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
     result.targets.append(Target(f"decode N={length} {dtype}: recompute / module step", recompute_x, ">=",
                                  GOALS["recompute"], note=f"{len(big['step'].samples)} recompute round(s)"))
     result.targets.append(Target(f"decode N={length} {dtype}: HF LlamaAttention step / ours", hf_x, ">=",
-                                 GOALS["hf"], note="identical weights; HF's SDPA attention"))
+                                 GOALS["hf"], note="identical weights (from_module); HF's SDPA attention"))
 
 
 def _backend(pair: LlamaPair, lq: int, lk: int, mask: mh.Mask, dt: torch.dtype) -> str:
@@ -245,9 +239,6 @@ def keeping(outputs: dict, name: str, fn):
     def call():
         outputs[name] = fn()
     return call
-
-
-OURS, VARLEN, DENSE = "ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"
 
 
 def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
@@ -289,7 +280,7 @@ def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
         GOALS["ragged"],
         note=(f"auto runs {decision.backend}; backend='varlen' gives {ratio(t[baseline], t[VARLEN]):.2f}x; "
               f"ideal {padded / nbytes:.2f} (K/V bytes); module step: dense / ours {module_x:.2f}x")))
-    result.notes.append(f"ragged decode, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
+    result.notes.append("ragged decode, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
 
 
 def _diff(name: str, q, inputs, expected) -> float:
@@ -341,7 +332,7 @@ def window(ctx: Context, s: Sizes, result: SuiteResult) -> None:
     keep = band_keep(N, W)  # (N, N)
     mask = mh.Mask.window(W)
     baseline, ours, causal = ("dense-masked SDPA, (N, N) bool mask",
-                              f"ours: mh.attention(Mask.window({W}), causal=True)", "SDPA is_causal, no window")
+                              f"ours: mh.attention, Mask.window({W}) & causal", "SDPA is_causal, no window")
     outs: dict[str, torch.Tensor] = {}
     t = big_rounds({
         baseline: keeping(outs, baseline, lambda: F.scaled_dot_product_attention(q, k, v, keep)),
@@ -349,7 +340,7 @@ def window(ctx: Context, s: Sizes, result: SuiteResult) -> None:
         causal: lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     }, ctx)
     decision = mh.dispatch(q, k, v, mask, causal=True)
-    case = f"window prefill N={N} W={W} H={H} D={D} fp32"
+    case = f"window prefill N={N} W={W} fp32"
     for name, timing in t.items():
         result.rows.append({
             "case": case, "implementation": name, "ms": timing.median_s * 1e3, "x ours": ratio(timing, t[ours]),
@@ -362,7 +353,7 @@ def window(ctx: Context, s: Sizes, result: SuiteResult) -> None:
         note=(f"auto runs {decision.backend}; ideal {N * N / band_pairs(N, W):.1f} (N^2 / pairs in the band); "
               f"SDPA is_causal without the window is {ratio(t[baseline], t[causal]):.2f}x faster than dense-masked; "
               f"{len(t[ours].samples)} round(s)")))
-    result.notes.append(f"window prefill, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
+    result.notes.append("window prefill, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
 
 
 def band_keep(N: int, W: int) -> torch.Tensor:
@@ -380,13 +371,13 @@ def plot(plt, r: SuiteResult):
     """ms per call of every row, log scale (the recompute and a decode step differ by 100x and more)."""
     import textwrap
 
-    fig, ax = plt.subplots(figsize=(10, 0.3 * len(r.rows) + 1.5))
+    fig, ax = plt.subplots(figsize=(13, 0.3 * len(r.rows) + 1.5))
     ax.barh(range(len(r.rows)), [row["ms"] for row in r.rows])
     ax.set_yticks(range(len(r.rows)), [f"{row['case']}: {row['implementation']}" for row in r.rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("ms per call (log scale)")
-    ax.set_title(textwrap.fill(r.title, 90), fontsize=9)
+    ax.set_title(textwrap.fill(r.title, 60), fontsize=9)
     return fig
 
 
