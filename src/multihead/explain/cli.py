@@ -52,7 +52,24 @@ def list_topics(console, lang: str) -> int:
     for name, topic in topics.items():
         table.add_row(cell(name), cell(topic.document), cell(topic.question[lang]))
     console.print(table)
+    console.print(documents_table(lang))
     return 0
+
+
+def documents_table(lang: str):
+    """The five source documents the topics' questions come from: number, title, public source."""
+    from rich import box
+    from rich.table import Table
+
+    from multihead.explain import words
+    from multihead.explain.render_terminal import cell
+
+    table = Table(title=ui("documents_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
+    table.add_column(ui("doc_col", lang), no_wrap=True)
+    table.add_column(ui("document_col", lang))
+    for number, document in words.words(lang)["documents"].items():
+        table.add_row(cell(number), cell(words.common(lang, "document_line", **document)))
+    return table
 
 
 def topic_story(name: str, lang: str) -> Story:
@@ -62,11 +79,21 @@ def topic_story(name: str, lang: str) -> Story:
         raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(topics) or "-"))
     topic = topics[name]
     story = Story(lang)
-    story.heading(topic.title["en"], topic.title["zh"])
-    story.text(f"Question from document {topic.document}: {topic.question['en']}",
-               f"文档 {topic.document} 中的问题：{topic.question['zh']}")
+    story.add_heading(topic.title[lang])
+    story.add_text(question_line(topic, lang))
     topic.run(story)
     return story
+
+
+def question_line(topic, lang: str) -> str:
+    """"Question from document 004 (d2l: multi-head attention): ..." or "Question: ..." for the project's own."""
+    from multihead.explain import words
+
+    if topic.document in words.words(lang)["documents"]:
+        short = words.document(lang, topic.document)["short"]
+        return words.common(lang, "question_from", number=topic.document, short=short,
+                            question=topic.question[lang])
+    return words.common(lang, "question_own", question=topic.question[lang])
 
 
 def build_story(args, lang: str) -> Story:
