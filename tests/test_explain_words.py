@@ -63,9 +63,9 @@ def test_every_topic_has_its_words_and_every_word_has_its_topic():
             assert topic.question[lang] == words.topic_words(lang, name)["question"]
 
 
-@pytest.mark.parametrize("lang", words.LANGS)
-def test_every_topic_message_is_said_by_its_topic(lang, monkeypatch):
-    """No dead words: running every topic says each of its messages at least once."""
+def test_every_topic_message_is_said_by_its_topic(monkeypatch):
+    """No dead words: running every topic says each of its messages at least once. (English only:
+    both files have the same ids, and a topic's blocks are the same in both languages.)"""
     said: dict[str, set[str]] = collections.defaultdict(set)
 
     class Recording(base.Say):
@@ -75,8 +75,8 @@ def test_every_topic_message_is_said_by_its_topic(lang, monkeypatch):
 
     monkeypatch.setattr(base, "Say", Recording)
     for name, topic in TOPICS.items():
-        topic.run(Story(lang))
-        unsaid = set(words.topic_words(lang, name)) - {"title", "question"} - said[name]
+        topic.run(Story("en"))
+        unsaid = set(words.topic_words("en", name)) - {"title", "question"} - said[name]
         assert not unsaid, (name, sorted(unsaid))
 
 
