@@ -47,7 +47,7 @@ UI: dict[str, tuple[str, str]] = {
     "document_col": ("title and public source", "标题与公开来源"),
     "no_topics": ("No topics are installed yet.", "还没有可用的专题。"),
     "unknown_topic": ("Unknown topic {name!r}. Known: {known}.", "没有名为 {name!r} 的专题。可选：{known}。"),
-    "wrote_html": ("Wrote the HTML report to {path}", "HTML 报告已写入 {path}"),
+    "wrote_html": ("Wrote the interactive page to {path} ({size:.2f} MB)", "交互式页面已写入 {path}（{size:.2f} MB）"),
     "report_title": ("multihead explain", "multihead explain：多头注意力逐步讲解"),
 }
 
