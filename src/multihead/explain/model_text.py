@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -51,8 +52,10 @@ def load_minilm():
     os.environ["HF_HUB_OFFLINE"] = "1"  # everything is local: never reach for the network
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
-        import transformers
-        from transformers import AutoModel, AutoTokenizer
+        with warnings.catch_warnings():   # in a notebook, transformers' tqdm asks for ipywidgets: not needed here
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformers
+            from transformers import AutoModel, AutoTokenizer
     except ImportError as exc:
         raise ModelsMissing(f"--text needs transformers ({exc}). Install: {INSTALL_HINT}") from exc
     path = model_dir()
