@@ -69,11 +69,11 @@ def big_page() -> tuple[str, str]:
     """(page, source): a 6-layer x 12-head page on 16 tokens. all-MiniLM-L6-v2 through --text when it
     is installed; else six random 384-wide, 12-head layers of the same sizes (the same data volume)."""
     try:
-        from test_explain_page import SENTENCE_16
+        from test_explain_page import minilm_page_html
 
         from multihead.explain.model_text import ModelsMissing
 
-        return page.page_html(lesson(text=SENTENCE_16, layer=0, lang="en")), "all-MiniLM-L6-v2"
+        return minilm_page_html(), "all-MiniLM-L6-v2"
     except (ImportError, ModelsMissing):
         pass
     torch.manual_seed(0)
@@ -119,12 +119,19 @@ def test_clicking_a_head_hovering_a_token_and_switching_the_language(open_page):
     assert after_hover != after_click
 
     tab.click('#head-view .modes button[data-mode="to"]')
+    assert tab.locator('#head-view .modes button[data-mode="to"].on').count() == 1
+    tab.mouse.move(5, 5)
+    after_mode = shot(tab)
+    assert after_mode != after_hover
     tab.hover('#head-view .tokens.right .token[data-index="0"]')
     column = [float(w) for w in tab.eval_on_selector_all("#head-view .tokens.left .token",
                                                           "nodes => nodes.map(n => n.dataset.weight)")]
-    assert len(column) == 16 and all(0 <= w <= 1 for w in column)   # who attends to token 0, one weight each
-    tab.mouse.move(5, 5)
-    after_mode = shot(tab)
+    expected = tab.evaluate("() => { const w = JSON.parse(document.getElementById('mh-data').textContent)"
+                            ".explorers[0].rows[3].weights; const L = w.shape[2];"
+                            " return [...Array(L).keys()].map(i => w.data[(7 * L + i) * L]); }")
+    assert len(column) == 16 and column == expected   # who attends to key 0: column 0 of the weights
+    after_to_hover = shot(tab)
+    assert after_to_hover != after_mode
 
     tab.click('.lang-switch button[data-set-lang="zh"]')
     assert tab.get_attribute("html", "lang") == "zh-CN" and tab.get_attribute("html", "data-lang") == "zh"
@@ -132,7 +139,7 @@ def test_clicking_a_head_hovering_a_token_and_switching_the_language(open_page):
     assert tab.locator('.lang-switch button[data-set-lang="zh"].on').count() == 1
     assert tab.eval_on_selector(".story .l-en", "n => getComputedStyle(n).display") == "none"
     assert tab.eval_on_selector(".story .l-zh", "n => getComputedStyle(n).display") != "none"
-    assert shot(tab) != after_mode
+    assert shot(tab) != after_to_hover
     assert errors == []
 
 

@@ -41,7 +41,7 @@ SCRIPT = r"""
     var ex = explorer();
     if (ex.kind === "layer") return say("row_layer", {n: index});
     if (ex.kind === "call") return say("row_call", {n: index, name: ex.rows[index].name});
-    return ex.title[lang];
+    return "";   // a topic's figure: the panel's title already says what it is
   }
   function shade(v) {  // weight 0..1 -> white..blue; sqrt so that small weights still show
     var s = Math.sqrt(Math.max(0, Math.min(1, v)));
@@ -108,7 +108,8 @@ SCRIPT = r"""
   }
   function renderHead(panel) {
     var r = row(), w = r.weights, Lq = w.shape[1], Lk = w.shape[2];
-    panel.appendChild(el("h3", null, say("head_view", {row: rowLabel(S.row), head: say("head", {n: S.head})})));
+    panel.appendChild(el("h3", null, say("head_view", {row: rowLabel(S.row) || explorer().title[lang],
+                                                       head: say("head", {n: S.head})})));
     var modes = el("div", "modes");
     ["from", "to"].forEach(function (mode) {
       var button = el("button", "mode" + (S.mode === mode ? " on" : ""), say("mode_" + mode));
@@ -117,7 +118,7 @@ SCRIPT = r"""
       modes.appendChild(button);
     });
     panel.appendChild(modes);
-    panel.appendChild(el("p", "hint", say("hint_" + S.mode)));
+    panel.appendChild(el("p", "hint", say("hint_" + S.mode) + (r.trace && S.mode === "from" ? " " + say("hint_follow") : "")));
     var view = el("div", "headview"), left = el("div", "tokens left"), right = el("div", "tokens right");
     left.appendChild(el("div", "side", say("queries")));
     right.appendChild(el("div", "side", say("keys")));

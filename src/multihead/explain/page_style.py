@@ -15,15 +15,16 @@ header.bar h1 { font-size: 18px; margin: 0; color: #fff; }
 .tabs button, .modes button { font: inherit; font-size: 13px; border: 1px solid #bbb; background: #fff;
                               padding: 2px 10px; margin: 0 6px 6px 0; cursor: pointer; border-radius: 3px; }
 .tabs button.on, .modes button.on { background: #2a6f97; color: #fff; border-color: #2a6f97; }
-.grid { display: grid; gap: 3px; align-items: center; overflow-x: auto; padding-bottom: 4px; }
+.grid { display: grid; gap: 3px; align-items: center; justify-content: start; overflow-x: auto;
+        padding-bottom: 4px; }
 .rowlabel, .collabel { font-size: 11px; color: #666; white-space: nowrap; text-align: center; }
 .rowlabel { text-align: right; padding-right: 6px; }
 .cell { padding: 0; border: 2px solid transparent; background: #fff; cursor: pointer; line-height: 0;
-        border-radius: 3px; }
+        border-radius: 3px; justify-self: center; }
 .cell canvas { width: 46px; height: 46px; image-rendering: pixelated; border: 1px solid #ddd; }
 .cell:hover { border-color: #9cc3d8; }
 .cell.selected { border-color: #e07a1f; }
-.headview { display: flex; align-items: flex-start; overflow-x: auto; }
+.headview { display: flex; align-items: flex-start; overflow-x: auto; padding: 2px 2px 6px; }
 .tokens { display: flex; flex-direction: column; min-width: 90px; }
 .tokens .side { height: 22px; font-size: 11px; color: #888; margin-top: -22px; }
 .tokens.left .side { text-align: right; padding-right: 6px; }
