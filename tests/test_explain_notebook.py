@@ -60,6 +60,8 @@ def test_explain_refuses_bad_requests():
         mh.explain("lse-merge", text="a sentence")
     with pytest.raises(mh.AttentionError, match="lang must be one of"):
         mh.explain(lang="fr")
+    with pytest.raises(mh.AttentionError, match="non-empty sentence"):
+        mh.explain(text="   ")
 
 
 def test_a_capture_record_renders_its_calls_by_heads():

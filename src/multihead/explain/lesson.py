@@ -126,6 +126,9 @@ def lesson(topic: str | None = None, text: str | None = None, layer: int = 0, la
 
         title = dict(TOPICS[topic].title)
     elif text is not None:
+        from multihead.explain.model_text import check_text
+
+        check_text(text)   # before loading the model: a bad request fails fast, with or without the extra
         stories, explorers = text_lesson(text, layer, langs, page)
         title = filled("title_text", text=text.strip())
     else:
