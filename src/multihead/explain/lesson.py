@@ -59,7 +59,7 @@ def walkthrough_lesson(langs: tuple[str, ...], page: bool) -> tuple[dict[str, St
     setup = default_setup()
     H, L = setup.module.num_heads, len(setup.tokens)
     title = filled("explorer_walkthrough", heads=H, tokens=L)
-    return stories, [walkthrough_explorer([setup], setup.tokens, title, query=L - 1)]
+    return stories, [walkthrough_explorer([setup], setup.tokens, title, query=L // 2)]   # a token with a past and a future
 
 
 def text_lesson(text: str, layer: int, langs: tuple[str, ...], page: bool) -> tuple[dict[str, Story], list]:
