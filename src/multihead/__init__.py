@@ -15,6 +15,7 @@ from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE, alibi_slopes
 from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
+from multihead import explain  # noqa: E402  mh.explain(...): the package is callable (explain/__init__.py)
 
 
 __version__ = "0.1.0"
@@ -29,5 +30,6 @@ __all__ = [
     "capture_attention",
     "check",
     "dispatch",
+    "explain",
     "textbook",
 ]
