@@ -10,8 +10,9 @@
    - the module step (MultiHeadAttention with RoPE and GQA appending to a KVCache that holds the
      context) against the same module recomputing the whole context (a causal forward over L + 1
      tokens), and against HF's LlamaAttention with its DynamicCache on identical weights
-     (`bench/llama_pair.py`). Both caches grow by one token per step: the two sides take the same
-     number of steps, so they stay at the same context.
+     (`bench/llama_pair.py`), and the cache write of one token alone (KVCache.append on a cache of the
+     same size). Both caches grow by one token per step: the two sides take the same number of
+     steps, so they stay at the same context.
 2. Ragged decode: 8 sequences with contexts 512 ... 4096 evenly spaced, one step: the attention on a
    cache holding each sequence's own length, against the dense padded decode (SDPA over all slots with
    a key-padding mask); then the same step through the module.
