@@ -40,3 +40,21 @@ def masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
                 keep[..., 0] = True  # every query keeps a key it may causally see
             cases.append((xq, xk, xv, keep))
     return cases
+
+
+def randomise_projections(projections) -> None:
+    """Fresh random weights (std 1/sqrt(fan-in)) and biases for every projection, on the checker's own copy:
+    a zero-initialised output layer or GPT-2's std-0.02 weights would make the variants look alike."""
+    gen = torch.Generator().manual_seed(7)
+    layers = {id(p.layer): p for p in projections.values()}
+    with torch.no_grad():
+        for proj in layers.values():
+            for param in proj.layer.parameters(recurse=False):
+                if isinstance(param, torch.nn.UninitializedParameter):
+                    continue
+                if param.dim() >= 2:
+                    fan_in = param.shape[0] if proj.kind == "conv1d" else param.shape[-1]
+                    std = fan_in ** -0.5
+                else:
+                    std = 0.5
+                param.copy_(torch.randn(param.shape, generator=gen) * std)

@@ -1,0 +1,68 @@
+"""Constructor arguments (and config attributes) the checker fills in by name.
+
+When the learner gives no ``--init`` / ``--config``, ``guess_value("n_embd")`` says what to pass: 16
+features, 4 heads of 4, 16 positions, dropout 0, biases on. ``tried_text()`` lists every name it knows,
+for the message shown when a name is not among them.
+"""
+
+from __future__ import annotations
+
+from multihead.convert.projections import HEAD_COUNT_NAMES
+
+EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
+HEAD_DIM = EMBED // HEADS
+
+QUERY_SIZE_NAMES = ("query_size", "query_dim", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
+KEY_SIZE_NAMES = ("key_size", "kdim", "context_dim", "kv_dim", "encoder_dim")
+VALUE_SIZE_NAMES = ("value_size", "vdim", "context_dim", "kv_dim", "encoder_dim")
+EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd", "emb_dim",
+               "embed_size", "hidden_dim", "hid_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d",
+               "width", "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb",
+               "embed", "n_state", "nx", "emb_size", "channels", "n_feat", "in_features", "n_units")
+HEAD_NAMES = HEAD_COUNT_NAMES
+HEAD_DIM_NAMES = ("d_k", "d_v", "dim_head", "head_dim", "d_head", "head_size", "attention_head_size", "d_kv",
+                  "kv_channels", "d_qk", "dk", "dv")
+LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx", "max_length",
+                "max_seq_length", "context_size", "max_positions", "seq_length", "n_positions",
+                "max_position_embeddings", "max_seq")
+DROPOUT_HINTS = ("dropout", "drop", "p_attn", "pdrop")  # any name containing one of these: 0.0
+FLAG_NAMES = ("bias", "qkv_bias", "use_bias", "add_bias", "scale_attn_weights", "proj_bias")  # True
+DEVICE_NAMES = ("device",)  # "cpu"
+EPS_HINTS = ("eps", "epsilon")  # any name containing one of these: 1e-5
+CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "options", "settings", "hp")
+
+_VALUES = {**{n: EMBED for n in QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES},
+           **{n: HEADS for n in HEAD_NAMES}, **{n: HEAD_DIM for n in HEAD_DIM_NAMES},
+           **{n: LENGTH for n in LENGTH_NAMES}, **{n: True for n in FLAG_NAMES},
+           **{n: "cpu" for n in DEVICE_NAMES}}
+
+
+def is_dropout(name: str) -> bool:
+    low = name.lower()
+    return any(hint in low for hint in DROPOUT_HINTS) and "num" not in low
+
+
+def guess_value(name: str) -> tuple[bool, object]:
+    """(True, value) for a name the checker recognises, else (False, None)."""
+    if is_dropout(name):
+        return True, 0.0
+    if name in _VALUES:
+        return True, _VALUES[name]
+    if any(hint in name.lower() for hint in EPS_HINTS):
+        return True, 1e-5
+    return False, None
+
+
+def is_config_name(name: str, annotation: object = None) -> bool:
+    """Does a constructor parameter look like it takes a config object (``config``, ``cfg``...)?"""
+    low = name.lower()
+    return low in CONFIG_NAMES or low.endswith(("config", "cfg")) or "Config" in str(annotation or "")
+
+
+def tried_text() -> str:
+    """The names the checker recognises, grouped, for messages."""
+    groups = [("sizes", QUERY_SIZE_NAMES + EMBED_NAMES), ("key/value sizes", KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
+              ("heads", HEAD_NAMES), ("head sizes", HEAD_DIM_NAMES), ("lengths", LENGTH_NAMES),
+              ("flags", FLAG_NAMES + DEVICE_NAMES)]
+    listed = "; ".join(f"{label}: {', '.join(dict.fromkeys(names))}" for label, names in groups)
+    return f"{listed}; dropout: any name with {'/'.join(DROPOUT_HINTS)}"

@@ -1,0 +1,101 @@
+"""Measure the scale a module applies to its scores, and name the scale bug from the number.
+
+Scale bugs are not matched against fixed variants: for each role assignment the factor s in
+softmax(s * q @ k^T) that reproduces the module's outputs is fitted (a coarse scan over powers of
+sqrt(2), then a golden-section search on log s). The measured s is then compared with what each known
+mistake gives for this module's H heads of size D:
+
+    1/sqrt(D) correct      1 missing-scale      1/sqrt(H*D) scale-by-embed-dim
+    1/(2 sqrt(D)) scale-halved      1/D scale-by-head-dim (also D**-0.5 applied to q and to k)
+
+Two mistakes can give the same number for one head count (H = 4: 1/sqrt(4D) = 1/(2 sqrt(D))); then
+``ambiguous`` lists both, and the checker rebuilds the module with another head count to decide.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from multihead.checker.catalogue import BUG_OF_FORM, SCALE_FORMS
+from multihead.checker.diagnose import variant_outputs
+from multihead.checker.compare import relative_error
+
+_SCAN = [2.0 ** (k / 2) for k in range(-8, 9)]  # s * sqrt(D) from 2**-4 to 2**4
+_CLOSE = 1e-3  # relative distance at which a measured scale counts as a known one
+
+
+@dataclass
+class ScaleMatch:
+    """The measured scale and what it means."""
+
+    scale: float  # the fitted factor s
+    right: float  # 1/sqrt(D)
+    error: float  # the relative output error at s
+    roles: object  # the RoleAssignment it was measured with
+    bug: str = "wrong-scale"
+    ambiguous: list[str] = field(default_factory=list)  # ids that give the same s for this head count
+
+
+def _error(module, spec, roles, cases, wanted, scale: float, fill: float) -> float:
+    try:
+        with torch.no_grad():
+            got = variant_outputs(module, spec, roles, cases, None, fill, scale=scale)
+    except RuntimeError:
+        return math.inf
+    return max(relative_error(g, w) for g, w in zip(got, wanted))
+
+
+def _golden(f, low: float, high: float, steps: int = 48) -> tuple[float, float]:
+    """(x, f(x)) minimising f on [low, high] (log-scale coordinates)."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = low, high
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(steps):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    return (c, fc) if fc < fd else (d, fd)
+
+
+def measure_scale(module, spec, assignments, cases, wanted, tol: float, fills) -> ScaleMatch | None:
+    """The scale that reproduces ``wanted`` with otherwise correct maths, named; None if none does."""
+    scanned = []
+    for roles in assignments:
+        right = roles.weights(module).head_dim ** -0.5
+        for fill in fills:
+            for step in _SCAN:
+                scanned.append((_error(module, spec, roles, cases, wanted, right * step, fill), step, roles, fill))
+    scanned.sort(key=lambda item: item[0])
+    best = None
+    for _, step, roles, fill in scanned[:2]:
+        right = roles.weights(module).head_dim ** -0.5
+
+        def at(log_s, roles=roles, fill=fill, right=right):
+            return _error(module, spec, roles, cases, wanted, right * math.exp(log_s), fill)
+
+        log_s, error = _golden(at, math.log(step) - 0.35, math.log(step) + 0.35)
+        if best is None or error < best.error:
+            best = ScaleMatch(right * math.exp(log_s), right, error, roles)
+    if best is None or best.error > tol:
+        return None
+    return _name(best)
+
+
+def _name(match: ScaleMatch) -> ScaleMatch:
+    """Fill in the bug id(s) whose scale is the measured one."""
+    weights = match.roles.weights()
+    H, D = weights.num_heads, weights.head_dim
+    close = [BUG_OF_FORM[form].id for form, factor in SCALE_FORMS.items()
+             if abs(match.scale - factor(H, D)) <= _CLOSE * factor(H, D)]
+    if close:
+        match.bug, match.ambiguous = close[0], close if len(close) > 1 else []
+    return match
