@@ -27,6 +27,9 @@ LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_l
                 "max_position_embeddings", "max_seq")
 DROPOUT_HINTS = ("dropout", "drop", "p_attn", "pdrop")  # any name containing one of these: 0.0
 FLAG_NAMES = ("bias", "qkv_bias", "use_bias", "add_bias", "scale_attn_weights", "proj_bias")  # True
+OFF_NAMES = ("output_attentions", "is_decoder", "use_cache", "add_cross_attention", "is_cross_attention",
+             "output_hidden_states", "torchscript", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+             "qk_norm")  # False
 DEVICE_NAMES = ("device",)  # "cpu"
 EPS_HINTS = ("eps", "epsilon")  # any name containing one of these: 1e-5
 CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "options", "settings", "hp")
@@ -34,7 +37,7 @@ CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "op
 _VALUES = {**{n: EMBED for n in QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES},
            **{n: HEADS for n in HEAD_NAMES}, **{n: HEAD_DIM for n in HEAD_DIM_NAMES},
            **{n: LENGTH for n in LENGTH_NAMES}, **{n: True for n in FLAG_NAMES},
-           **{n: "cpu" for n in DEVICE_NAMES}}
+           **{n: False for n in OFF_NAMES}, **{n: "cpu" for n in DEVICE_NAMES}}
 
 
 def is_dropout(name: str) -> bool:
@@ -63,6 +66,6 @@ def tried_text() -> str:
     """The names the checker recognises, grouped, for messages."""
     groups = [("sizes", QUERY_SIZE_NAMES + EMBED_NAMES), ("key/value sizes", KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
               ("heads", HEAD_NAMES), ("head sizes", HEAD_DIM_NAMES), ("lengths", LENGTH_NAMES),
-              ("flags", FLAG_NAMES + DEVICE_NAMES)]
+              ("flags", FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
     listed = "; ".join(f"{label}: {', '.join(dict.fromkeys(names))}" for label, names in groups)
     return f"{listed}; dropout: any name with {'/'.join(DROPOUT_HINTS)}"

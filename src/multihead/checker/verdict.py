@@ -130,13 +130,16 @@ def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float
     if bug.error <= tol:
         report.bug = bug.bug_id
         return bug
-    if not spec.causal and spec.causal_buffer:  # a tril buffer that zeroes weights after the softmax
-        causal = CallSpec(**{**spec.__dict__, "causal": True})
-        bug = closest(module, causal, assignments, cases, wanted, sorted(NEEDS_MASK))
+    if not spec.causal and spec.causal_buffer:  # a tril buffer the behaviour did not show as causal:
+        causal = CallSpec(**{**spec.__dict__, "causal": True})  # weights zeroed after the softmax, or
+        bug = closest(module, causal, assignments, cases, wanted,  # a bug that mixes every position
+                      forms_to_try(spec.encoding is not None, True))
         if bug.error <= tol:
             report.bug = bug.bug_id
-            report.conventions = [("causal:after-softmax", {"buffer": spec.causal_buffer}) if key == "causal:no"
-                                  else (key, values) for key, values in report.conventions]
+            after = bug.form in NEEDS_MASK
+            report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
+                                   ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
+                                  if key == "causal:no" else (key, values) for key, values in report.conventions]
             return bug
     masked = spec.causal or any(case[3] is not None for case in cases)
     scale = measure_scale(module, spec, assignments, cases, wanted, tol, (-float("inf"), BLOCKED_FILL)
