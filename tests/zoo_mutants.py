@@ -29,7 +29,7 @@ CORRECT = {
     "ok_values_keys_query.py:SelfAttention": {},
     "ok_gpt2_conv1d.py:Attention": {},
     "ok_mingpt_config.py:CausalSelfAttention": {},
-    "ok_nanogpt_flash.py:CausalSelfAttention": {"config": {"n_embd": 24, "n_head": 3, "bias": False}},
+    "ok_nanogpt_flash.py:FlashCausalSelfAttention": {"config": {"n_embd": 24, "n_head": 3, "bias": False}},
     "ok_timm_fused_qkv.py:Attention": {},
     "ok_dino_returns_attn.py:DinoAttention": {},
     "ok_whisper_split_scale.py:MultiHeadAttention": {},
@@ -73,7 +73,7 @@ _ANNOTATED = "ok_annotated_mask_unsqueeze.py:MultiHeadedAttention"
 _TUTORIAL = "ok_values_keys_query.py:SelfAttention"
 _GPT2 = "ok_gpt2_conv1d.py:Attention"
 _MINGPT = "ok_mingpt_config.py:CausalSelfAttention"
-_NANOGPT = "ok_nanogpt_flash.py:CausalSelfAttention"
+_NANOGPT = "ok_nanogpt_flash.py:FlashCausalSelfAttention"
 _TIMM = "ok_timm_fused_qkv.py:Attention"
 _DINO = "ok_dino_returns_attn.py:DinoAttention"
 _WHISPER = "ok_whisper_split_scale.py:MultiHeadAttention"

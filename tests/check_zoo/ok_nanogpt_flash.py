@@ -7,7 +7,7 @@ from torch import nn
 from torch.nn import functional as F
 
 
-class CausalSelfAttention(nn.Module):
+class FlashCausalSelfAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         assert config.n_embd % config.n_head == 0

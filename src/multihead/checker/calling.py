@@ -151,5 +151,5 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     if out.dim() != 3 or tuple(out.shape[:2]) != wanted:
         query_shape = tuple(to_layout(xq, spec.layout).shape)
         raise LearnerError(WrongOutputShape(f"forward returned shape {tuple(out.shape)} for a query of shape "
-                                            f"{query_shape}; expected {wanted + ('features',)}"), "")
+                                            f"{query_shape}; expected ({wanted[0]}, {wanted[1]}, features)"), "")
     return to_layout(out, spec.layout)

@@ -65,7 +65,7 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
         return report
     try:
         report = _check_built(module, kwargs, hints, report)
-        if report.ambiguous and rebuild:
+        if report.ambiguous:
             _tell_scales_apart(report, rebuild, hints)
         return report
     except Exception as error:  # a module the checker cannot handle: say so, never a traceback
@@ -93,7 +93,7 @@ def _check_built(module, kwargs, hints, report) -> CheckReport:
 def _tell_scales_apart(report: CheckReport, rebuild, hints: Hints) -> None:
     """The measured scale fits two mistakes at this head count (H = 4: 1/sqrt(4 D) = 1/(2 sqrt(D))):
     check the class again with another head count and keep the id that still fits."""
-    for heads in (2, 8, 3, 1):
+    for heads in (2, 8, 3, 1) if rebuild else ():  # an instance cannot be rebuilt
         built = rebuild(heads)
         if built is None:
             continue
