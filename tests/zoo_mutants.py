@@ -125,7 +125,7 @@ MUTANTS = [
         "        attention = torch.softmax(energy / (self.head_dim ** (1 / 2)), dim=3)\n"
         "        if mask is not None:\n            attention = attention.masked_fill(mask == 0, 0.0)\n")),
 
-    _m(_GPT2, "missing-scale", ("n_head, scale=True)", "n_head, scale=False)")),
+    _m(_GPT2, "missing-scale", ("w = w / math.sqrt(v.size(-1))", "w = w")),
     _m(_GPT2, "mask-after-softmax", ("        w = w * b - 1e4 * (1 - b)\n        w = nn.Softmax(dim=-1)(w)\n",
                                      "        w = nn.Softmax(dim=-1)(w)\n        w = w * b\n")),
     _m(_GPT2, "causal-off-by-one", ("torch.tril(torch.ones(n_ctx, n_ctx))",

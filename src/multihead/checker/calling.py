@@ -49,6 +49,7 @@ class CallSpec:
     cross_lengths: bool = True  # accepts Lq != Lk
     order: tuple[int, ...] | None = None  # role (0 query, 1 key, 2 value) of each tensor argument; None = in order
     order_found: bool = False  # the order was found by behaviour (order.find_order), not assumed
+    pre: dict = field(default_factory=dict)  # input tag ("x", "q", "k", "v") -> (name, layer) applied before
 
 
 def read_signature(forward) -> CallSpec:
@@ -101,8 +102,13 @@ INPUT_COUNT = {"x": 1, "q_kv": 2, "qkv": 3}  # CallSpec.inputs -> how many tenso
 
 
 def attention_inputs(spec: CallSpec, xq, xk, xv) -> tuple:
-    """(queries, keys, values) the module attends with: all xq for "x", values = keys for "q_kv"."""
-    return {"x": (xq, xq, xq), "q_kv": (xq, xk, xk), "qkv": (xq, xk, xv)}[spec.inputs]
+    """(queries, keys, values) the module attends with: all xq for "x", values = keys for "q_kv"; each
+    through the module's own layer that comes before its projections (``spec.pre``), if any."""
+    inputs = {"x": (xq, xq, xq), "q_kv": (xq, xk, xk), "qkv": (xq, xk, xv)}[spec.inputs]
+    if not spec.pre:
+        return inputs
+    tags = {"x": "xxx", "q_kv": "qkk", "qkv": "qkv"}[spec.inputs]
+    return tuple(spec.pre[tag][1](t) if tag in spec.pre else t for tag, t in zip(tags, inputs))
 
 
 def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:

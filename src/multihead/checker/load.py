@@ -19,7 +19,8 @@ from torch import nn
 
 from multihead.checker.config import GuessedConfig
 from multihead.checker.names import (EMBED_NAMES, HEAD_DIM_NAMES, HEAD_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
-                                     guess_value, is_config_name, is_dropout, tried_text)
+                                     SWITCH_ON, guess_value, is_config_name, is_dropout,
+                                     tried_text)
 
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
@@ -129,6 +130,8 @@ def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
             continue
         elif is_dropout(name):
             kwargs[name] = 0.0  # dropout off, whatever the default
+        elif name in SWITCH_ON and param.default is False:
+            kwargs[name] = True  # the scale switch on: a model built from the class passes it (GPT-2)
         elif param.default is not param.empty:
             continue
         elif guess_value(name)[0]:
@@ -148,6 +151,15 @@ def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
                         f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}"
                         f"（能识别的参数名：{tried_text()}）")
     return kwargs
+
+
+def switched_on(cls: type, given: dict, kwargs: dict) -> list[str]:
+    """The scale switches (``scale=False`` by default, as in GPT-2's Attention) that guess_init turned on."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return []
+    return [n for n in SWITCH_ON if n in params and n not in given and params[n].default is False and kwargs.get(n)]
 
 
 def _refuse_short_lengths(kwargs: dict) -> None:

@@ -24,6 +24,7 @@ from multihead.checker.catalogue import NEEDS_MASK, forms_to_try
 
 MASK_FORMS = [*sorted(NEEDS_MASK), "mask-rows-tiled"]  # mistakes under which blocked keys are not inert
 from multihead.checker.compare import agree
+from multihead.checker.conventions import nudge
 from multihead.checker.diagnose import closest
 
 
@@ -79,6 +80,8 @@ def random_pattern(family: str, B: int, Lq: int, Lk: int, gen: torch.Generator) 
     if family == "lengths":  # a different length for every batch row
         lens = (torch.randperm(Lk, generator=gen)[:B] + 1)[:, None]
         return (torch.arange(Lk) < lens[..., None]).expand(B, Lq, Lk).clone()
+    if family == "causal":  # the causal pattern, for a mask that only switches causal masking on
+        return torch.ones(Lq, Lk, dtype=torch.bool).tril().expand(B, Lq, Lk).clone()
     rows = {"full": (B, Lq), "shared": (1, Lq), "key": (B, 1)}[family]
     keep = torch.rand(*rows, Lk, generator=gen) < 0.6
     keep[torch.arange(rows[0])[:, None], torch.arange(rows[1]), torch.randint(Lk, rows, generator=gen)] = True
@@ -113,10 +116,10 @@ def try_encoding(module, spec: CallSpec, encoding: Encoding, inputs, tol: float)
     try:
         before = invoke(module, trial, xq, xk, xv, keep)
         if spec.inputs == "x":
-            after = invoke(module, trial, xq + 3.0 * blocked, keep=keep)
+            after = invoke(module, trial, xq + 3.0 * blocked * nudge(xq), keep=keep)
             rows &= keep[:, 0, :Lq]  # blocked positions are queries too: compare the kept ones
         else:
-            after = invoke(module, trial, xq, xk + 3.0 * blocked, xv + 3.0 * blocked, keep)
+            after = invoke(module, trial, xq, xk + 3.0 * blocked * nudge(xk), xv + 3.0 * blocked * nudge(xv, 1), keep)
     except LearnerError:
         return "failed"
     before, after = before[rows], after[rows]
@@ -143,6 +146,28 @@ def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | No
             return encoding
         per_row_ran = per_row_ran or outcome == "moved"
     return None if per_row_ran else shared
+
+
+def causal_switch(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
+    """A mask argument whose presence alone switches causal masking on (Whisper's fused path passes
+    ``is_causal=mask is not None``): two different masks give the same outputs, unlike no mask at all.
+    Returns an encoding whose masks are then checked with the causal pattern, or None."""
+    xq, xk, xv = inputs
+    B, Lq, Lk = xq.shape[0], xq.shape[1], xk.shape[1]
+    gen = torch.Generator().manual_seed(6)
+    first, second = (random_pattern("full", B, Lq, Lk, gen) for _ in range(2))
+    for encoding in ENCODINGS:
+        trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+        try:
+            with torch.no_grad():
+                one, other = (invoke(module, trial, xq, xk, xv, keep) for keep in (first, second))
+                none = invoke(module, trial, xq, xk, xv)
+        except LearnerError:
+            continue
+        if agree(one, other, tol) and not agree(one, none, tol):
+            return Encoding("causal-switch", encoding.shape, "causal", encoding.encode)
+        return None
+    return None
 
 
 def tried_text() -> str:

@@ -31,6 +31,7 @@ OFF_NAMES = ("output_attentions", "is_decoder", "use_cache", "add_cross_attentio
              "output_hidden_states", "torchscript", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
              "qk_norm")  # False
 DEVICE_NAMES = ("device",)  # "cpu"
+SWITCH_ON = ("scale", "scaled", "scale_attn", "scale_attn_weights")  # a False default is turned on (GPT-2's scale=False)
 EPS_HINTS = ("eps", "epsilon")  # any name containing one of these: 1e-5
 CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "options", "settings", "hp")
 

@@ -18,6 +18,7 @@ import torch
 
 from multihead.checker.calling import INPUT_COUNT, CallSpec, invoke
 from multihead.checker.compare import agree
+from multihead.checker.conventions import bumped
 from multihead.checker.probes import PROBE_BATCH, inputs
 
 _NAME_ROLES = (("query", "queries", "q", "x", "hidden_states", "hidden_state", "tgt", "target", "decoder"),
@@ -37,12 +38,6 @@ def order_by_names(args: list[str]) -> tuple[int, ...] | None:
     return None
 
 
-def _bump_token0(t: torch.Tensor) -> torch.Tensor:
-    moved = t.clone()
-    moved[:, 0] += 1.0
-    return moved
-
-
 def find_order(module, spec: CallSpec, dims, dtype, tol: float) -> tuple[tuple[int, ...] | None, bool]:
     """(order, by behaviour): the role of each tensor argument (0 query, 1 key, 2 value), and whether
     behaviour decided it (False: names or the signature's order). Raises LearnerError if a call fails."""
@@ -55,7 +50,7 @@ def find_order(module, spec: CallSpec, dims, dtype, tol: float) -> tuple[tuple[i
     base = invoke(module, raw, *xs)
     own_row_only = []
     for p in range(count):
-        moved = invoke(module, raw, *[_bump_token0(t) if i == p else t for i, t in enumerate(xs)])
+        moved = invoke(module, raw, *[bumped([t], (slice(None), 0))[0] if i == p else t for i, t in enumerate(xs)])
         own_row_only.append(agree(base[:, 1:], moved[:, 1:], tol) and not agree(base[:, :1], moved[:, :1], tol))
     if own_row_only.count(True) != 1:
         return named, False

@@ -85,11 +85,11 @@ def find_projections(module: nn.Module) -> dict[str, Projection]:
     found: dict[str, Projection] = {}
     for name, layer in module.named_modules():
         if isinstance(layer, nn.MultiheadAttention):
-            E = layer.embed_dim
+            E, prefix = layer.embed_dim, f"{name}." if name else ""
             ins = (E, layer.kdim, layer.vdim)
             for role, label in enumerate("qkv"):
-                rows = f"{name}.in_proj_weight rows {role * E}:{(role + 1) * E}" if layer.in_proj_weight is not None \
-                    else f"{name}.{label}_proj_weight"
+                rows = f"{prefix}in_proj_weight rows {role * E}:{(role + 1) * E}" if layer.in_proj_weight is not None \
+                    else f"{prefix}{label}_proj_weight"
                 found[rows] = Projection(rows, layer, ins[role], E, "in_proj", role)
         elif isinstance(layer, nn.Linear):
             if not isinstance(layer.weight, nn.UninitializedParameter):
@@ -109,6 +109,9 @@ class ProjectionInputs:
         self.sums = {tag: float(t.detach().double().sum()) for tag, t in tags.items()}
         self.seen: dict[str, list[str]] = {}
         self.widths: dict[str, int] = {}
+        self.input_sums: dict[str, float] = {}  # projection -> the sum of what it was called on
+        self.leaves: dict[str, tuple[str, float]] = {}  # other leaf layer -> (its input's tag, its output's sum)
+        self.module = module
         self._handles = []
 
     def _tag(self, tensor) -> str:
@@ -124,6 +127,19 @@ class ProjectionInputs:
         self.seen.setdefault(name, []).append(self._tag(tensor))
         if isinstance(tensor, torch.Tensor):
             self.widths[name] = tensor.shape[-1]
+            self.input_sums[name] = float(tensor.detach().double().sum())
+
+    def _watch_leaves(self) -> None:
+        """Leaf layers that are not projections (a LayerNorm before the attention, say)."""
+        layers = {id(p.layer) for p in self.projections.values()}
+        for name, layer in self.module.named_modules():
+            if list(layer.children()) or id(layer) in layers or not name:
+                continue
+
+            def hook(mod, inputs, output, name=name):
+                if inputs and isinstance(output, torch.Tensor):
+                    self.leaves[name] = (self._tag(inputs[0]), float(output.detach().double().sum()))
+            self._handles.append(layer.register_forward_hook(hook))
 
     def __enter__(self) -> ProjectionInputs:
         attention_calls = {}
@@ -135,14 +151,29 @@ class ProjectionInputs:
             def hook(mod, inputs, output, name=name):
                 self._record(name, inputs[0] if inputs else None)
             self._handles.append(proj.layer.register_forward_hook(hook))
-        for layer, names in attention_calls.values():
+        for layer, names in attention_calls.values():  # nn.MultiheadAttention: its query, key, value arguments
             def pre_hook(mod, args, kwargs, names=names):
                 given = list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args):]]
                 for name in names:
                     self._record(name, given[self.projections[name].role])
             self._handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        self._watch_leaves()
         return self
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
+
+    def transformed_inputs(self) -> dict[str, str]:
+        """Tag -> the leaf layer whose output the projections read instead of that input (e.g. a
+        LayerNorm applied to x inside the module), for inputs that no projection reads directly."""
+        read = {tag for tags in self.seen.values() for tag in tags}
+        found = {}
+        for tag in self.sums:
+            if tag in read:
+                continue
+            for name, (source, total) in self.leaves.items():
+                if source == tag and any(abs(total - s) <= 1e-6 * (1.0 + abs(s)) for s in self.input_sums.values()):
+                    found[tag] = name
+                    break
+        return found

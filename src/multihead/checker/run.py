@@ -26,7 +26,7 @@ from multihead.checker.config import parse_config
 from multihead.checker.diagnose import match_exception, random_weights
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (LoadError, build, load_class, misspelled_forward, parse_init, size_values,
-                                    with_head_count)
+                                    switched_on, with_head_count)
 from multihead.checker.names import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
                                      VALUE_SIZE_NAMES)
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
@@ -58,13 +58,14 @@ def check(target, *, init=None, config=None, call=None, lang: str = "en") -> Che
 def _check(target, init, config, call, lang: str) -> CheckReport:
     report = CheckReport(target=_target_name(target), lang=lang)
     try:
-        module, kwargs, rebuild = _resolve(target, init, config)
+        module, kwargs, rebuild, notes = _resolve(target, init, config)
         hints = parse_hints(call)
     except LoadError as error:
         report.reason = error.text(lang)
         return report
     try:
         report = _check_built(module, kwargs, hints, report)
+        report.notes[:0] = [say("switched-on", lang, name=name) for name in notes]
         if report.ambiguous:
             _tell_scales_apart(report, rebuild, hints)
         return report
@@ -125,9 +126,10 @@ def _target_name(target) -> str:
     return cls.__name__
 
 
-def _resolve(target, init, config) -> tuple[nn.Module, dict, object]:
+def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
     """(a module instance the checker may change, the constructor kwargs, rebuild(heads) -> (module,
-    kwargs) or None: the same class built with another head count; None for an instance)."""
+    kwargs) or None: the same class built with another head count, None for an instance; the scale
+    switches turned on)."""
     if isinstance(init, Mapping):
         kwargs = dict(init)
     elif isinstance(init, (str, type(None))):
@@ -138,7 +140,7 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object]:
     config = parse_config(config)
     if isinstance(target, nn.Module):
         try:
-            return copy.deepcopy(target).cpu(), kwargs, None
+            return copy.deepcopy(target).cpu(), kwargs, None, []
         except Exception as error:  # e.g. a module holding an open file or a generator
             why = f"{type(error).__name__}: {error}"
             raise LoadError(f"cannot copy the module to check it ({why}); pass its class instead",
@@ -156,7 +158,7 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object]:
         except Exception:
             return None
 
-    return module, built_with, rebuild
+    return module, built_with, rebuild, switched_on(cls, kwargs, built_with)
 
 
 def _heads_hint(module, kwargs, hints: Hints) -> int | None:

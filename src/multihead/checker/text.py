@@ -97,6 +97,8 @@ CONVENTION_TEXT = {
                   "按行为区分的参数：查询 '{q}'，键 '{k}'，值 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
                    "按行为区分的参数：查询 '{q}'，键和值 '{k}'"),
+    "pre": ("its projections read the output of '{name}' ({kind}, inside the module): the attention is "
+            "checked on that", "它的投影层读取的是 '{name}'（{kind}，在模块内部）的输出：注意力按这个输入来检查"),
     "layout:batch": ("batch first (B, L, E)", "批量在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens){buffer}",
@@ -125,6 +127,9 @@ MASK_TEXT = {
                 "掩码 '{param}' {shape}：0/1 浮点数，1 = 被屏蔽（乘以一个很大的负数）"),
     "additive": ("mask '{param}' {shape}: added to the scores, -inf = blocked",
                  "掩码 '{param}' {shape}：加到注意力分数上，-inf = 被屏蔽"),
+    "causal-switch": ("mask '{param}': any mask switches causal masking on (its values are not read); checked "
+                      "with the causal pattern", "掩码 '{param}'：只要传入掩码就会启用因果屏蔽（不读取掩码的值）；"
+                      "按因果模式检查"),
     "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
                 "有效长度 '{param}' {shape}：只保留 j < len 的键"),
 }
@@ -179,6 +184,9 @@ MESSAGES = {
     "scale-ambiguous": ("at this head count these mistakes give the same scale: {bugs}; build it with another "
                         "number of heads (--init) to tell them apart", "在这个头数下这些错误的缩放因子相同：{bugs}；"
                         "请用 --init 换一个头数来区分"),
+    "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
+                    "it on (pass --init to choose)", "构造时使用了 {name}=True：它的默认值是 False，而用这个类搭建"
+                    "的模型会打开它（可用 --init 指定）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
 }

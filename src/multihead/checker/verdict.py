@@ -24,7 +24,7 @@ from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
-from multihead.checker.masks import detect_encoding, encoding_by_agreement, tried_text
+from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs
@@ -70,7 +70,8 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
     if not assignments:
         report.reason = say("no-roles", report.lang)
         return report
-    return _verdict(module, spec, assignments, plain + masked_cases(spec, dims, dtype, L, Lk), setup.tol, report)
+    return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
+                    setup.tol, report)
 
 
 def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
@@ -93,17 +94,36 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> list:
     tags = dict(zip({"x": "x", "q_kv": "qk", "qkv": "qkv"}[spec.inputs], case[:3]))  # tag -> its input
     with ProjectionInputs(module, tags) as seen:
         invoke(module, spec, *case[:3])
+    before = seen.transformed_inputs()  # e.g. a LayerNorm inside the module, before the projections
+    if before:
+        layers = dict(module.named_modules())
+        spec.pre = {tag: (name, layers[name]) for tag, name in before.items()}
+        with torch.no_grad():
+            tags = {tag: spec.pre[tag][1](t) if tag in spec.pre else t for tag, t in tags.items()}
+        with ProjectionInputs(module, tags) as seen:
+            invoke(module, spec, *case[:3])
     materialise_unused_lazy(module)
     widths = {tag: t.shape[-1] for tag, t in tags.items()}
     return candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
 
 
-def _verdict(module, spec: CallSpec, assignments, cases, tol: float, report):
+def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report):
     """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
     the bug whose variant reproduces them (if one does). See the module docstring for the order."""
+    cases = plain + make_masked(spec)
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
+    if match.error > tol and spec.mask_param and cases != plain:
+        switch = causal_switch(module, spec, plain[0][:3], tol)  # the mask's presence alone makes it causal?
+        if switch is not None and closest(module, spec, assignments, plain, wanted[:len(plain)], [None]).error <= tol:
+            spec.encoding, cases = switch, plain + make_masked(CallSpec(**{**spec.__dict__, "encoding": switch}))
+            with torch.no_grad():
+                wanted = [invoke(module, spec, *case) for case in cases]
+            match = closest(module, spec, assignments, cases, wanted, [None])
+            report.conventions = [(switch.kind, {"param": spec.mask_param, "shape": switch.shape})
+                                  if values.get("param") == spec.mask_param else (key, values)
+                                  for key, values in report.conventions]
     report.verdict, report.error = "fail", match.error
     if match.error <= tol:
         report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
@@ -167,6 +187,8 @@ def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     if spec.order_found and spec.order not in (None, (0, 1), (0, 1, 2)):
         named = {role: spec.args[p] for p, role in enumerate(spec.order) if p < len(spec.args)}
         found.append((f"order:{spec.inputs}", {"q": named.get(0), "k": named.get(1), "v": named.get(2)}))
+    for name, layer in dict(spec.pre.values()).items():
+        found.append(("pre", {"name": name, "kind": type(layer).__name__}))
     found.append((f"layout:{spec.layout}", {}))
     buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
     found.append(("causal:yes" if spec.causal else "causal:no", {"buffer": buffer}))
