@@ -197,3 +197,24 @@ def test_an_instance_with_two_scale_readings_says_so():
 ])
 def test_roles_never_swap_query_and_key(target, roles):
     assert check(target_path(target)).roles == roles
+
+
+def test_a_layer_norm_before_the_projections_is_part_of_the_input():
+    report = check(target_path("ok_prenorm_inside.py:PreNormAttention"))
+    assert report.passed, str(report)
+    assert ("its projections read the output of 'norm' (LayerNorm, inside the module): the attention is checked "
+            "on that") in report.convention_lines()
+
+
+def test_a_mask_that_only_switches_causality_on_is_checked_with_the_causal_pattern():
+    report = check(target_path("ok_mask_switches_causal.py:DecoderAttention"))
+    assert report.passed, str(report)
+    assert ("mask 'mask': any mask switches causal masking on (its values are not read); checked with the causal "
+            "pattern") in report.convention_lines()
+
+
+def test_a_scale_switch_that_defaults_to_off_is_turned_on_and_said():
+    report = check(target_path("ok_gpt2_scale_switch.py:GPT2Attention"))
+    assert report.passed, str(report)
+    assert report.notes[0].startswith("built with scale=True: its default is False")
+    assert check(target_path("ok_gpt2_scale_switch.py:GPT2Attention"), init={"scale": False}).bug == "missing-scale"

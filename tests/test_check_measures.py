@@ -195,3 +195,42 @@ def test_random_projection_weights_replace_zeros():
     nn.init.zeros_(module["o"].weight)
     randomise_projections(find_projections(module))
     assert module["o"].weight.abs().min() > 0 and module["o"].weight.std() > 0.1
+
+
+def test_a_mask_whose_presence_alone_makes_it_causal():
+    class Switch(nn.Module):
+        def __init__(self, honour_values: bool):
+            super().__init__()
+            self.inner = textbook.ClassicTransformerHeads(16, 4).double().eval()
+            self.honour_values = honour_values
+
+        def forward(self, x, mask=None):
+            L = x.shape[1]
+            causal = torch.ones(L, L, dtype=torch.bool).tril().expand(x.shape[0], 1, L, L)
+            if mask is None:
+                return self.inner(x, x, x)
+            return self.inner(x, x, x, (mask & causal) if self.honour_values else causal)
+
+    from multihead.checker.masks import causal_switch
+
+    probe = tuple(randn64(3, 5, 16, seed=s) for s in range(3))
+    spec = read_signature(Switch(False).forward)
+    found = causal_switch(Switch(False), spec, probe, TOL)
+    assert (found.kind, found.family) == ("causal-switch", "causal")
+    assert causal_switch(Switch(True), spec, probe, TOL) is None  # it reads the mask's values
+
+
+def test_the_input_of_a_layer_before_the_projections_is_found():
+    class PreNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(8)
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x):
+            return self.qkv(self.norm(x))
+
+    module, x = PreNorm(), torch.randn(2, 3, 8)
+    with ProjectionInputs(module, {"x": x}) as seen:
+        module(x)
+    assert seen.seen == {"qkv": ["mid"]} and seen.transformed_inputs() == {"x": "norm"}

@@ -49,6 +49,9 @@ CORRECT = {
     "ok_course_interleaved_chunk.py:MultiheadAttention": {},
     "ok_tf_port_v_k_q.py:TFStyleMultiHeadAttention": {},
     "ok_per_role_head_lists.py:ListHeadsAttention": {},
+    "ok_prenorm_inside.py:PreNormAttention": {},
+    "ok_mask_switches_causal.py:DecoderAttention": {},
+    "ok_gpt2_scale_switch.py:GPT2Attention": {},
 }
 
 
@@ -93,6 +96,9 @@ _FAIRSEQ = "ok_fairseq_bmm_seq_first.py:MultiheadAttention"
 _COURSE = "ok_course_interleaved_chunk.py:MultiheadAttention"
 _TF = "ok_tf_port_v_k_q.py:TFStyleMultiHeadAttention"
 _LISTS = "ok_per_role_head_lists.py:ListHeadsAttention"
+_PRENORM = "ok_prenorm_inside.py:PreNormAttention"
+_SWITCH = "ok_mask_switches_causal.py:DecoderAttention"
+_GPT2_SWITCH = "ok_gpt2_scale_switch.py:GPT2Attention"
 
 MUTANTS = [
     _m(_ANNOTATED, "missing-scale", (" / math.sqrt(d_k)", "")),
@@ -286,6 +292,20 @@ MUTANTS = [
         '            outputs.append(torch.einsum("bqk,bkd->bqd", weights, v))\n')),
     _m(_LISTS, "keys-used-as-values", ("scores.softmax(-1), v))", "scores.softmax(-1), k))")),
     _m(_LISTS, "no-output-projection", ("return self.out(torch.cat(outputs, dim=-1))", "return torch.cat(outputs, dim=-1)")),
+
+    _m(_PRENORM, "missing-scale", ("q @ k.transpose(-1, -2) * self.scale", "q @ k.transpose(-1, -2)")),
+    _m(_PRENORM, "softmax-wrong-axis", (".softmax(dim=-1)", ".softmax(dim=-2)")),
+    _m(_PRENORM, "merge-without-transpose", ("(attn @ v).transpose(1, 2).reshape(b, n, -1)", "(attn @ v).reshape(b, n, -1)")),
+
+    _m(_SWITCH, "keys-used-as-values", ("scaled_dot_product_attention(q, k, v,", "scaled_dot_product_attention(q, k, k,")),
+    _m(_SWITCH, "missing-scale", ("q.shape[2] > 1)", "q.shape[2] > 1, scale=1.0)")),
+    _m(_SWITCH, "no-output-projection", ("return self.out(a.permute(0, 2, 1, 3).flatten(start_dim=2))",
+                                         "return a.permute(0, 2, 1, 3).flatten(start_dim=2)")),
+
+    _m(_GPT2_SWITCH, "softmax-wrong-axis", ("softmax(w, dim=-1)", "softmax(w, dim=-2)")),
+    _m(_GPT2_SWITCH, "causal-off-by-one", ("torch.tril(torch.ones(n_ctx, n_ctx))",
+                                           "torch.tril(torch.ones(n_ctx, n_ctx), diagonal=1)")),
+    _m(_GPT2_SWITCH, "mask-ignored", ("w = w + attention_mask", "w + attention_mask")),
 ]
 
 

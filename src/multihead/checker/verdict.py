@@ -85,7 +85,9 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
                                                                 inputs(dims, PROBE_BATCH, L, Lk, dtype, 3))
     Lk = Lk if spec.cross_lengths else L
     if spec.mask_param:
-        spec.encoding = detect_encoding(module, spec, inputs(dims, PROBE_BATCH, L, Lk, dtype, 4), tol)
+        probe = inputs(dims, PROBE_BATCH, L, Lk, dtype, 4)
+        # a mask whose presence alone makes it causal (its values unread) first: its blocked keys can look inert
+        spec.encoding = causal_switch(module, spec, probe, tol) or detect_encoding(module, spec, probe, tol)
     return Lk
 
 
@@ -114,16 +116,6 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
-    if match.error > tol and spec.mask_param and cases != plain:
-        switch = causal_switch(module, spec, plain[0][:3], tol)  # the mask's presence alone makes it causal?
-        if switch is not None and closest(module, spec, assignments, plain, wanted[:len(plain)], [None]).error <= tol:
-            spec.encoding, cases = switch, plain + make_masked(CallSpec(**{**spec.__dict__, "encoding": switch}))
-            with torch.no_grad():
-                wanted = [invoke(module, spec, *case) for case in cases]
-            match = closest(module, spec, assignments, cases, wanted, [None])
-            report.conventions = [(switch.kind, {"param": spec.mask_param, "shape": switch.shape})
-                                  if values.get("param") == spec.mask_param else (key, values)
-                                  for key, values in report.conventions]
     report.verdict, report.error = "fail", match.error
     if match.error <= tol:
         report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
