@@ -67,24 +67,29 @@ def _golden(f, low: float, high: float, steps: int = 48) -> tuple[float, float]:
 
 
 def measure_scale(module, spec, assignments, cases, wanted, tol: float, fills) -> ScaleMatch | None:
-    """The scale that reproduces ``wanted`` with otherwise correct maths, named; None if none does."""
+    """The scale that reproduces ``wanted`` with otherwise correct maths, named; None if none does.
+
+    The scan uses the first case only and the search the cases without a mask (a scale does not
+    depend on masks); the result is then verified on every case, with each fill."""
+    plain = [i for i, case in enumerate(cases) if case[3] is None] or [0]
     scanned = []
     for roles in assignments:
         right = roles.weights(module).head_dim ** -0.5
-        for fill in fills:
-            for step in _SCAN:
-                scanned.append((_error(module, spec, roles, cases, wanted, right * step, fill), step, roles, fill))
+        for step in _SCAN:
+            error = _error(module, spec, roles, cases[:1], wanted[:1], right * step, fills[0])
+            scanned.append((error, step, roles, right))
     scanned.sort(key=lambda item: item[0])
     best = None
-    for _, step, roles, fill in scanned[:2]:
-        right = roles.weights(module).head_dim ** -0.5
+    for _, step, roles, right in scanned[:2]:
+        def at(log_s, roles=roles, right=right):
+            return _error(module, spec, roles, [cases[i] for i in plain], [wanted[i] for i in plain],
+                          right * math.exp(log_s), fills[0])
 
-        def at(log_s, roles=roles, fill=fill, right=right):
-            return _error(module, spec, roles, cases, wanted, right * math.exp(log_s), fill)
-
-        log_s, error = _golden(at, math.log(step) - 0.35, math.log(step) + 0.35)
+        log_s, _ = _golden(at, math.log(step) - 0.35, math.log(step) + 0.35)
+        scale = right * math.exp(log_s)
+        error = min(_error(module, spec, roles, cases, wanted, scale, fill) for fill in fills)
         if best is None or error < best.error:
-            best = ScaleMatch(right * math.exp(log_s), right, error, roles)
+            best = ScaleMatch(scale, right, error, roles)
     if best is None or best.error > tol:
         return None
     return _name(best)
