@@ -34,13 +34,13 @@ def test_constructor_names_people_use_are_guessed(params, expected):
 
 def test_a_name_that_cannot_be_guessed_lists_the_names_tried():
     class Odd(nn.Module):
-        def __init__(self, width_of_things, n_heads):
+        def __init__(self, flavour_of_things, n_heads):
             super().__init__()
 
     with pytest.raises(LoadError) as raised:
         guess_init(Odd, {})
     message = str(raised.value)
-    assert "width_of_things" in message and "--init" in message
+    assert "flavour_of_things" in message and "--init" in message
     for name in ("hid_dim", "query_dim", "n_state", "d_k", "num_attention_heads", "n_embd", "block_size"):
         assert name in message, name
     assert message.endswith(f"(names it recognises: {tried_text()})")
@@ -133,3 +133,18 @@ def test_check_accepts_config_as_dict_or_text():
     assert as_dict.passed and as_text.passed
     assert as_dict.convention_lines() == as_text.convention_lines()
     assert "2 heads of size 6" in as_text.convention_lines()
+
+
+@pytest.mark.parametrize("name, value", [("head_count", 4), ("nb_heads", 4), ("dim_per_head", 4), ("model_dim", 16),
+                                         ("d_hid", 16), ("context_len", 16), ("flavour", None)])
+def test_names_not_listed_are_read_by_their_words(name, value):
+    assert guess_value(name) == ((True, value) if value is not None else (False, None))
+
+
+def test_head_count_and_head_size_names_by_their_words():
+    from multihead.checker.names import is_head_count_name, is_head_size_name
+
+    assert is_head_count_name("head_count") and is_head_count_name("n_heads") and not is_head_count_name("d_k")
+    assert is_head_size_name("dim_per_head") and is_head_size_name("d_k") and not is_head_size_name("head_count")
+    assert with_head_count({"head_count": 4, "model_dim": 16, "dim_per_head": 4}, 2) == \
+        {"head_count": 2, "model_dim": 16, "dim_per_head": 8}

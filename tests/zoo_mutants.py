@@ -52,6 +52,7 @@ CORRECT = {
     "ok_prenorm_inside.py:PreNormAttention": {},
     "ok_mask_switches_causal.py:DecoderAttention": {},
     "ok_gpt2_scale_switch.py:GPT2Attention": {},
+    "ok_key_value_query_order.py:MultiHeadedAttention": {},
 }
 
 
@@ -99,6 +100,7 @@ _LISTS = "ok_per_role_head_lists.py:ListHeadsAttention"
 _PRENORM = "ok_prenorm_inside.py:PreNormAttention"
 _SWITCH = "ok_mask_switches_causal.py:DecoderAttention"
 _GPT2_SWITCH = "ok_gpt2_scale_switch.py:GPT2Attention"
+_KVQ = "ok_key_value_query_order.py:MultiHeadedAttention"
 
 MUTANTS = [
     _m(_ANNOTATED, "missing-scale", (" / math.sqrt(d_k)", "")),
@@ -306,6 +308,15 @@ MUTANTS = [
     _m(_GPT2_SWITCH, "causal-off-by-one", ("torch.tril(torch.ones(n_ctx, n_ctx))",
                                            "torch.tril(torch.ones(n_ctx, n_ctx), diagonal=1)")),
     _m(_GPT2_SWITCH, "mask-ignored", ("w = w + attention_mask", "w + attention_mask")),
+
+    _m(_KVQ, "scale-by-embed-dim", ("/ math.sqrt(self.dim_per_head)", "/ math.sqrt(self.head_count * self.dim_per_head)")),
+    _m(_KVQ, "keys-used-as-values", ("torch.matmul(self.dropout(attn), value)", "torch.matmul(self.dropout(attn), key)")),
+    _m(_KVQ, "mask-after-softmax",
+       ("        if mask is not None:\n            scores = scores.masked_fill(mask.unsqueeze(1), -1e18)\n"
+        "        attn = self.softmax(scores).to(query.dtype)\n",
+        "        attn = self.softmax(scores).to(query.dtype)\n        if mask is not None:\n"
+        "            attn = attn.masked_fill(mask.unsqueeze(1), 0.0)\n")),
+    _m(_KVQ, "merge-without-transpose", ("return x.transpose(1, 2).contiguous().view(", "return x.contiguous().view(")),
 ]
 
 

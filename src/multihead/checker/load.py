@@ -18,9 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from multihead.checker.config import GuessedConfig
-from multihead.checker.names import (EMBED_NAMES, HEAD_DIM_NAMES, HEAD_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
-                                     SWITCH_ON, guess_value, is_config_name, is_dropout,
-                                     tried_text)
+from multihead.checker.names import (EMBED_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES, SWITCH_ON, guess_value,
+                                     is_config_name, is_dropout, is_head_count_name, is_head_size_name, tried_text)
 
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
@@ -190,10 +189,10 @@ def with_head_count(kwargs: dict, heads: int) -> dict | None:
     the head count is not among them (then the module cannot be rebuilt that way)."""
     values = size_values(kwargs)
     width = next((values[n] for n in QUERY_SIZE_NAMES + EMBED_NAMES if isinstance(values.get(n), int)), None)
-    if not any(n in values for n in HEAD_NAMES) or not width or width % heads:
+    if not any(is_head_count_name(n) for n in values) or not width or width % heads:
         return None
-    changes = {n: heads for n in HEAD_NAMES if n in values}
-    changes.update({n: width // heads for n in HEAD_DIM_NAMES if n in values})
+    changes = {n: heads for n in values if is_head_count_name(n)}
+    changes.update({n: width // heads for n in values if is_head_size_name(n)})
     rebuilt = {}
     for name, value in kwargs.items():
         if isinstance(value, GuessedConfig):

@@ -46,15 +46,40 @@ def is_dropout(name: str) -> bool:
     return any(hint in low for hint in DROPOUT_HINTS) and "num" not in low
 
 
+# Words inside a name that is not listed above, tried in this order (OpenNMT's head_count, model_dim...).
+PATTERNS = ((("len", "ctx", "positions", "block"), LENGTH), (("headdim", "headsize"), HEAD_DIM),
+            (("head",), HEADS), (("dim", "size", "width", "hidden", "hid", "embed", "embd", "units", "channels"), EMBED))
+
+
 def guess_value(name: str) -> tuple[bool, object]:
-    """(True, value) for a name the checker recognises, else (False, None)."""
+    """(True, value) for a name the checker recognises (listed, or with a telling word in it), else
+    (False, None)."""
+    low = name.lower()
     if is_dropout(name):
         return True, 0.0
     if name in _VALUES:
         return True, _VALUES[name]
-    if any(hint in name.lower() for hint in EPS_HINTS):
+    if any(hint in low for hint in EPS_HINTS):
         return True, 1e-5
+    squeezed = low.replace("_", "").replace("per", "")  # dim_per_head -> dimhead
+    squeezed = squeezed.replace("dimhead", "headdim").replace("sizehead", "headsize")
+    for words, value in PATTERNS:
+        if any(word in squeezed for word in words):
+            return True, value
     return False, None
+
+
+def is_head_count_name(name: str) -> bool:
+    """A head count by its listed name or by the word "head" in it (head_count, nb_heads...)."""
+    return name in HEAD_NAMES or (name not in _VALUES and guess_value(name) == (True, HEADS)
+                                  and "head" in name.lower() and not is_head_size_name(name))
+
+
+def is_head_size_name(name: str) -> bool:
+    """The size of one head, by its listed name or its words (dim_per_head, head_width...)."""
+    low = name.lower().replace("_", "").replace("per", "")
+    return name in HEAD_DIM_NAMES or (name not in _VALUES and "head" in low
+                                      and any(w in low for w in ("dim", "size", "width")))
 
 
 def is_config_name(name: str, annotation: object = None) -> bool:
@@ -69,4 +94,5 @@ def tried_text() -> str:
               ("heads", HEAD_NAMES), ("head sizes", HEAD_DIM_NAMES), ("lengths", LENGTH_NAMES),
               ("flags", FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
     listed = "; ".join(f"{label}: {', '.join(dict.fromkeys(names))}" for label, names in groups)
-    return f"{listed}; dropout: any name with {'/'.join(DROPOUT_HINTS)}"
+    words = "; ".join(f"{'/'.join(w)} -> {v}" for w, v in PATTERNS)
+    return f"{listed}; dropout: any name with {'/'.join(DROPOUT_HINTS)}; other names containing {words}"

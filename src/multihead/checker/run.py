@@ -28,7 +28,7 @@ from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (LoadError, build, load_class, misspelled_forward, parse_init, size_values,
                                     switched_on, with_head_count)
 from multihead.checker.names import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
-                                     VALUE_SIZE_NAMES)
+                                     VALUE_SIZE_NAMES, is_head_count_name)
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
@@ -162,8 +162,10 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
 
 
 def _heads_hint(module, kwargs, hints: Hints) -> int | None:
-    """The number of heads from --call, the constructor arguments or the module's attributes."""
-    return hints.heads or _size(HEAD_NAMES, kwargs, module)
+    """The number of heads from --call, the constructor arguments (head_count... included) or the
+    module's attributes."""
+    named = [n for n in size_values(kwargs) if is_head_count_name(n)]
+    return hints.heads or _size(HEAD_NAMES + tuple(named), kwargs, module)
 
 
 def _size(names, kwargs: dict, module=None) -> int | None:
