@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from helpers import reference_mha
-from multihead.checker.catalogue import (BUG_BY_ID, BUGS, NEEDS_CAUSAL, NEEDS_MASK, NEEDS_USER_MASK, SCALE_FORMS,
-                                        forms_to_try, reference_variant)
+from multihead.checker.catalogue import (BUG_BY_ID, BUGS, FILLS_BLOCKED, NEEDS_CAUSAL, NEEDS_MASK, NEEDS_USER_MASK,
+                                        SCALE_FORMS, forms_to_try, reference_variant)
 from multihead.checker.roles import Weights
 from multihead.checker.text import BUG_TEXT, say
 from multihead.explain.topics import TOPICS
@@ -16,7 +16,7 @@ REQUIRED = {"reshape-without-transpose", "merge-without-transpose", "softmax-wro
             "scale-by-embed-dim", "scale-after-softmax", "mask-after-softmax", "no-output-projection",
             "causal-off-by-one", "keys-used-as-values", "scores-without-key-transpose",
             "view-on-non-contiguous", "forward-misspelled", "scale-halved", "scale-by-head-dim",
-            "mask-wrong-rows"}
+            "mask-wrong-rows", "mask-filled-with-zero"}
 
 def _weights(E=12, H=3, seed=0):
     gen = torch.Generator().manual_seed(seed)
@@ -81,7 +81,7 @@ def test_every_form_differs_from_the_correct_maths(form):
     square = form == "scores-q-times-k"  # q @ k only runs when L == D
     xq, xk, xv = _inputs(Lq=D if square else 5, Lk=D if square else 6)
     keep = None
-    if form in NEEDS_MASK | NEEDS_USER_MASK:  # batch row b blocks its last b + 1 keys
+    if form in NEEDS_MASK | NEEDS_USER_MASK | set(FILLS_BLOCKED):  # batch row b blocks its last b + 1 keys
         keep = torch.ones(2, 1, xq.shape[1], xk.shape[1], dtype=torch.bool)
         keep[0, ..., -1:] = False
         keep[1, ..., -2:] = False

@@ -38,6 +38,7 @@ EXPECTED = {
     "scale_twice_split.py:SplitScaleTwice": "scale-by-head-dim",
     "scale_by_model_width.py:WidthScaledAttention": "wrong-scale",
     "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
+    "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
     **{target: None for target in CORRECT if " " not in target},  # every correct module
 }
 

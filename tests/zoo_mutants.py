@@ -112,6 +112,7 @@ MUTANTS = [
         "    p_attn = scores.softmax(dim=-1)\n    if mask is not None:\n"
         "        p_attn = p_attn.masked_fill(mask == 0, 0)\n")),
     _m(_ANNOTATED, "mask-ignored", ("scores = scores.masked_fill(", "scores.masked_fill(")),
+    _m(_ANNOTATED, "mask-filled-with-zero", ("masked_fill(mask == 0, -1e9)", "masked_fill(mask == 0, 0)")),
     _m(_ANNOTATED, "keys-used-as-values", ("torch.matmul(p_attn, value)", "torch.matmul(p_attn, key)")),
     _m(_ANNOTATED, "merge-without-transpose", ("x = x.transpose(1, 2).contiguous()", "x = x.contiguous()")),
     _m(_ANNOTATED, "view-on-non-contiguous", ("x.transpose(1, 2).contiguous().view(", "x.transpose(1, 2).view(")),
@@ -144,6 +145,7 @@ MUTANTS = [
 
     _m(_MINGPT, "causal-off-by-one", ("torch.tril(torch.ones(size, size))",
                                       "torch.tril(torch.ones(size, size), diagonal=-1)")),
+    _m(_MINGPT, "mask-filled-with-zero", ('self.mask[:, :, :T, :T] == 0, float("-inf"))', "self.mask[:, :, :T, :T] == 0, 0.0)")),
     _m(_MINGPT, "scale-by-embed-dim", ("(1.0 / math.sqrt(k.size(-1)))", "(1.0 / math.sqrt(C))")),
     _m(_MINGPT, "merge-without-transpose", ("y = y.transpose(1, 2).contiguous()", "y = y.contiguous()")),
     _m(_MINGPT, "reshape-without-transpose", (".view(B, T, self.n_head, C // self.n_head).transpose(1, 2)",
@@ -292,6 +294,7 @@ MUTANTS = [
         "            weights = scores.softmax(-1)\n            if mask is not None:\n"
         "                weights = weights.masked_fill(~mask, 0.0)\n"
         '            outputs.append(torch.einsum("bqk,bkd->bqd", weights, v))\n')),
+    _m(_LISTS, "mask-filled-with-zero", ('scores.masked_fill(~mask, float("-inf"))', "scores * mask")),
     _m(_LISTS, "keys-used-as-values", ("scores.softmax(-1), v))", "scores.softmax(-1), k))")),
     _m(_LISTS, "no-output-projection", ("return self.out(torch.cat(outputs, dim=-1))", "return torch.cat(outputs, dim=-1)")),
 

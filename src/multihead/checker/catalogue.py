@@ -40,6 +40,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("wrong-scale", "scale-sqrt-dk", ()),
     Bug("scale-after-softmax", "scale-sqrt-dk", ("scale-after-softmax",)),
     Bug("mask-after-softmax", "masked-fill", ("mask-weights-with-zero", "mask-weights-with-fill")),
+    Bug("mask-filled-with-zero", "masked-fill", ("fill-blocked-with-zero",)),
     Bug("mask-wrong-rows", "heads-in-batch", ("mask-rows-tiled",)),
     Bug("no-output-projection", "linear-d-model", ("skip-output-projection",)),
     Bug("causal-off-by-one", "masked-fill", ("causal-blocks-diagonal", "causal-sees-next-token")),
@@ -55,6 +56,7 @@ BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
 # or only when the caller passes a mask.
 NEEDS_MASK = {"mask-weights-with-zero", "mask-weights-with-fill"}
 NEEDS_USER_MASK = {"ignore-mask", "mask-rows-tiled"}
+FILLS_BLOCKED = {"fill-blocked-with-zero": 0.0}  # forms that fill blocked scores with a number that blocks nothing
 # Scale forms are not tried one by one: the checker measures the effective scale instead (scale.py),
 # which tells 1/(2 sqrt(D)) from 1/sqrt(E) even where the two are the same number for one head count.
 SCALE_FORMS = {"no-scale": lambda H, D: 1.0, "scale-by-embed": lambda H, D: (H * D) ** -0.5,
@@ -129,7 +131,7 @@ def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = Fals
         causal_keep = _causal_keep(Lq, Lk, mistake, scores.device)
         keep = causal_keep if keep is None else keep & causal_keep
     if keep is not None and mistake not in NEEDS_MASK:
-        scores = scores.masked_fill(~keep, fill)
+        scores = scores.masked_fill(~keep, FILLS_BLOCKED.get(mistake, fill))
 
     axis = {"softmax-over-queries": -2, "softmax-over-heads": 1, "softmax-over-batch": 0}.get(mistake, -1)
     attn = torch.softmax(scores, dim=axis)  # (B, H, Lq, Lk)
@@ -150,7 +152,7 @@ def forms_to_try(has_mask: bool, causal: bool) -> list[str]:
     forms = []
     for bug in BUGS:
         for form in bug.forms:
-            if form in NEEDS_MASK and not (has_mask or causal):
+            if form in NEEDS_MASK | set(FILLS_BLOCKED) and not (has_mask or causal):
                 continue
             if form in NEEDS_USER_MASK and not has_mask:
                 continue

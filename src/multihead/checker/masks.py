@@ -20,9 +20,9 @@ from typing import Callable
 import torch
 
 from multihead.checker.calling import CallSpec, LearnerError, invoke
-from multihead.checker.catalogue import NEEDS_MASK, forms_to_try
+from multihead.checker.catalogue import FILLS_BLOCKED, NEEDS_MASK, forms_to_try
 
-MASK_FORMS = [*sorted(NEEDS_MASK), "mask-rows-tiled"]  # mistakes under which blocked keys are not inert
+MASK_FORMS = [*sorted(NEEDS_MASK), "mask-rows-tiled", *FILLS_BLOCKED]  # mistakes under which blocked keys count
 from multihead.checker.compare import agree
 from multihead.checker.conventions import nudge
 from multihead.checker.diagnose import closest

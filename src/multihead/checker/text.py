@@ -52,6 +52,11 @@ BUG_TEXT = {
         "before the softmax, so the remaining weights still sum to 1.",
         "掩码放在了 softmax 之后：应在 softmax 之前用 masked_fill 把被屏蔽的位置填成 -inf，"
         "这样剩下的注意力权重之和仍为 1。"),
+    "mask-filled-with-zero": (
+        "Blocked scores are filled with 0 (or multiplied by the mask) before the softmax: exp(0) = 1, so "
+        "blocked keys still get weight. Fill them with -inf (masked_fill(~keep, float('-inf'))).",
+        "在 softmax 之前把被屏蔽的分数填成了 0（或乘以掩码）：exp(0) = 1，被屏蔽的键仍然分到权重。"
+        "应填成 -inf（masked_fill(~keep, float('-inf'))）。"),
     "mask-wrong-rows": (
         "The mask reaches the wrong batch rows: with heads folded into the batch as (B*H), row b*H + h "
         "belongs to batch b, so the mask must be repeated with repeat_interleave(H, dim=0), not repeat(H, 1, 1).",
