@@ -218,3 +218,21 @@ def test_a_scale_switch_that_defaults_to_off_is_turned_on_and_said():
     assert report.passed, str(report)
     assert report.notes[0].startswith("built with scale=True: its default is False")
     assert check(target_path("ok_gpt2_scale_switch.py:GPT2Attention"), init={"scale": False}).bug == "missing-scale"
+
+
+def test_two_mistakes_a_form_and_a_wrong_scale(tmp_path):
+    learner = edited_zoo_file(tmp_path, "ok_values_keys_query.py", ("[attention, values]", "[attention, keys]"),
+                              ("energy / (self.head_dim ** (1 / 2))", "energy / (self.embed_size ** (1 / 2))"))
+    report = check(f"{learner}:SelfAttention")
+    assert report.bug == "keys-used-as-values", str(report)
+    assert any(note.startswith("and a second mistake: the scores are scaled by 0.25") for note in report.notes)
+
+
+def test_a_causal_fill_and_a_mask_fill_that_differ_are_named_without_the_mask(tmp_path):
+    """GPT-2 fills causal scores with -1e4 but adds the padding mask as -inf: an off-by-one causal buffer
+    blocks a whole row for the first and not for the second, so it is named from unmasked outputs."""
+    learner = edited_zoo_file(tmp_path, "ok_gpt2_scale_switch.py", ("torch.tril(torch.ones(n_ctx, n_ctx))",
+                                                                    "torch.tril(torch.ones(n_ctx, n_ctx), diagonal=-1)"))
+    report = check(f"{learner}:GPT2Attention", init={"scale": True})
+    assert report.bug == "causal-off-by-one", str(report)
+    assert any(note.startswith("named from the outputs without a mask") for note in report.notes)

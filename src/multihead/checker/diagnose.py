@@ -63,7 +63,7 @@ def closest(module, spec, assignments, cases, wanted, forms) -> Match:
         for roles in assignments:
             for fill in fills:
                 error = _error(module, spec, roles, cases, wanted, form, fill)
-                if error < best.error:
+                if error < best.error or best.roles is None:  # the first candidate stands until one is closer
                     best = Match(form, roles, fill, error)
     return best
 

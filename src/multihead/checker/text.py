@@ -192,6 +192,11 @@ MESSAGES = {
     "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
                     "it on (pass --init to choose)", "构造时使用了 {name}=True：它的默认值是 False，而用这个类搭建"
                     "的模型会打开它（可用 --init 指定）"),
+    "also-scale": ("and a second mistake: the scores are scaled by {measured:.6g}, not 1/sqrt(head_dim) = {right:.6g} "
+                   "({bug})", "还有第二个错误：分数的缩放因子是 {measured:.6g}，而不是 1/sqrt(head_dim) = {right:.6g}（{bug}）"),
+    "named-without-mask": ("named from the outputs without a mask: with a mask they differ from this variant too "
+                           "(a causal fill and a mask fill that are not the same number?)",
+                           "依据不带掩码的输出判断：带掩码时输出与这个变体也不一致（因果屏蔽和掩码用的填充值不同？）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
 }

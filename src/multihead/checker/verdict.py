@@ -7,7 +7,9 @@ The verdict, in order (each step only when the previous ones did not explain the
 2. a catalogue form reproduces them -> FAIL with that bug (``diagnose.closest``);
 3. a causal buffer applied after the softmax (weights zeroed through ``tril``) -> mask-after-softmax;
 4. a measured scale other than 1/sqrt(D) reproduces them -> the scale bug it names (``scale.py``);
-5. otherwise an unknown difference, with its measured error.
+5. a catalogue form together with a measured wrong scale (two bugs: the form is named, the scale noted);
+6. a catalogue form reproduces the outputs without a mask (the masked ones may mix two fill values);
+7. otherwise an unknown difference, with its measured error.
 
 A mask argument whose convention could not be verified never ends in PASS (``mask-unverified``).
 """
@@ -140,27 +142,53 @@ def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float
     """The match that names the bug (steps 2-4 of the module docstring), with report.bug set; or None."""
     bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
     if bug.error <= tol:
-        report.bug = bug.bug_id
-        return bug
-    if not spec.causal and spec.causal_buffer:  # a tril buffer the behaviour did not show as causal:
-        causal = CallSpec(**{**spec.__dict__, "causal": True})  # weights zeroed after the softmax, or
-        bug = closest(module, causal, assignments, cases, wanted,  # a bug that mixes every position
+        return _named(bug, report)
+    causal = CallSpec(**{**spec.__dict__, "causal": True})  # a tril buffer the behaviour did not show as
+    if not spec.causal and spec.causal_buffer:  # causal: weights zeroed after the softmax, or a bug that
+        bug = closest(module, causal, assignments, cases, wanted,  # mixes every position
                       forms_to_try(spec.encoding is not None, True))
         if bug.error <= tol:
-            report.bug = bug.bug_id
-            after = bug.form in NEEDS_MASK
-            report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
-                                   ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
-                                  if key == "causal:no" else (key, values) for key, values in report.conventions]
-            return bug
+            return _named_through_buffer(bug, spec, report)
     masked = spec.causal or any(case[3] is not None for case in cases)
-    scale = measure_scale(module, spec, assignments, cases, wanted, tol, (-float("inf"), BLOCKED_FILL)
-                          if masked else (-float("inf"),))
-    if scale is None:
+    fills = (-float("inf"), BLOCKED_FILL) if masked else (-float("inf"),)
+    scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills)
+    if scale is not None:
+        report.bug, report.ambiguous = scale.bug, scale.ambiguous
+        report.notes.append(say("scale-measured", report.lang, measured=scale.scale, right=scale.right))
+        return Match(None, scale.roles, -float("inf"), scale.error)
+    for form in forms_to_try(spec.encoding is not None, spec.causal):  # two bugs: a form and a wrong scale
+        if form in ("scale-after-softmax", "scores-q-times-k", "merge-by-view"):
+            continue
+        scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
+        if scale is not None:
+            match = Match(form, scale.roles, fills[0], scale.error)
+            report.notes.append(say("also-scale", report.lang, bug=scale.bug, measured=scale.scale, right=scale.right))
+            return _named(match, report)
+    unmasked = [i for i, case in enumerate(cases) if case[3] is None]
+    if len(unmasked) == len(cases):
         return None
-    report.bug, report.ambiguous = scale.bug, scale.ambiguous
-    report.notes.append(say("scale-measured", report.lang, measured=scale.scale, right=scale.right))
-    return Match(None, scale.roles, -float("inf"), scale.error)
+    # masked outputs can mix two fills (a finite causal one, an additive -inf mask): name it without a mask
+    plain, plain_wanted = [cases[i] for i in unmasked], [wanted[i] for i in unmasked]
+    for trial in [spec] + ([causal] if not spec.causal and spec.causal_buffer else []):
+        bug = closest(module, trial, assignments, plain, plain_wanted, forms_to_try(False, trial.causal))
+        if bug.error <= tol:
+            report.notes.append(say("named-without-mask", report.lang))
+            return _named_through_buffer(bug, spec, report) if trial is causal else _named(bug, report)
+    return None
+
+
+def _named(bug, report):
+    report.bug = bug.bug_id
+    return bug
+
+
+def _named_through_buffer(bug, spec: CallSpec, report):
+    """The bug, found with the causal buffer applied: the report says how the buffer is used."""
+    after = bug.form in NEEDS_MASK
+    report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
+                           ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
+                          if key == "causal:no" else (key, values) for key, values in report.conventions]
+    return _named(bug, report)
 
 
 def materialise_unused_lazy(module) -> None:
