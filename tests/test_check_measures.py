@@ -12,7 +12,7 @@ from helpers import randn64
 from multihead import textbook
 from multihead.checker.calling import CallSpec, LearnerError, WrongOutputShape, invoke, read_signature
 from multihead.checker.catalogue import reference_variant
-from multihead.checker.masks import ENCODINGS, detect_encoding, try_encoding
+from multihead.checker.masks import ENCODINGS, LENGTHS, detect_encoding, try_encoding
 from multihead.checker.masks import tried_text as mask_conventions_tried
 from multihead.checker.order import find_order, order_by_names
 from multihead.checker.probes import randomise_projections
@@ -234,3 +234,18 @@ def test_the_input_of_a_layer_before_the_projections_is_found():
     with ProjectionInputs(module, {"x": x}) as seen:
         module(x)
     assert seen.seen == {"qkv": ["mid"]} and seen.transformed_inputs() == {"x": "norm"}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e.kind == "keep"] + LENGTHS[:1],
+                         ids=lambda e: f"{e.kind} {e.shape}")
+def test_masked_probes_give_every_batch_row_its_own_mask(encoding, causal):
+    from multihead.checker.probes import masked_cases
+
+    spec = CallSpec(args=["x"], inputs="x", encoding=encoding, causal=causal)
+    for L, Lk in ((5, 5), (5, 7), (4, 4), (8, 8)):
+        for *_, keep in masked_cases(spec, (16,) * 3, torch.float64, L, Lk):
+            assert keep.any(-1).all() and (not causal or keep[..., 0].all())
+            rows = [keep[b] for b in range(keep.shape[0])]
+            alike = [(a, b) for a in range(len(rows)) for b in range(a + 1, len(rows)) if torch.equal(rows[a], rows[b])]
+            assert alike == [] or encoding.family == "shared", (L, Lk, alike)

@@ -77,8 +77,9 @@ LENGTHS = [
 
 def random_pattern(family: str, B: int, Lq: int, Lk: int, gen: torch.Generator) -> torch.Tensor:
     """A random keep pattern (B, Lq, Lk) this family can carry; every query keeps at least one key."""
-    if family == "lengths":  # a different length for every batch row
-        lens = (torch.randperm(Lk, generator=gen)[:B] + 1)[:, None]
+    if family == "lengths":  # a different length for every batch row (when there are enough keys)
+        lens = torch.randperm(Lk, generator=gen)[:B] + 1 if Lk >= B else torch.randint(1, Lk + 1, (B,), generator=gen)
+        lens = lens[:, None]
         return (torch.arange(Lk) < lens[..., None]).expand(B, Lq, Lk).clone()
     if family == "causal":  # the causal pattern, for a mask that only switches causal masking on
         return torch.ones(Lq, Lk, dtype=torch.bool).tril().expand(B, Lq, Lk).clone()

@@ -38,8 +38,24 @@ def masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
             keep = random_pattern(spec.encoding.family, B, L, Lk, gen)
             if spec.causal:
                 keep[..., 0] = True  # every query keeps a key it may causally see
+            if spec.encoding.family in ("full", "key"):
+                keep = distinct_rows(keep)
             cases.append((xq, xk, xv, keep))
     return cases
+
+
+def distinct_rows(keep: torch.Tensor) -> torch.Tensor:
+    """keep (B, Lq, Lk) with no two batch rows alike (a mask sent to the wrong row must show): a row equal
+    to an earlier one gets one more kept key (or, when it keeps them all, one fewer), never key 0."""
+    keep = keep.clone()
+    for b in range(1, keep.shape[0]):
+        for _ in range(keep.shape[-1]):
+            if not any(torch.equal(keep[a], keep[b]) for a in range(b)):
+                break
+            free = (~keep[b, 0, 1:]).nonzero()
+            column = 1 + int(free[0]) if len(free) else keep.shape[-1] - 1
+            keep[b, :, column] = ~keep[b, :, column] if not len(free) else True
+    return keep
 
 
 def randomise_projections(projections) -> None:
