@@ -236,3 +236,12 @@ def test_a_causal_fill_and_a_mask_fill_that_differ_are_named_without_the_mask(tm
     report = check(f"{learner}:GPT2Attention", init={"scale": True})
     assert report.bug == "causal-off-by-one", str(report)
     assert any(note.startswith("named from the outputs without a mask") for note in report.notes)
+
+
+def test_roles_of_a_module_no_variant_explains_follow_the_names(tmp_path):
+    """A squashed score (tanh) fits no variant: behaviour cannot order q and k, so their names do."""
+    learner = edited_zoo_file(tmp_path, "weights_times_keys.py", ("torch.matmul(probs, K)", "torch.matmul(probs, V)"),
+                              ("probs = torch.softmax(scores, dim=-1)", "probs = torch.softmax(scores.tanh(), dim=-1)"))
+    report = check(f"{learner}:Attention")
+    assert report.verdict == "fail" and report.bug is None and "catalogue does not know" in report.headline()
+    assert report.roles == {"q": "W_q", "k": "W_k", "v": "W_v", "o": "W_o"}

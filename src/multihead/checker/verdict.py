@@ -130,6 +130,8 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
                                                     tried=tried_text())
     elif spec.mask_param and spec.encoding is None:
         report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text()))
+    if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
+        match = Match(match.form, _by_names(assignments, match.roles), match.fill, match.error)
     report.roles = match.roles.describe()
     weights = match.roles.weights(module)
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
@@ -189,6 +191,22 @@ def _named_through_buffer(bug, spec: CallSpec, report):
                            ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
                           if key == "causal:no" else (key, values) for key, values in report.conventions]
     return _named(bug, report)
+
+
+_ROLE_WORDS = {"q": ("q", "query", "queries"), "k": ("k", "key", "keys"), "v": ("v", "value", "values")}
+
+
+def _by_names(assignments, closest_roles):
+    """Among the assignments with the closest one's head count, the one whose projection names say their
+    roles (``q_proj``, ``to_k``, ``values``...); the closest one when names say nothing."""
+    def said(roles) -> int:
+        words = {role: {w for proj, _ in roles.pieces[role] for w in proj.name.lower().replace(".", "_").split("_")}
+                 for role in _ROLE_WORDS}
+        return sum(bool(words[role] & set(names)) for role, names in _ROLE_WORDS.items())
+
+    same = [a for a in assignments if a.num_heads == closest_roles.num_heads]
+    best = max(same, key=said, default=closest_roles)
+    return best if said(best) > said(closest_roles) else closest_roles
 
 
 def materialise_unused_lazy(module) -> None:
