@@ -239,9 +239,18 @@ def test_a_causal_fill_and_a_mask_fill_that_differ_are_named_without_the_mask(tm
 
 
 def test_roles_of_a_module_no_variant_explains_follow_the_names(tmp_path):
-    """A squashed score (tanh) fits no variant: behaviour cannot order q and k, so their names do."""
-    learner = edited_zoo_file(tmp_path, "weights_times_keys.py", ("torch.matmul(probs, K)", "torch.matmul(probs, V)"),
-                              ("probs = torch.softmax(scores, dim=-1)", "probs = torch.softmax(scores.tanh(), dim=-1)"))
-    report = check(f"{learner}:Attention")
+    """Self-attention with a squashed score (tanh) fits no variant: behaviour cannot order the three
+    same-shaped projections (the key one is defined first), so their names do."""
+    learner = tmp_path / "squashed.py"
+    learner.write_text(
+        "import math\n\nfrom torch import nn\n\n\nclass Squashed(nn.Module):\n"
+        "    def __init__(self, d_model, num_heads):\n        super().__init__()\n        self.h = num_heads\n"
+        "        self.w_k = nn.Linear(d_model, d_model)\n        self.w_q = nn.Linear(d_model, d_model)\n"
+        "        self.w_v = nn.Linear(d_model, d_model)\n        self.w_o = nn.Linear(d_model, d_model)\n\n"
+        "    def forward(self, x):\n        B, L, E = x.shape\n"
+        "        q, k, v = (f(x).view(B, L, self.h, -1).transpose(1, 2) for f in (self.w_q, self.w_k, self.w_v))\n"
+        "        s = (q @ k.transpose(-2, -1) / math.sqrt(E // self.h)).tanh()\n"
+        "        return self.w_o((s.softmax(-1) @ v).transpose(1, 2).reshape(B, L, E))\n")
+    report = check(f"{learner}:Squashed")
     assert report.verdict == "fail" and report.bug is None and "catalogue does not know" in report.headline()
-    assert report.roles == {"q": "W_q", "k": "W_k", "v": "W_v", "o": "W_o"}
+    assert report.roles == {"q": "w_q", "k": "w_k", "v": "w_v", "o": "w_o"}
