@@ -239,8 +239,8 @@ def test_a_causal_fill_and_a_mask_fill_that_differ_are_named_without_the_mask(tm
 
 
 def test_roles_of_a_module_no_variant_explains_follow_the_names(tmp_path):
-    """Self-attention with a squashed score (tanh) fits no variant: behaviour cannot order the three
-    same-shaped projections (the key one is defined first), so their names do."""
+    """Self-attention with symmetrised scores fits no variant, and swapping q and k changes nothing:
+    behaviour cannot order them (the key projection is even defined first), so their names do."""
     learner = tmp_path / "squashed.py"
     learner.write_text(
         "import math\n\nfrom torch import nn\n\n\nclass Squashed(nn.Module):\n"
@@ -249,7 +249,7 @@ def test_roles_of_a_module_no_variant_explains_follow_the_names(tmp_path):
         "        self.w_v = nn.Linear(d_model, d_model)\n        self.w_o = nn.Linear(d_model, d_model)\n\n"
         "    def forward(self, x):\n        B, L, E = x.shape\n"
         "        q, k, v = (f(x).view(B, L, self.h, -1).transpose(1, 2) for f in (self.w_q, self.w_k, self.w_v))\n"
-        "        s = (q @ k.transpose(-2, -1) / math.sqrt(E // self.h)).tanh()\n"
+        "        s = (q @ k.transpose(-2, -1) + k @ q.transpose(-2, -1)) / math.sqrt(E // self.h)\n"
         "        return self.w_o((s.softmax(-1) @ v).transpose(1, 2).reshape(B, L, E))\n")
     report = check(f"{learner}:Squashed")
     assert report.verdict == "fail" and report.bug is None and "catalogue does not know" in report.headline()
