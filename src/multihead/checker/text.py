@@ -99,11 +99,11 @@ CONVENTION_TEXT = {
     "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
                     "forward({args})：查询，以及键值共用的一个输入"),
     "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
-                  "按行为区分的参数：查询 '{q}'，键 '{k}'，值 '{v}'"),
+                  "从行为判断出的参数：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
-                   "按行为区分的参数：查询 '{q}'，键和值 '{k}'"),
+                   "从行为判断出的参数：查询是 '{q}'，键和值都来自 '{k}'"),
     "pre": ("its projections read the output of '{name}' ({kind}, inside the module): the attention is "
-            "checked on that", "它的投影层读取的是 '{name}'（{kind}，在模块内部）的输出：注意力按这个输入来检查"),
+            "checked on that", "它的投影层读的是模块内部 '{name}'（{kind}）的输出：注意力按这个输入来检查"),
     "layout:batch": ("batch first (B, L, E)", "批量在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens){buffer}",
@@ -180,8 +180,8 @@ MESSAGES = {
                       "请让 None 表示不加掩码（`if {param} is not None:`）"),
     "mask-unverified": ("its mask argument '{param}' could not be verified: under none of the conventions tried "
                         "({tried}) do blocked keys stop mattering, and no known mistake explains the masked "
-                        "outputs", "无法验证它的掩码参数 '{param}'：尝试过的约定（{tried}）都不能让被屏蔽的键失去作用，"
-                        "已知错误也解释不了带掩码的输出"),
+                        "outputs", "无法验证掩码参数 '{param}'：试过的各种约定（{tried}）都没能让被屏蔽的键不起作用，"
+                        "已知的错误也解释不了带掩码时的输出"),
     "scale-measured": ("measured scale of the scores: {measured:.6g} (1/sqrt(head_dim) = {right:.6g})",
                        "实测的分数缩放因子：{measured:.6g}（1/sqrt(head_dim) = {right:.6g}）"),
     "scale-rebuilt": ("at this head count {bugs} give the same scale; rebuilt with {heads} heads, the module "
