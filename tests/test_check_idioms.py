@@ -91,6 +91,8 @@ def test_config_object_constructors_are_built_from_guessed_attributes(target):
     report = check(target_path(target))
     assert report.passed, str(report)
     assert "4 heads of size 4" in report.convention_lines()
+    read = next(note for note in report.notes if note.startswith("built with a config object"))
+    assert "=16" in read and "=4" in read  # the width and head count it guessed
 
 
 def test_config_object_from_given_attributes():

@@ -249,3 +249,13 @@ def test_masked_probes_give_every_batch_row_its_own_mask(encoding, causal):
             rows = [keep[b] for b in range(keep.shape[0])]
             alike = [(a, b) for a in range(len(rows)) for b in range(a + 1, len(rows)) if torch.equal(rows[a], rows[b])]
             assert alike == [] or encoding.family == "shared", (L, Lk, alike)
+
+
+def test_what_each_projection_read_is_described():
+    from multihead.checker.projections import describe_seen
+
+    module = nn.ModuleDict({"c_attn": nn.Linear(16, 48), "c_proj": nn.Linear(16, 16), "spare": nn.Linear(8, 8)})
+    found = find_projections(module)
+    assert describe_seen(found, {"c_attn": ["x"], "c_proj": ["mid", "mid"]}) == \
+        "c_attn (16 -> 48) <- x; c_proj (16 -> 16) <- mid; spare (8 -> 8) <- -"
+    assert describe_seen({}, {}) == "-"

@@ -62,6 +62,14 @@ def shared_across_heads(proj: Projection, width: int) -> Projection:
                    name=f"{proj.name} (shared by {heads} heads)")
 
 
+def describe_seen(projections: dict[str, Projection], seen: dict[str, list[str]]) -> str:
+    """"c_attn (16 -> 48) <- x; c_proj (16 -> 16) <- mid; spare (8 -> 8) <- -": what each projection read."""
+    if not projections:
+        return "-"
+    return "; ".join(f"{name} ({p.in_features} -> {p.out_features}) <- {'/'.join(dict.fromkeys(seen.get(name, ['-'])))}"
+                     for name, p in projections.items())
+
+
 def _is_conv1d(layer: nn.Module) -> bool:
     """A leaf layer with weight (in, out) and bias (out,) that computes x @ W + b."""
     params = dict(layer.named_parameters(recurse=False))

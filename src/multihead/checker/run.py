@@ -22,7 +22,7 @@ from torch import nn
 from multihead.checker import conventions as conv
 from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signature
 from multihead.checker.catalogue import BUG_OF_FORM
-from multihead.checker.config import parse_config
+from multihead.checker.config import GuessedConfig, parse_config
 from multihead.checker.diagnose import match_exception, random_weights
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (LoadError, build, load_class, misspelled_forward, parse_init, size_values,
@@ -65,7 +65,9 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
         return report
     try:
         report = _check_built(module, kwargs, hints, report)
-        report.notes[:0] = [say("switched-on", lang, name=name) for name in notes]
+        configs = [v for v in kwargs.values() if isinstance(v, GuessedConfig)]
+        report.notes[:0] = [say("switched-on", lang, name=name) for name in notes] + [
+            say("config-read", lang, values=", ".join(f"{k}={v!r}" for k, v in c.values().items())) for c in configs]
         if report.ambiguous:
             _tell_scales_apart(report, rebuild, hints)
         return report

@@ -168,9 +168,13 @@ MESSAGES = {
                "training=True (F.dropout(x, p) defaults to it)? Use nn.Dropout or pass training=self.training",
                "eval 模式下两次相同的调用得到不同输出：是否用了 training=True 的 dropout（F.dropout(x, p) "
                "默认如此）？请用 nn.Dropout，或传入 training=self.training"),
-    "no-roles": ("could not tell which Linear layers project queries, keys and values (pass heads=N with "
-                 "--call if the number of heads is unusual)",
-                 "无法判断哪些线性层分别投影查询、键和值（头数特殊时可用 --call heads=N 指定）"),
+    "no-roles": ("could not tell which layers project queries, keys and values. What each projection read "
+                 "(x/q/k/v: an input, mid: an intermediate tensor, -: never called): {seen}. Projections it "
+                 "recognises: nn.Linear, GPT-2-style Conv1D (x @ W + b), nn.MultiheadAttention inside the "
+                 "module; raw nn.Parameter matrices are not",
+                 "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v：输入，mid：中间张量，-：没有被调用）："
+                 "{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、模块内部的 "
+                 "nn.MultiheadAttention；直接用 nn.Parameter 矩阵做投影的写法无法识别"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
                      "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
@@ -189,6 +193,8 @@ MESSAGES = {
     "scale-ambiguous": ("at this head count these mistakes give the same scale: {bugs}; build it with another "
                         "number of heads (--init) to tell them apart", "在这个头数下这些错误的缩放因子相同：{bugs}；"
                         "请用 --init 换一个头数来区分"),
+    "config-read": ("built with a config object; the attributes its constructor read: {values}",
+                    "用配置对象构造；构造函数读取的属性：{values}"),
     "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
                     "it on (pass --init to choose)", "构造时使用了 {name}=True：它的默认值是 False，而用这个类搭建"
                     "的模型会打开它（可用 --init 指定）"),

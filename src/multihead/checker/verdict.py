@@ -29,7 +29,7 @@ from multihead.checker.hints import Hints
 from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
-from multihead.checker.projections import ProjectionInputs
+from multihead.checker.projections import ProjectionInputs, describe_seen
 from multihead.checker.roles import candidate_roles
 from multihead.checker.scale import measure_scale
 from multihead.checker.text import say
@@ -64,13 +64,13 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
         spec.order, spec.order_found = find_order(module, spec, dims, dtype, setup.tol)
     Lk = _detect_call_conventions(module, spec, setup)
     plain = plain_cases(dims, dtype, L, Lk)
-    assignments = _role_candidates(module, spec, setup.heads, plain[0])
+    assignments, seen = _role_candidates(module, spec, setup.heads, plain[0])
     if assignments and spec.mask_param and spec.encoding is None:  # blocked keys not inert: masked after softmax?
         spec.encoding, spec.mask_ignored = encoding_by_agreement(
             module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), setup.tol)
     report.conventions = conventions(spec, dtype)
     if not assignments:
-        report.reason = say("no-roles", report.lang)
+        report.reason = say("no-roles", report.lang, seen=seen)
         return report
     return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
                     setup.tol, report)
@@ -93,8 +93,9 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
     return Lk
 
 
-def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> list:
-    """The role assignments that fit what each projection sees during one call on ``case`` (xq, xk, xv, keep)."""
+def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[list, str]:
+    """(the role assignments that fit what each projection sees during one call on ``case`` (xq, xk, xv,
+    keep), what each projection read: for the report when none fits)."""
     tags = dict(zip({"x": "x", "q_kv": "qk", "qkv": "qkv"}[spec.inputs], case[:3]))  # tag -> its input
     with ProjectionInputs(module, tags) as seen:
         invoke(module, spec, *case[:3])
@@ -108,7 +109,8 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> list:
             invoke(module, spec, *case[:3])
     materialise_unused_lazy(module)
     widths = {tag: t.shape[-1] for tag, t in tags.items()}
-    return candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
+    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
+    return found, describe_seen(seen.projections, seen.seen)
 
 
 def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report):
