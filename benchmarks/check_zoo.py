@@ -56,7 +56,8 @@ def run() -> dict:
         "median s per check": round(statistics.median(times), 3),
         "95th percentile s per check": round(sorted(times)[int(0.95 * (len(times) - 1))], 3),
         "max s per check": round(max(times), 3),
-        "load average (1 min) before / after": f"{load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        "load average (1 min) before / after":
+            f"{load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
     }
     return {"rows": rows, "totals": totals}
 

@@ -101,7 +101,8 @@ def test_projections_of_every_kind():
     weight, bias = found["c"].weight_bias()
     assert weight.shape == (6, 4) and torch.equal(weight, module["c"].weight.t())
     weight, bias = found["mha.in_proj_weight rows 8:16"].weight_bias()
-    assert torch.equal(weight, module["mha"].in_proj_weight[8:16]) and torch.equal(bias, module["mha"].in_proj_bias[8:16])
+    assert torch.equal(weight, module["mha"].in_proj_weight[8:16])
+    assert torch.equal(bias, module["mha"].in_proj_bias[8:16])
 
 
 def test_one_linear_shared_by_all_heads_is_block_diagonal():
@@ -130,7 +131,8 @@ def _roles(module: nn.Module, num_heads: int) -> RoleAssignment:
 
 
 @pytest.mark.parametrize("form, bug", [("no-scale", "missing-scale"), ("scale-halved", "scale-halved"),
-                                       ("scale-by-embed", "scale-by-embed-dim"), ("scale-by-head-dim", "scale-by-head-dim")])
+                                       ("scale-by-embed", "scale-by-embed-dim"),
+                                       ("scale-by-head-dim", "scale-by-head-dim")])
 def test_measured_scale_names_the_mistake(form, bug):
     module = textbook.ClassicTransformerHeads(24, 3).double()  # 3 heads of 8: every reading differs
     roles = _roles(module, 3)

@@ -31,7 +31,7 @@ OFF_NAMES = ("output_attentions", "is_decoder", "use_cache", "add_cross_attentio
              "output_hidden_states", "torchscript", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
              "qk_norm")  # False
 DEVICE_NAMES = ("device",)  # "cpu"
-SWITCH_ON = ("scale", "scaled", "scale_attn", "scale_attn_weights")  # a False default is turned on (GPT-2's scale=False)
+SWITCH_ON = ("scale", "scaled", "scale_attn", "scale_attn_weights")  # False by default: turned on (GPT-2)
 EPS_HINTS = ("eps", "epsilon")  # any name containing one of these: 1e-5
 CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "options", "settings", "hp")
 
@@ -48,7 +48,8 @@ def is_dropout(name: str) -> bool:
 
 # Words inside a name that is not listed above, tried in this order (OpenNMT's head_count, model_dim...).
 PATTERNS = ((("len", "ctx", "positions", "block"), LENGTH), (("headdim", "headsize"), HEAD_DIM),
-            (("head",), HEADS), (("dim", "size", "width", "hidden", "hid", "embed", "embd", "units", "channels"), EMBED))
+            (("head",), HEADS),
+            (("dim", "size", "width", "hidden", "hid", "embed", "embd", "units", "channels"), EMBED))
 
 
 def guess_value(name: str) -> tuple[bool, object]:
