@@ -110,7 +110,7 @@ class MultiHeadAttention(nn.Module):
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads).to(device=device), persistent=False)
         else:
             self.alibi_slopes = None
-        self._register_load_state_dict_pre_hook(_accept_torch_state)
+        self.register_load_state_dict_pre_hook(_accept_torch_state)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
