@@ -42,6 +42,24 @@ def test_forward_hooks_fire_on_every_projection_and_their_results_are_used():
     torch.testing.assert_close(mod(x), mod.out_proj.bias.expand(2, 5, E), atol=0, rtol=0)
 
 
+def test_dynamically_quantized_projections_still_attend_exactly():
+    torch.manual_seed(0)
+    mod = mh.MultiHeadAttention(E, H).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        qmod = torch.ao.quantization.quantize_dynamic(mod, {nn.Linear}, dtype=torch.qint8)
+    assert isinstance(qmod.q_proj, torch.ao.nn.quantized.dynamic.Linear)
+    x = torch.randn(2, 6, E)
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    out = qmod(x, mask=mh.Mask.key_padding(pad))
+    # Reference: the quantized projections' own outputs, attention in float64, the quantized out_proj.
+    q, k, v = (split_heads(getattr(qmod, f"{n}_proj")(x), H) for n in "qkv")
+    heads = reference_attention(q, k, v, keep=~pad[:, None, None, :]).float()  # (B, H, L, D)
+    expected = qmod.out_proj(heads.transpose(1, 2).reshape(2, 6, E))
+    assert max_abs_diff(out, expected) < 1e-5
+    assert max_abs_diff(out, mod(x, mask=mh.Mask.key_padding(pad))) < 0.1  # and near the float module
+
+
 class _Net(nn.Module):
     """Attention and a linear read-out, the smallest model LoRA can adapt."""
 

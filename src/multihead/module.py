@@ -209,7 +209,8 @@ class MultiHeadAttention(nn.Module):
         names = ("query", "key", "value")
         features = (self.embed_dim, self.kdim, self.vdim)
         layout = "(L, features)" if unbatched else ("(B, L, features)" if self.batch_first else "(L, B, features)")
-        param = self.q_proj.weight
+        param = self.q_proj.weight  # a method, not a tensor, on a dynamically quantized Linear: no check then
+        param = param if isinstance(param, torch.Tensor) else None
         for name, t, width in zip(names, (query, key, value), features):
             if not isinstance(t, torch.Tensor):
                 raise AttentionError(f"{name} must be a torch.Tensor; got {type(t).__name__}.")
@@ -219,7 +220,7 @@ class MultiHeadAttention(nn.Module):
                 )
             if t.shape[-1] != width:
                 raise AttentionError(f"{name} must have {width} features (last dim); got shape {shape_str(t.shape)}.")
-            if t.dtype != param.dtype or t.device != param.device:
+            if param is not None and (t.dtype != param.dtype or t.device != param.device):
                 raise AttentionError(
                     f"{name} is {t.dtype} on {t.device} but the module's parameters are {param.dtype} on "
                     f"{param.device}; convert one of them with .to()."
