@@ -83,8 +83,10 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
         mask = _CAUSAL if mask is None else mask & _CAUSAL
     if mask is not None:
         mask.check(B, H, Lq, Lk, q.device)
-    scale = 1.0 / math.sqrt(D) if scale is None and D else (1.0 if scale is None else scale)
-    check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
+    if scale is None:  # computed, not checked: D may be symbolic under torch.compile(dynamic=True)
+        scale = 1.0 / math.sqrt(D) if D else 1.0
+    else:
+        check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
     check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
     if softcap is not None:
         check_number(softcap, "softcap", "a positive finite number or None", lambda x: math.isfinite(x) and x > 0)
