@@ -44,6 +44,9 @@ def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype):
 def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
     """SDPA on one grid (the whole batch, or one sequence's slice), dead rows exactly 0."""
     attn_mask, is_causal, dead = sdpa_mask(mask, ix, q.dtype)
+    if attn_mask is not None and torch.compiler.is_exporting():
+        # onnxruntime's Attention kernel needs the mask's query dim spelled out: expand it (a view).
+        attn_mask = attn_mask.expand(*attn_mask.shape[:-2], q.shape[-2], attn_mask.shape[-1])
     out = _sdpa(q, k, v, attn_mask, dropout, is_causal, scale=scale, enable_gqa=gqa)
     return out if dead is None else out.masked_fill(dead, 0.0)
 
