@@ -14,7 +14,7 @@ from multihead.compat import MultiheadAttention
 from helpers import max_abs_diff
 
 # torch warns when one call mixes a bool and a float mask; these tests mix them on purpose.
-pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")
+pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched")
 
 E, H, L, S, B = 16, 4, 5, 7, 3
 TOL = dict(atol=1e-5, rtol=1e-5)
