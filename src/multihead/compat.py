@@ -48,7 +48,8 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, device=None, dtype=None) -> None:
+                 vdim: int | None = None, batch_first: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         if add_bias_kv or add_zero_attn:
             raise AttentionError(
                 "add_bias_kv=True and add_zero_attn=True append extra keys to every sequence, which multihead "

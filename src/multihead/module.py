@@ -49,10 +49,13 @@ class MultiHeadAttention(nn.Module):
     logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3).
     """
 
-    def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, head_dim=None, num_kv_heads=None,
-                 out_dim=None, bias=True, dropout=0.0, batch_first=True, causal=False, backend="auto",
-                 rope=None, window=None, alibi=False, softcap=None, sinks=False, qk_norm=False,
-                 device=None, dtype=None):
+    def __init__(self, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None,
+                 head_dim: int | None = None, num_kv_heads: int | None = None, out_dim: int | None = None,
+                 bias: bool | Mapping[str, bool] = True, dropout: float = 0.0, batch_first: bool = True,
+                 causal: bool = False, backend: str = "auto", rope: nn.Module | None = None,
+                 window: int | None = None, alibi: bool = False, softcap: float | None = None, sinks: bool = False,
+                 qk_norm: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -120,7 +123,9 @@ class MultiHeadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
 
-    def forward(self, query, key=None, value=None, *, mask=None, causal=False, cache=None, positions=None):
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None, *,
+                mask: Mask | None = None, causal: bool = False, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """query (B, Lq, E); key (B, Lk, kdim) and value (B, Lk, vdim) default to query (self-attention).
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.

@@ -18,7 +18,8 @@ Mask and every part are pytree nodes: torch.compile and torch.export take them a
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -108,6 +109,27 @@ class Mask:
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
+
+    if TYPE_CHECKING:  # each kind's file adds its constructor at import (mask_constructor); typed here
+        @classmethod
+        def keep(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def block(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def additive(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def lengths(cls, valid_lens: torch.Tensor | Sequence[Any],
+                    query_lens: torch.Tensor | Sequence[int] | None = None) -> Mask: ...
+        @classmethod
+        def key_padding(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def causal(cls, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def window(cls, size: int, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def alibi(cls, slopes: torch.Tensor | Sequence[float], align: str = "top_left") -> Mask: ...
+        @classmethod
+        def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
