@@ -268,3 +268,17 @@ def test_a_model_compiles_as_one_graph_with_multihead():
         logits = compiled(input_ids=ids, attention_mask=mask).logits
     assert counter.frame_count == 1
     assert (logits - eager)[mask.bool()].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_generation_with_a_static_cache_gives_the_same_tokens(name):
+    """generate prepares the masks ahead for static caches and feeds them back in as attention_mask."""
+    model = tiny_model(name)
+    ids, mask = left_padded_batch()
+    tokens = {}
+    for implementation in ("eager", "multihead"):
+        model.set_attn_implementation(implementation)
+        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=16,
+                                                min_new_tokens=16, do_sample=False, pad_token_id=0,
+                                                cache_implementation="static")
+    assert torch.equal(tokens["multihead"], tokens["eager"])
