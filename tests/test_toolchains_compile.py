@@ -13,6 +13,9 @@ from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 import multihead as mh
 from helpers import MASK_KINDS, mask_of_kind
 
+# inductor's own use of torch.jit.script_method announces that API's deprecation; nothing of ours.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+
 H, HKV, D = 4, 2, 8  # grouped-query: 4 query heads share 2 key/value heads
 
 
