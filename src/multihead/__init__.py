@@ -13,7 +13,9 @@ from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
+from multihead.positions import RoPE, alibi_slopes
 from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
+from multihead import explain  # noqa: E402  mh.explain(...): the package is callable (explain/__init__.py)
 
 
 __version__ = "0.1.0"
@@ -22,9 +24,12 @@ __all__ = [
     "Decision",
     "Mask",
     "MultiHeadAttention",
+    "RoPE",
+    "alibi_slopes",
     "attention",
     "capture_attention",
     "check",
     "dispatch",
+    "explain",
     "textbook",
 ]

@@ -68,6 +68,12 @@ class Recorder:
     def weights(self) -> list[torch.Tensor]:
         return [c.weights for c in self.calls]
 
+    def _repr_html_(self) -> str:
+        """Jupyter draws a record as multihead explain's interactive attention page."""
+        from multihead.explain.notebook import record_html
+
+        return record_html(self)
+
 
 def notify(problem) -> None:
     """Called by `multihead.attention` while a capture is active: compute and record the weights."""
