@@ -20,7 +20,8 @@ Mask and every part are pytree nodes: torch.compile and torch.export take them a
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -150,6 +151,27 @@ class Mask:
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
+
+    if TYPE_CHECKING:  # each kind's file adds its constructor at import (mask_constructor); typed here
+        @classmethod
+        def keep(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def block(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def additive(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def lengths(cls, valid_lens: torch.Tensor | Sequence[Any],
+                    query_lens: torch.Tensor | Sequence[int] | None = None) -> Mask: ...
+        @classmethod
+        def key_padding(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def causal(cls, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def window(cls, size: int, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def alibi(cls, slopes: torch.Tensor | Sequence[float], align: str = "top_left") -> Mask: ...
+        @classmethod
+        def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
