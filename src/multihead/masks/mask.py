@@ -62,30 +62,6 @@ class Part:
         """True when the part equals SDPA's top-left `is_causal` on this grid."""
         return False
 
-    def memoized(self, key: tuple, build):
-        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = self._tensors
-        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
-                and any(t.requires_grad for t in leaves)):
-            return build()
-        if leaves:
-            key = key + tuple(t._version for t in leaves)
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, build())
-        return self._memo[1]
-
-    def only_key_blocks(self, ix: Index) -> bool:
-        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
-        for part in self.parts:
-            if part in ix.satisfied:
-                continue
-            if part.bias(ix, torch.float32) is not None:
-                return False
-            keep = part.keep(ix)
-            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
-                return False
-        return True
-
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
         return None
