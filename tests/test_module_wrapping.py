@@ -145,3 +145,15 @@ def test_load_state_dict_rejects_add_bias_kv_state():
     with pytest.raises(mh.AttentionError, match="add_bias_kv"):
         ours.load_state_dict(theirs.state_dict())
     assert all(torch.equal(before[n], t) for n, t in ours.state_dict().items())
+
+
+def test_a_quantized_key_projection_still_gets_a_float_cache():
+    torch.manual_seed(0)
+    m = mh.MultiHeadAttention(32, 4, causal=True).eval()
+    m.k_proj = torch.ao.nn.quantized.dynamic.Linear(32, 32)
+    cache = m.new_cache(1, 8)
+    assert cache.keys.dtype == torch.float32
+    x = torch.randn(1, 5, 32)
+    with torch.no_grad():
+        steps = torch.cat([m(x[:, :3], cache=cache), m(x[:, 3:4], cache=cache), m(x[:, 4:], cache=cache)], 1)
+        torch.testing.assert_close(steps, m(x), atol=1e-5, rtol=1e-5)

@@ -171,11 +171,16 @@ class MultiHeadAttention(nn.Module):
             return out[0]
         return out if self.batch_first else out.transpose(0, 1)
 
-    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,)."""
+    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,).
+
+        dtype defaults to the key projection's (float32 when it is quantized).
+        """
         weight = self.k_proj.weight
-        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device,
-                       dtype=weight.dtype)
+        weight = weight() if callable(weight) else weight  # a dynamically quantized Linear's weight is a method
+        if dtype is None:
+            dtype = weight.dtype if weight.is_floating_point() else torch.float32
+        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):
         """The caller's mask & this module's sliding window and ALiBi parts."""
