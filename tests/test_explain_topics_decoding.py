@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import multihead as mh
-from multihead.explain.topics import decoding, rope, window_sinks
+from multihead.explain import words
+from multihead.explain.story import Story
+from multihead.explain.topics import TOPICS, decoding, rope, window_sinks
 
 
 def randn(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -251,3 +253,24 @@ def test_without_a_sink_rows_sum_to_one_and_a_very_negative_sink_is_no_sink():
     assert mh.attention(q, k, v, sinks=big).norm() < 0.01 * F.scaled_dot_product_attention(q, k, v).norm()
     decision = mh.dispatch(q, k, v, sinks=big)
     assert decision.backend == "math" and "sink" in decision.reasons["sdpa"]
+
+
+
+# --- the topics' checks are wired to these facts --------------------------------------------------
+
+def failed(name: str) -> list[str]:
+    story = Story()
+    TOPICS[name].run(story)
+    return story.failed_checks
+
+
+def test_a_false_fact_fails_its_check(monkeypatch):
+    said = lambda topic, key: words.fill(words.topic_words("en", topic)[key], {"W": 3})   # noqa: E731
+    monkeypatch.setattr(rope, "interleave_order", lambda D: list(range(D)))   # the features not reordered
+    assert failed("rope") == [said("rope", "check.same-rotation"), said("rope", "check.same-scores")]
+    window = window_sinks.last_keys_attention
+    monkeypatch.setattr(window_sinks, "last_keys_attention", lambda q, k, v, W: window(q, k, v, W + 1))
+    by_hand = window_sinks.softmax_with_sink
+    monkeypatch.setattr(window_sinks, "softmax_with_sink", lambda q, k, sinks: by_hand(q, k, 0 * sinks))   # sinks lost
+    assert failed("window-and-sinks") == [said("window-and-sinks", key) for key in
+                                          ("check.window-equals-slices", "check.weights-by-hand", "check.below-one")]
