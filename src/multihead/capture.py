@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -106,7 +107,7 @@ def _sdpa_weights(query, key, attn_mask=None, dropout_p=0.0, is_causal=False, sc
 
 
 @contextlib.contextmanager
-def capture_attention(model: nn.Module | None = None):
+def capture_attention(model: nn.Module | None = None) -> Iterator[Recorder]:
     """Record the attention weights of every call inside `model` (or anywhere, with None)."""
     recorder = Recorder(model)
     handles = []
