@@ -374,7 +374,9 @@ def plot(plt, r: SuiteResult):
 
     fig, ax = plt.subplots(figsize=(13, 0.3 * len(r.rows) + 1.5))
     ax.barh(range(len(r.rows)), [row["ms"] for row in r.rows])
-    ax.set_yticks(range(len(r.rows)), [f"{row['case']}: {row['implementation']}" for row in r.rows], fontsize=7)
+    labels = [f"{row['case']}:" + ("\n" if len(row["case"] + row["implementation"]) > 64 else " ")
+              + row["implementation"] for row in r.rows]  # long ones on two lines
+    ax.set_yticks(range(len(r.rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("ms per call (log scale)")
