@@ -67,7 +67,7 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(contexts=(1024,), ragged_longest=1024, window=256, window_length=4096, rotation_mib=64)
+        return cls(contexts=(1024,), ragged_longest=1024, window=128, window_length=2048, rotation_mib=64)
 
 
 def run(ctx: Context, sizes: Sizes) -> SuiteResult:
