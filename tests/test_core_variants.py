@@ -187,3 +187,14 @@ def test_segments_whose_ids_come_back_are_left_to_the_dense_path():
     with pytest.raises(mh.AttentionError, match="more than one run"):
         mh.attention(q, k, v, mask, backend="varlen")
     assert mh.dispatch(q, k, v, mask).backend == "sdpa"
+
+
+@pytest.mark.parametrize("mask", [None, mh.Mask.key_padding(torch.tensor([[False] * 7, [False] * 4 + [True] * 3])),
+                                  mh.Mask.alibi(SLOPES), mh.Mask.lengths(torch.tensor([7, 2])) & mh.Mask.causal("bottom_right")],
+                         ids=["none", "key-padding", "alibi", "lengths&bottom-right"])
+def test_one_query_with_grouped_heads_reads_each_kv_head_once_and_equals_the_reference(mask):
+    """A decode step (Lq = 1) with GQA runs as G query rows per kv head; the values are unchanged."""
+    q, k, v = _qkv(9)
+    q = q[:, :, -1:]  # (B, H, 1, D)
+    got = mh.attention(q, k, v, mask, backend="sdpa")
+    torch.testing.assert_close(got, mh.attention(q, k, v, mask, backend="math"), atol=1e-5, rtol=1e-5)

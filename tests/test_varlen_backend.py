@@ -87,7 +87,7 @@ def test_dropout_keeps_padding_at_zero():
 
 
 def test_auto_picks_varlen_for_heavy_padding_and_says_why():
-    q, k, v = _qkv(B=2, H=2, L=512, D=8)
+    q, k, v = _qkv(B=2, H=2, L=512, D=64)
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor([64, 512])))
     assert decision.backend == "varlen"
     assert "per slice" in decision.detail and "44% of the (Lq, Lk) grid" in decision.detail

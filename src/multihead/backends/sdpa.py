@@ -68,8 +68,26 @@ def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float
     if attn_mask is not None and torch.compiler.is_exporting():
         # onnxruntime's Attention kernel needs the mask's query dim spelled out: expand it (a view).
         attn_mask = attn_mask.expand(*attn_mask.shape[:-2], q.shape[-2], attn_mask.shape[-1])
-    out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
+    if gqa and q.shape[2] == 1 and not form.is_causal and not torch.compiler.is_exporting():
+        out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
+    else:
+        out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
     return out if form.dead is None else zero_where(form.dead, out)
+
+
+def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.Tensor:
+    """One query per sequence with GQA: the G query heads of each kv group become G query rows.
+
+    q (B, H, 1, D) -> (B, Hkv, G, D): each kv head is read once for its whole group, where SDPA's
+    enable_gqa reads it once per query head. Exact, since the one query row per head is independent.
+    """
+    B, H, _, D = q.shape
+    Hkv = k.shape[1]
+    if attn_mask is not None:
+        m = attn_mask.view((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))  # (B or 1, H or 1, 1, Lk)
+        attn_mask = m.reshape(m.shape[0], Hkv, H // Hkv, m.shape[-1]) if m.shape[1] == H else m  # (.., Hkv, G, Lk)
+    out = _sdpa(q.view(B, Hkv, H // Hkv, D), k, v, attn_mask, dropout, False, scale=scale)  # (B, Hkv, G, Dv)
+    return out.view(B, H, 1, v.shape[-1])
 
 
 def describe_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> str:

@@ -22,7 +22,7 @@ from multihead.masks import Index
 
 # "auto" picks this backend only when the padding is worth the extra kernel calls:
 MIN_PADDING = 0.10  # at least this fraction of the (Lq, Lk) grid is skipped, and
-MIN_SAVED_PER_CALL = 1 << 16  # at least this many score entries saved per extra kernel call
+MIN_SAVED_PER_CALL = 1 << 22  # at least this many multiply-adds (score entries x D) saved per extra call
 
 
 def _slicer(p: Problem):
@@ -40,11 +40,15 @@ def _slices(p: Problem):
 
 
 def _skipped(p: Problem, slices) -> tuple[float, int]:
-    """(fraction of the (B, Lq, Lk) grid the slices skip, score entries saved over all heads)."""
+    """(fraction of the (B, Lq, Lk) grid the slices skip, multiply-adds saved over all heads).
+
+    Multiply-adds, score entries x head dim, weigh a one-token decode step (few scores, many keys
+    read) and a prefill (many scores) on one scale.
+    """
     B, H, Lq, Lk = p.dims
     dense = B * Lq * Lk
     valid = sum((q_hi - q_lo) * (k_hi - k_lo) for _, q_lo, q_hi, k_lo, k_hi in slices)
-    return (1.0 - valid / dense if dense else 0.0), H * (dense - valid)
+    return (1.0 - valid / dense if dense else 0.0), H * p.q.shape[-1] * (dense - valid)
 
 
 def _connected_zeros(q, k, v, Lq: int) -> torch.Tensor:
@@ -86,7 +90,7 @@ class VarlenBackend:
             return (f"only {fraction:.0%} of the (Lq, Lk) grid is padding (needs {MIN_PADDING:.0%}); "
                     f"one dense call beats {len(slices)} per-slice calls")
         if saved < MIN_SAVED_PER_CALL * len(slices):
-            return (f"skipping the padding saves {saved} score entries, under {MIN_SAVED_PER_CALL} per "
+            return (f"skipping the padding saves {saved} multiply-adds, under {MIN_SAVED_PER_CALL} per "
                     f"slice; {len(slices)} separate kernel calls would cost more than they save")
         return None
 
