@@ -42,35 +42,40 @@ def per_row(t: torch.Tensor, Hkv: int) -> torch.Tensor:
     return t.view(B, Hkv, H // Hkv, T, 1)
 
 
-def _finite(lse: torch.Tensor) -> torch.Tensor:
-    """lse with -inf (rows that keep no key) replaced by the dtype's lowest finite value, so that
-    exp(s - lse) is exp(-inf) = 0 for those rows instead of NaN."""
-    return lse.clamp_min(torch.finfo(lse.dtype).min)
+def _finite(t: torch.Tensor) -> torch.Tensor:
+    """t with -inf (a row that keeps no key) raised to the dtype's lowest finite value, so that
+    exp(s - t) is exp(-inf) = 0 in that row instead of NaN."""
+    return t.clamp_min(torch.finfo(t.dtype).min)
 
 
 def _scores(q, k, keep, scale: float) -> torch.Tensor:
     """(B, Hkv, G, Tq, Tk) scaled scores in the compute dtype, blocked entries -inf."""
     acc = compute_dtype(q.dtype)
-    s = grouped(q.to(acc), k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2) * scale
+    s = grouped(q.to(acc) * scale, k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2)
     if keep is not None:
-        s = s.masked_fill(~keep.unsqueeze(1), float("-inf"))  # keep (B|1, 1, Tq|1, Tk) -> 5 dims
+        s.masked_fill_(~keep.unsqueeze(1), float("-inf"))  # keep (B|1, 1, Tq|1, Tk) -> 5 dims
     return s
 
 
 def tile_forward(q, k, v, keep, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Tq, Dv), lse (B, H, Tq)) of attention over this tile's keys alone."""
     s = _scores(q, k, keep, scale)  # (B, Hkv, G, Tq, Tk)
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf where the row keeps no key
-    p = torch.exp(s - _finite(lse))
-    out = p @ v.to(s.dtype).unsqueeze(2)  # (B, Hkv, G, Tq, Dv)
+    top = _finite(s.amax(dim=-1, keepdim=True))  # each row's largest score, for a safe exp
+    p = s.sub_(top).exp_()  # exp(s - top), in place: blocked entries 0
+    total = p.sum(dim=-1, keepdim=True)  # >= 1 in a row that keeps a key (its top gives exp(0)), else 0
+    out = (p @ v.to(s.dtype).unsqueeze(2)) / total.clamp_min(1.0)  # (B, Hkv, G, Tq, Dv); empty rows stay 0
+    lse = top + torch.log(total)  # -inf where the row keeps no key
     return out.flatten(1, 2), lse.squeeze(-1).flatten(1, 2)
 
 
 def merge(out: torch.Tensor, lse: torch.Tensor, tile_out: torch.Tensor, tile_lse: torch.Tensor) -> None:
-    """Fold a tile's (tile_out, tile_lse) into the running (out, lse) in place: out (B, H, T, Dv), lse (B, H, T)."""
+    """Fold a tile's (tile_out, tile_lse) into the running (out, lse) in place (tile_out is overwritten).
+
+    out (B, H, T, Dv), lse (B, H, T).
+    """
     total = torch.logaddexp(lse, tile_lse)
     ref = _finite(total)
-    out.mul_(torch.exp(lse - ref).unsqueeze(-1)).add_(tile_out * torch.exp(tile_lse - ref).unsqueeze(-1))
+    out.mul_(torch.exp(lse - ref).unsqueeze(-1)).add_(tile_out.mul_(torch.exp(tile_lse - ref).unsqueeze(-1)))
     lse.copy_(total)
 
 
@@ -81,10 +86,11 @@ def tile_backward(q, k, v, keep, scale: float, lse, dout, delta):
     """
     Hkv = k.shape[1]
     s = _scores(q, k, keep, scale)  # (B, Hkv, G, Tq, Tk)
-    p = torch.exp(s - _finite(per_row(lse, Hkv)))  # the final weights of this tile's keys
-    dout_g = grouped(dout.to(s.dtype), Hkv)  # (B, Hkv, G, Tq, Dv)
+    acc = s.dtype
+    p = s.sub_(_finite(per_row(lse, Hkv))).exp_()  # the final weights of this tile's keys, in place
+    dout_g = grouped(dout.to(acc), Hkv)  # (B, Hkv, G, Tq, Dv)
     dv = (p.transpose(-1, -2) @ dout_g).sum(2)  # (B, Hkv, Tk, Dv): summed over the G query heads
-    ds = p * (dout_g @ v.to(s.dtype).unsqueeze(2).transpose(-1, -2) - per_row(delta, Hkv))
-    dq = (ds @ k.to(s.dtype).unsqueeze(2)) * scale  # (B, Hkv, G, Tq, D)
-    dk = (ds.transpose(-1, -2) @ grouped(q.to(s.dtype), Hkv)).sum(2) * scale  # (B, Hkv, Tk, D)
+    ds = (dout_g @ v.to(acc).unsqueeze(2).transpose(-1, -2)).sub_(per_row(delta, Hkv)).mul_(p)  # p (dp - delta)
+    dq = (ds @ k.to(acc).unsqueeze(2)) * scale  # (B, Hkv, G, Tq, D)
+    dk = (ds.transpose(-1, -2) @ grouped(q.to(acc), Hkv)).sum(2) * scale  # (B, Hkv, Tk, D)
     return dq.flatten(1, 2), dk, dv

@@ -1,0 +1,226 @@
+"""Parallel: ring and Ulysses attention on 1, 2 and 4 local gloo processes, against one process.
+
+B=1, N=4096, H=8, D=64, causal, fp32 (self-attention q, k, v of shape (B, H, N, D), each rank
+holding its zig-zag shard). For each world size P, a fresh group of P processes measures on every
+rank:
+
+    bytes sent   counted in the collectives (multihead.parallel.traffic) against the model
+                 (multihead.parallel.cost): forward, and forward+backward
+    peak memory  the rise of the process's peak RSS over its RSS before the call (the peak is reset
+                 through /proc/self/clear_refs before each call), the largest over ranks
+    time         medians of interleaved rounds, the slowest rank's
+
+"one process" is mh.attention on the whole tensors (SDPA's flash kernel) in a group of one.
+This machine has 2 cores: P=1 runs on 2 threads, P=2 on 1 thread per rank, and P=4 puts 4 ranks
+on 2 cores. The times say what sharding costs here, not what it would gain on separate devices;
+docs/parallel.md projects the counted bytes onto NVLink and InfiniBand instead.
+"""
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+from multihead.bench.memory import status_bytes
+from multihead.bench.results import SuiteResult, Target
+from multihead.bench.suites.context import Context
+
+MIB, KIB = 1024**2, 1024
+PASSES = ("forward", "forward+backward")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    length: int
+    batch: int = 1
+    heads: int = 8
+    head_dim: int = 64
+    causal: bool = True
+    world_sizes: tuple[int, ...] = (1, 2, 4)
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(4096)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(1024)
+
+
+def run(ctx: Context, sizes: Sizes) -> SuiteResult:
+    from multihead.parallel.launch import run_local
+
+    s = sizes
+    result = SuiteResult(
+        "parallel",
+        f"Parallel: B={s.batch}, N={s.length}, H={s.heads}, D={s.head_dim}, {'causal' if s.causal else 'full'}, "
+        f"fp32, gloo on {os.cpu_count()} cores; bytes and memory per rank",
+        ["P", "method", "pass", "ms", "x one process", "sent KiB/rank", "model KiB/rank", "counted / model",
+         "peak MiB/rank", "x one process mem"],
+    )
+    measured = {}
+    with ctx.bars.task("parallel", total=len(s.world_sizes)) as steps:
+        for P in s.world_sizes:
+            steps.describe(f"parallel P={P}")
+            threads = max(1, (os.cpu_count() or 1) // P)
+            per_rank = run_local(measure_rank, P, asdict(s), ctx.rounds, ctx.warmup, threads=threads,
+                                 timeout_s=900, collective_timeout_s=300)
+            measured[P] = _slowest(per_rank)
+            steps.advance()
+    base = measured.get(1, {})
+    for P, rows in measured.items():
+        for (method, pass_), m in rows.items():
+            ref = base.get(("one process", pass_), {})
+            result.rows.append({
+                "P": P, "method": method, "pass": pass_, "ms": m["ms"],
+                "x one process": m["ms"] / ref["ms"] if ref else None,
+                "sent KiB/rank": m["sent"] / KIB, "model KiB/rank": m["model"] / KIB,
+                "counted / model": m["sent"] / m["model"] if m["model"] else None,
+                "peak MiB/rank": m["peak"] / MIB if m["peak"] is not None else None,
+                "x one process mem": m["peak"] / ref["peak"] if ref.get("peak") and m["peak"] is not None else None,
+            })
+    result.targets = _targets(result.rows, s)
+    result.notes = _notes(s, measured)
+    return result
+
+
+def measure_rank(spec: dict, rounds: int, warmup: int) -> dict:
+    """On one rank: bytes, peak memory and time of each method and pass. {"method|pass": {...}}."""
+    import torch.distributed as dist
+
+    import multihead as mh
+    from multihead.bench.timing import compare
+    from multihead.parallel import cost, ring_attention, shard_sequence, ulysses_attention
+    from multihead.parallel.traffic import count_traffic
+
+    s = Sizes(**{**spec, "world_sizes": tuple(spec["world_sizes"])})
+    P, rank = dist.get_world_size(), dist.get_rank()
+    g = torch.Generator().manual_seed(0)
+    local = [shard_sequence(torch.randn(s.batch, s.heads, s.length, s.head_dim, generator=g), causal=s.causal)
+             .contiguous() for _ in range(3)]  # (B, H, N/P, D): only this rank's shard stays alive
+    leaves = [t.clone().requires_grad_() for t in local]
+    methods = {"ring": ring_attention, "ulysses": ulysses_attention}
+    if P == 1:
+        methods = {"one process": mh.attention, **methods}
+    shape = dict(B=s.batch, Hkv=s.heads, D=s.head_dim, Dv=s.head_dim, N=s.length, P=P, rank=rank, causal=s.causal,
+                 item=4)
+    models = {"ring": lambda bwd: cost.ring_bytes(**shape, backward=bwd),
+              "ulysses": lambda bwd: cost.ulysses_bytes(**shape, H=s.heads, backward=bwd),
+              "one process": lambda bwd: 0}
+    calls = {}
+    for name, fn in methods.items():
+        calls[(name, "forward")] = lambda fn=fn: _no_grad(fn, local, s.causal)
+        calls[(name, "forward+backward")] = lambda fn=fn: _step(fn, leaves, s.causal)
+    out = {}
+    for (name, pass_), call in calls.items():
+        with count_traffic() as traffic:
+            call()
+        checks = traffic.sent["all_gather"]  # the per-call shape agreement
+        out[f"{name}|{pass_}"] = {"sent": traffic.total - checks, "checks": checks,
+                                  "model": models[name](pass_ != "forward"), "peak": _peak_rise(call)}
+    times = compare({f"{n}|{p}": c for (n, p), c in calls.items()}, rounds=rounds, warmup=warmup, budget_s=None)
+    for key, t in times.items():
+        out[key]["ms"] = t.median_s * 1e3
+    return out
+
+
+def _no_grad(fn, tensors, causal):
+    with torch.no_grad():
+        return fn(*tensors, causal=causal)
+
+
+def _step(fn, leaves, causal):
+    """Forward, sum, and the gradients of this rank's q, k, v."""
+    torch.autograd.grad(fn(*leaves, causal=causal).sum(), leaves)
+
+
+def _peak_rise(call) -> int | None:
+    """Bytes the process's peak RSS rose above its RSS while `call` ran; None where it cannot be reset."""
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        return None
+    before = status_bytes("VmRSS")
+    call()
+    peak = status_bytes("VmHWM")
+    return None if before is None or peak is None else max(0, peak - before)
+
+
+def _slowest(per_rank: list[dict]) -> dict:
+    """Per (method, pass): the slowest rank's time and the largest bytes and peak over ranks."""
+    merged = {}
+    for key in per_rank[0]:
+        method, pass_ = key.split("|")
+        values = [r[key] for r in per_rank]
+        peaks = [v["peak"] for v in values if v["peak"] is not None]
+        merged[(method, pass_)] = {"ms": max(v["ms"] for v in values), "sent": max(v["sent"] for v in values),
+                                   "model": max(v["model"] for v in values), "checks": max(v["checks"] for v in values),
+                                   "peak": max(peaks) if len(peaks) == len(values) else None}
+    return merged
+
+
+def ring_scratch_bytes(s: Sizes) -> int:
+    """The ring's O(block) working set: two (B, H, TILE, TILE) float32 tile buffers (backward)."""
+    from multihead.parallel.ring import TILE
+
+    tile = min(TILE, s.length)
+    return 2 * s.batch * s.heads * tile * tile * 4
+
+
+def _targets(rows: list[dict], s: Sizes) -> list[Target]:
+    gaps = [abs(r["counted / model"] - 1) for r in rows if r["counted / model"] is not None]
+    targets = [Target("bytes counted in the collectives vs the model: largest relative gap",
+                      max(gaps) if gaps else None, "<=", 0.0, note="every P, method and pass; multihead.parallel.cost")]
+    P = max(s.world_sizes)
+
+    def row(p, method):
+        return next((r for r in rows if (r["P"], r["method"], r["pass"]) == (p, method, "forward+backward")), None)
+
+    one, ring = row(1, "one process"), row(P, "ring")
+    value = None
+    if P > 1 and one and ring and one["peak MiB/rank"] and ring["peak MiB/rank"] is not None:
+        value = ring["peak MiB/rank"] / (one["peak MiB/rank"] / P + ring_scratch_bytes(s) / MIB)
+    scratch = f"tile scratch: 2 x (B, H, T, T) float32 = {ring_scratch_bytes(s) / MIB:.0f} MiB"
+    targets.append(Target(f"ring forward+backward peak per rank, P={P} / (one process / P + tile scratch)", value,
+                          "<=", 1.0, note=scratch))
+    return targets
+
+
+def _notes(s: Sizes, measured: dict) -> list[str]:
+    checks = {P: rows[("ring", "forward")]["checks"] for P, rows in measured.items() if ("ring", "forward") in rows}
+    return [
+        f"threads per rank: {', '.join(f'P={P}: {max(1, (os.cpu_count() or 1) // P)}' for P in measured)} "
+        f"(P=4 puts 4 ranks on {os.cpu_count()} cores).",
+        "sent: bytes this rank puts on the wire (all-to-all less its own chunk; p2p sends), the largest over "
+        "ranks; the per-call shape check (one small all_gather) is left out: "
+        + ", ".join(f"P={P}: {b} B" for P, b in checks.items()) + ".",
+        "peak: the rise of peak RSS over RSS before the call, largest over ranks; 'one process' holds the whole "
+        "sequence, the ranks 1/P of it plus what the method keeps in flight.",
+        "x one process: against mh.attention (SDPA flash) in one process with all cores; ring computes its tiles "
+        "with plain float32 matrix products, not a fused kernel.",
+    ]
+
+
+DRAWN_COLUMNS = ("sent KiB/rank", "peak MiB/rank", "ms")
+
+
+def plot(plt, r: SuiteResult):
+    """Bytes, memory and time per rank against P, one line per method and pass."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    series = sorted({(row["method"], row["pass"]) for row in r.rows})
+    for ax, col in zip(axes, DRAWN_COLUMNS):
+        for method, pass_ in series:
+            pts = [(row["P"], row[col]) for row in r.rows
+                   if (row["method"], row["pass"]) == (method, pass_) and row[col] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=f"{method} {pass_}")
+        ax.set_xlabel("P (processes)")
+        ax.set_ylabel(col)
+        ax.set_xticks(sorted({row["P"] for row in r.rows}))
+    axes[0].legend(fontsize=7)
+    fig.suptitle(r.title, fontsize=9)
+    return fig
