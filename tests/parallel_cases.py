@@ -280,3 +280,11 @@ def traffic_cases() -> dict:
     out["traffic heads"] = {"forward": (fwd.sent["all_reduce"], cost.heads_bytes(**heads)),
                             "forward+backward": (both.sent["all_reduce"], cost.heads_bytes(**heads, backward=True))}
     return out
+
+
+# --- documentation ----------------------------------------------------------------------------------
+
+def run_code(code: str) -> str:
+    """Run a documentation code block on this rank (assertions inside it are the check)."""
+    exec(compile(code, "docs/parallel.md", "exec"), {"__name__": "docs"})
+    return "ran"
