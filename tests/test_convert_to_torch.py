@@ -66,3 +66,12 @@ def test_to_torch_says_why_it_cannot(kwargs, match):
 def test_to_torch_rejects_other_modules():
     with pytest.raises(mh.AttentionError, match="expects a multihead.MultiHeadAttention; got Linear"):
         to_torch(nn.Linear(E, E))
+
+
+@pytest.mark.parametrize("option", [{"rope": mh.RoPE(4)}, {"window": 3}, {"alibi": True}, {"softcap": 5.0},
+                                    {"sinks": True}, {"qk_norm": True}, {"scale": 0.3}],
+                         ids=["rope", "window", "alibi", "softcap", "sinks", "qk_norm", "scale"])
+def test_decoder_variants_are_refused_with_their_names(option):
+    name = next(iter(option))
+    with pytest.raises(mh.AttentionError, match=f"it uses {name}, which nn.MultiheadAttention does not compute"):
+        to_torch(mh.MultiHeadAttention(16, 4, **option))

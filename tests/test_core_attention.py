@@ -142,7 +142,8 @@ def test_empty_sequences():
 def test_dispatch_reports_choice_and_reasons():
     q, k, v = _inputs((1, 2, 2, 3, 3, 4, 4))
     auto = mh.dispatch(q, k, v, mh.Mask.key_padding(torch.tensor([[False, False, True]])))
-    assert auto.backend == "sdpa" and "math" in auto.reasons and "bool keep mask" in auto.detail
+    assert auto.backend == "sdpa" and "math" in auto.reasons and "mask of shape (1, 1, 1, 3)" in auto.detail
+    assert "zeroed in k and v" in auto.detail  # padding keys are made inert
     forced = mh.dispatch(q, k, v, backend="math")
     assert forced.backend == "math" and "not requested" in forced.reasons["sdpa"]
     assert "math: not chosen" in str(auto)

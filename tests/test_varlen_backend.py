@@ -90,7 +90,7 @@ def test_auto_picks_varlen_for_heavy_padding_and_says_why():
     q, k, v = _qkv(B=2, H=2, L=512, D=8)
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor([64, 512])))
     assert decision.backend == "varlen"
-    assert "per sequence" in decision.detail and "44% of the (Lq, Lk) grid" in decision.detail
+    assert "per slice" in decision.detail and "44% of the (Lq, Lk) grid" in decision.detail
     assert "ranks first" in decision.reasons["sdpa"]
 
 
@@ -105,9 +105,9 @@ def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
 
 
 @pytest.mark.parametrize("mask, why", [
-    (mh.Mask.causal(), "needs per-sequence lengths"),
-    (mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(KEY_LENS), "needs per-sequence lengths"),
-    (mh.Mask.lengths(torch.full((4, 7), 3)), "needs per-sequence lengths"),
+    (mh.Mask.causal(), "cuts rows into slices"),
+    (mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(KEY_LENS), "cuts rows into slices"),
+    (mh.Mask.lengths(torch.full((4, 7), 3)), "cuts rows into slices"),
 ])
 def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
     q, k, v = _qkv()

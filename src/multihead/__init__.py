@@ -13,6 +13,7 @@ from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
+from multihead.positions import RoPE, alibi_slopes
 from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
 
 
@@ -22,6 +23,8 @@ __all__ = [
     "Decision",
     "Mask",
     "MultiHeadAttention",
+    "RoPE",
+    "alibi_slopes",
     "attention",
     "capture_attention",
     "check",

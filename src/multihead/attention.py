@@ -79,13 +79,16 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
             "Mask.keep(t) (True = attend), Mask.block(t) (True = blocked), Mask.additive(t) (float "
             "offsets), Mask.key_padding(t) (True = padding) or Mask.lengths(valid_lens)."
         )
-    if check_flag(causal, "causal"):
+    if causal is True or (causal is not False and check_flag(causal, "causal")):
         mask = _CAUSAL if mask is None else mask & _CAUSAL
     if mask is not None:
         mask.check(B, H, Lq, Lk, q.device)
-    scale = 1.0 / math.sqrt(D) if scale is None and D else (1.0 if scale is None else scale)
-    check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
-    check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D) if D else 1.0
+    elif type(scale) is not float or not 0.0 < scale < math.inf:  # the common float passes without a call
+        check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
+    if type(dropout) is not float or not 0.0 <= dropout < 1.0:
+        check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
     if softcap is not None:
         check_number(softcap, "softcap", "a positive finite number or None", lambda x: math.isfinite(x) and x > 0)
         softcap = float(softcap)

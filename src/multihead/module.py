@@ -44,6 +44,7 @@ class MultiHeadAttention(nn.Module):
     (default E). bias: True, False, or per projection {"q": False, "k": False} (others True).
     causal=True makes every call causal (a decoder's self-attention, or a converted module whose
     source applied its causal mask inside forward); forward's causal=True adds it per call.
+    scale: the factor on q·k (default 1/sqrt(D); Gemma 2 uses query_pre_attn_scalar ** -0.5).
     Decoder options: rope (an mh.RoPE applied to q and k), window (keys within the last `window`
     positions), alibi (ALiBi biases with mh.alibi_slopes), softcap (Gemma 2), sinks (learned (H,) sink
     logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3).
@@ -52,7 +53,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, head_dim=None, num_kv_heads=None,
                  out_dim=None, bias=True, dropout=0.0, batch_first=True, causal=False, backend="auto",
                  rope=None, window=None, alibi=False, softcap=None, sinks=False, qk_norm=False,
-                 device=None, dtype=None):
+                 scale=None, device=None, dtype=None):
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -75,8 +76,9 @@ class MultiHeadAttention(nn.Module):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise AttentionError(f"{name} must be a positive int; got {value!r}.")
         check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
-        if softcap is not None:
-            check_number(softcap, "softcap", "a positive finite number or None", lambda x: 0 < x < float("inf"))
+        for name, number in (("softcap", softcap), ("scale", scale)):
+            if number is not None:
+                check_number(number, name, "a positive finite number or None", lambda x: 0 < x < float("inf"))
         for name, flag in (("batch_first", batch_first), ("causal", causal), ("alibi", alibi),
                            ("sinks", sinks), ("qk_norm", qk_norm)):
             check_flag(flag, name)
@@ -94,6 +96,7 @@ class MultiHeadAttention(nn.Module):
         self.out_dim = out_dim or embed_dim
         self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, causal, backend
         self.window, self.softcap = window, None if softcap is None else float(softcap)
+        self.scale = None if scale is None else float(scale)  # None: 1/sqrt(head_dim)
         biases = resolve_bias(bias)
         factory = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, num_heads * head_dim, bias=biases["q"], **factory)
@@ -110,7 +113,7 @@ class MultiHeadAttention(nn.Module):
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads).to(device=device), persistent=False)
         else:
             self.alibi_slopes = None
-        self._register_load_state_dict_pre_hook(_accept_torch_state)
+        self.register_load_state_dict_pre_hook(_accept_torch_state)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -155,7 +158,7 @@ class MultiHeadAttention(nn.Module):
             k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D)
             causal, align = False, "bottom_right"
         mask = self._variant_masks(mask, align)
-        out = attention(q, k, v, mask, causal=causal, softcap=self.softcap, sinks=self.sinks,
+        out = attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
                         dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, D)
         out = out.transpose(1, 2).reshape(B, Lq, H * D)  # merge heads: (B, Lq, H*D)
         out = self.out_proj(out)  # (B, Lq, O)
@@ -260,7 +263,7 @@ class MultiHeadAttention(nn.Module):
             extra += f", num_kv_heads={self.num_kv_heads}"
         if self.causal:
             extra += ", causal=True"
-        for name in ("window", "softcap"):
+        for name in ("window", "softcap", "scale"):
             if getattr(self, name) is not None:
                 extra += f", {name}={getattr(self, name)}"
         for name, on in (("rope", self.rope is not None), ("alibi", self.alibi_slopes is not None),

@@ -8,7 +8,7 @@ import torch
 from multihead.masks import Index, Mask
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Problem:
     """q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); mask already includes `causal=True`.
 
@@ -40,12 +40,15 @@ class Problem:
         """The input dtype promoted to at least float32."""
         return torch.promote_types(self.q.dtype, torch.float32)
 
-    def index(self) -> Index:
-        """The whole (B, H, Lq, Lk) grid, with the mask's per-sequence extents."""
+    def index(self, rows_may_shift: bool = False) -> Index:
+        """The whole (B, H, Lq, Lk) grid, with the mask's per-sequence extents.
+
+        rows_may_shift: the consumer's softmax has no sinks, so per-row constants may be dropped.
+        """
         B, H, Lq, Lk = self.dims
         if self.mask is None:
-            return Index.grid(B, H, Lq, Lk, self.q.device)
-        return self.mask.index(B, H, Lq, Lk, self.q.device)
+            return Index.grid(B, H, Lq, Lk, self.q.device, rows_may_shift)
+        return self.mask.index(B, H, Lq, Lk, self.q.device, rows_may_shift)
 
     def dense_mask(self, dtype=None):
         """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask.

@@ -50,6 +50,11 @@ def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=No
     return weights
 
 
+def zero_where(where: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """t with exact zeros where `where` (broadcastable) is True, NaN included; one pass, grads blocked there."""
+    return torch.where(where, torch.zeros((), dtype=t.dtype, device=t.device), t)
+
+
 def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     """k and v with every key that no query may see set to 0, so NaN or inf there never reaches out."""
     if p.mask is None:
@@ -58,7 +63,7 @@ def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     if visible is None:
         return p.k, p.v
     hidden = ~visible.transpose(-1, -2)  # (B, 1, Lk, 1)
-    return p.k.masked_fill(hidden, 0.0), p.v.masked_fill(hidden, 0.0)
+    return zero_where(hidden, p.k), zero_where(hidden, p.v)
 
 
 class MathBackend:

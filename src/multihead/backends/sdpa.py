@@ -2,60 +2,81 @@
 
 The mask keeps its structure on the way in: parts that are exactly SDPA's causal mask become
 `is_causal=True`; the rest become one dense bool keep mask (or one additive float mask when there are
-offsets). Rows with no key at all are opened to every key for the kernel and their output set to 0
-afterwards, so they come out exactly zero with zero gradient instead of NaN. That costs one small
-reduction over the mask, never a host sync.
+offsets). Keys no query may see (padding, lengths) are zeroed in k and v first, so they are inert.
+
+Rows with no key at all must come out exactly zero with zero gradient, not NaN:
+- when the mask blocks only whole keys, the row's keys are all zeroed already, so the mask becomes
+  additive (0 or the dtype's minimum): such a row spreads evenly over zero values and gives exactly 0;
+- otherwise the row is opened for the kernel and its output set to 0 afterwards.
+Neither costs a host sync. These forms are built once per mask and grid, not once per call.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched kernel entry
 
 from multihead.backends.problem import Problem
-from multihead.backends.reference import inert_keys
+from multihead.backends.reference import zero_where
 from multihead.masks import Index, Mask
 
 
-def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype):
-    """(attn_mask, is_causal, dead) for SDPA on grid `ix`.
+class SdpaMask(NamedTuple):
+    attn_mask: torch.Tensor | None  # bool keep, or float with -inf / dtype min at blocked entries
+    is_causal: bool
+    dead: torch.Tensor | None  # (.., Lq, 1) rows to zero after the kernel
+    hidden: torch.Tensor | None  # (B, 1, Lk, 1) keys to zero in k and v before it
 
-    attn_mask: None, bool keep, or float with -inf at blocked entries, broadcastable to the grid.
-    dead: (.., Lq, 1) rows that keep no key (their output must be zeroed), or None.
-    """
+
+def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> SdpaMask:
+    """How SDPA takes `mask` on grid `ix` (see the module docstring)."""
     if mask is None:
-        return None, False, None
+        return SdpaMask(None, False, None, None)
     causal = mask.causal_parts(ix)
     keep, bias = mask.dense(ix, dtype, skip=causal)
     if keep is None and bias is None:
-        return None, bool(causal), None
+        return SdpaMask(None, bool(causal), None, None)
+    visible = mask.key_keep(ix)
+    hidden = None if visible is None else ~visible.transpose(-1, -2)  # (B, 1, Lk, 1)
+    if not causal and hidden is not None and mask.only_key_blocks(ix):
+        zero = torch.zeros((), dtype=dtype, device=keep.device)
+        return SdpaMask(torch.where(keep, zero, torch.finfo(dtype).min), False, None, hidden)
     for part in causal:  # other parts need a dense mask: the causal one joins it
         keep = part.keep(ix) if keep is None else keep & part.keep(ix)
     dead = None
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)  # (.., Lq, 1): rows that keep no key
         keep = keep | dead  # open them for the kernel; zeroed after
-    if bias is None:
-        return keep, False, dead
-    return (bias if keep is None else bias.masked_fill(~keep, float("-inf"))), False, dead
+    if bias is not None and keep is not None:
+        bias = bias.masked_fill(~keep, float("-inf"))
+    return SdpaMask(keep if bias is None else bias, False, dead, hidden)
 
 
 def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
-    """SDPA on one grid (the whole batch, or one sequence's slice), dead rows exactly 0."""
-    attn_mask, is_causal, dead = sdpa_mask(mask, ix, q.dtype)
-    out = _sdpa(q, k, v, attn_mask, dropout, is_causal, scale=scale, enable_gqa=gqa)
-    return out if dead is None else out.masked_fill(dead, 0.0)
+    """SDPA on one grid (the whole batch, or one sequence's slice): inert hidden keys, dead rows exactly 0."""
+    if mask is None:
+        form = SdpaMask(None, False, None, None)
+    elif ix.whole:
+        key = (ix.Lq, ix.Lk, q.dtype, q.device, ix.rows_may_shift)
+        form = mask.memoized(key, lambda: sdpa_mask(mask, ix, q.dtype))
+    else:
+        form = sdpa_mask(mask, ix, q.dtype)
+    if form.hidden is not None:
+        k, v = zero_where(form.hidden, k), zero_where(form.hidden, v)
+    out = _sdpa(q, k, v, form.attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
+    return out if form.dead is None else zero_where(form.dead, out)
 
 
 def describe_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> str:
-    attn_mask, is_causal, _ = sdpa_mask(mask, ix, dtype)
-    if is_causal:
+    form = sdpa_mask(mask, ix, dtype)
+    if form.is_causal:
         return "is_causal=True (the causal structure is kept, no dense mask)"
-    if attn_mask is None:
+    if form.attn_mask is None:
         return "no mask"
-    kind = "bool keep" if attn_mask.dtype == torch.bool else "additive float"
-    return f"dense {kind} mask of shape {tuple(attn_mask.shape)}"
+    kind = "bool keep" if form.attn_mask.dtype == torch.bool else "additive float"
+    inert = "; keys no query may see are zeroed in k and v (inert)" if form.hidden is not None else ""
+    return f"dense {kind} mask of shape {tuple(form.attn_mask.shape)}{inert}"
 
 
 def score_variants_unsupported(p: Problem) -> str | None:
@@ -80,15 +101,9 @@ class SdpaBackend:
         return None
 
     def describe(self, p: Problem) -> str:
-        form = describe_mask(p.mask, _shifting(p.index()), p.q.dtype)
+        form = describe_mask(p.mask, p.index(rows_may_shift=True), p.q.dtype)
         return f"F.scaled_dot_product_attention, {form}" + (", enable_gqa=True" if p.gqa else "")
 
     def run(self, p: Problem) -> torch.Tensor:
-        ix = _shifting(p.index())
-        k, v = inert_keys(p, ix)
-        return run_sdpa(p.q, k, v, p.mask, ix, p.dropout, p.scale, p.gqa)
-
-
-def _shifting(ix: Index) -> Index:
-    """SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped."""
-    return replace(ix, rows_may_shift=True)
+        # SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped
+        return run_sdpa(p.q, p.k, p.v, p.mask, p.index(rows_may_shift=True), p.dropout, p.scale, p.gqa)

@@ -145,13 +145,15 @@ def has_causal_buffer(*modules: nn.Module | None) -> bool:
 
 
 def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv_heads: int | None = None,
-                    dropout: float = 0.0, causal: bool = False, training: bool = False) -> MultiHeadAttention:
+                    dropout: float = 0.0, causal: bool = False, training: bool = False,
+                    **options) -> MultiHeadAttention:
     """A MultiHeadAttention computing exactly what the given projections compute (weights copied).
 
     q, k, v, out: linear layers or (weight, bias) pairs with the shapes in the module docstring;
     out=None means the heads' concatenation is the output (an identity out_proj). causal: the source
     masks the future inside its forward. training: the source's mode, so that an eval-mode source
-    gives an eval-mode (dropout-free) result.
+    gives an eval-mode (dropout-free) result. options: further MultiHeadAttention arguments (rope,
+    window, softcap, scale, qk_norm) for sources with positions or score variants.
     """
     if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
         raise AttentionError(f"num_heads must be a positive int; got {num_heads!r}.")
@@ -162,5 +164,5 @@ def build_attention(q, k, v, out, num_heads, *, batch_first: bool = True, num_kv
     pairs.append(None if out is None else weight_and_bias(out, "output"))
     pairs = [None if pair is None else tuple(None if t is None else t.detach() for t in pair) for pair in pairs]
     mod = linears_to_module(*pairs, num_heads=num_heads, num_kv_heads=num_kv_heads, batch_first=batch_first,
-                            dropout=dropout, causal=causal)
+                            dropout=dropout, causal=causal, **options)
     return mod.train(training)

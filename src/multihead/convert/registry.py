@@ -21,6 +21,9 @@ STYLE_MODULES = [
     "multihead.convert.fused",
     "multihead.convert.hf",
     "multihead.convert.stacked",
+    "multihead.convert.hf_decoders",
+    "multihead.convert.hf_gpt2",
+    "multihead.convert.hf_neox",
 ]
 _CONVERTERS: list[tuple[str, Callable]] = []
 # What a caller may tell from_module when the module does not say it itself.
@@ -100,11 +103,12 @@ def _in_features(layer: nn.Linear) -> str:
 
 
 def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None = None,
-                      batch_first: bool = True, dropout: float = 0.0, causal: bool = False):
+                      batch_first: bool = True, dropout: float = 0.0, causal: bool = False, **options):
     """Build a MultiHeadAttention from four (weight, bias-or-None) pairs in nn.Linear layout.
 
     q weight (H*D, E), k (Hkv*D, kdim), v (Hkv*D, vdim), out (O, H*D); out=None means no output
     projection (identity). causal=True when the source masks the future inside its forward.
+    options: further MultiHeadAttention arguments (rope, window, softcap, scale, qk_norm, ...).
     Weights are copied, so the source module stays independent.
     """
     from multihead.module import MultiHeadAttention
@@ -132,7 +136,7 @@ def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None 
     mod = MultiHeadAttention(
         wq.shape[1], num_heads, kdim=wk.shape[1], vdim=wv.shape[1], head_dim=head_dim,
         num_kv_heads=num_kv_heads, out_dim=wo.shape[0], bias=bias, dropout=dropout,
-        batch_first=batch_first, causal=causal, device=wq.device, dtype=wq.dtype,
+        batch_first=batch_first, causal=causal, device=wq.device, dtype=wq.dtype, **options,
     )
     with torch.no_grad():
         for proj, (w, b) in zip((mod.q_proj, mod.k_proj, mod.v_proj, mod.out_proj), (q, k, v, out)):

@@ -36,6 +36,13 @@ def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:
             "it is causal on every call, which nn.MultiheadAttention cannot remember (set mod.causal = False "
             "first, then pass attn_mask=nn.Transformer.generate_square_subsequent_mask(L) on each call)"
         )
+    variants = [name for name, on in (
+        ("rope", mod.rope is not None), ("window", mod.window is not None),
+        ("alibi", mod.alibi_slopes is not None), ("softcap", mod.softcap is not None),
+        ("sinks", mod.sinks is not None), ("qk_norm", mod.q_norm is not None),
+        ("scale", getattr(mod, "scale", None) is not None)) if on]
+    if variants:
+        reasons.append(f"it uses {', '.join(variants)}, which nn.MultiheadAttention does not compute")
     return reasons
 
 

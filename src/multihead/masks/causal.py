@@ -34,12 +34,25 @@ class CausalPart(Part):
         return self.align == "top_left" or (isinstance(ix.q_extent, int) and isinstance(ix.k_extent, int)
                                             and ix.q_extent == ix.k_extent == ix.Lq == ix.Lk)
 
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        offset = host_offset(self.align, ix)
+        return None if offset is None else (0, max(0, q_hi + offset))
+
     def _keeps_all(self, ix: Index) -> bool:
         """One bottom-right query at the last valid key sees every valid key (a decode step)."""
-        return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == ix.Lq == 1
+        return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == 1
 
     def describe(self) -> str:
         return f"causal({self.align})"
+
+
+def host_offset(align: str, ix: Index) -> int | None:
+    """The alignment's query offset as a host int; None when it differs per sequence (tensor extents)."""
+    if align == "top_left":
+        return 0
+    if isinstance(ix.q_extent, int) and isinstance(ix.k_extent, int):
+        return ix.k_extent - ix.q_extent
+    return None
 
 
 @mask_constructor

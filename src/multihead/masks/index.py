@@ -29,30 +29,56 @@ class Index:
 
     b: torch.Tensor | int | None
     h: torch.Tensor | None
-    q: torch.Tensor
-    k: torch.Tensor
-    Lq: int
+    q_pos: torch.Tensor | None  # None: 0..Lq-1, made on first use (most masks never need positions)
+    k_pos: torch.Tensor | None
+    Lq: int  # the number of queries and keys on this grid
     Lk: int
     q_extent: torch.Tensor | int  # valid queries per sequence: (B, 1, 1, 1) or int
     k_extent: torch.Tensor | int  # valid keys per sequence
     whole: bool = True  # b, h, q, k cover the whole grid in order: dense tensors apply as they are
     plain: bool = True  # q and k are positions 0..Lq-1 and 0..Lk-1 (the whole grid or one slice)
-    within_extents: bool = False  # the grid holds only valid queries and keys (a length-aware slice)
+    satisfied: tuple = ()  # parts that keep every entry of this grid (the parts that cut it out)
     rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
 
-    @classmethod
-    def grid(cls, B: int, H: int, Lq: int, Lk: int, device) -> Index:
-        """The whole (B, H, Lq, Lk) grid; extents start as Lq and Lk (Mask.index narrows them)."""
-        q = torch.arange(Lq, device=device).view(1, 1, Lq, 1)
-        k = torch.arange(Lk, device=device).view(1, 1, 1, Lk)
-        return cls(None, None, q, k, Lq, Lk, Lq, Lk)
+    device: torch.device | str | None = None
 
     @classmethod
-    def slice(cls, b: int, qlen: int, klen: int, device) -> Index:
-        """One sequence's valid slice: row b, queries [0, qlen), keys [0, klen)."""
-        q = torch.arange(qlen, device=device).view(1, 1, qlen, 1)
-        k = torch.arange(klen, device=device).view(1, 1, 1, klen)
-        return cls(b, None, q, k, qlen, klen, qlen, klen, whole=False, within_extents=True)
+    def grid(cls, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
+        """The whole (B, H, Lq, Lk) grid; extents start as Lq and Lk (Mask.index narrows them)."""
+        return cls(None, None, None, None, Lq, Lk, Lq, Lk, rows_may_shift=rows_may_shift, device=device)
+
+    @classmethod
+    def slice(cls, b: int, q_lo: int, q_hi: int, k_lo: int, k_hi: int, q_extent, k_extent, satisfied: tuple,
+              device) -> Index:
+        """Row b's queries [q_lo, q_hi) and keys [k_lo, k_hi), cut out by the parts in `satisfied`.
+
+        Positions stay absolute; extents are the row's (ints). The grid is plain when both spans start
+        together, so a causal mask on it is SDPA's own.
+        """
+        q = torch.arange(q_lo, q_hi, device=device).view(1, 1, -1, 1)
+        k = torch.arange(k_lo, k_hi, device=device).view(1, 1, 1, -1)
+        return cls(b, None, q, k, q_hi - q_lo, k_hi - k_lo, q_extent, k_extent, whole=False, plain=q_lo == k_lo,
+                   satisfied=satisfied, device=device)
+
+    @property
+    def q(self) -> torch.Tensor:
+        """Query positions, (1, 1, Lq, 1) on a plain grid."""
+        if self.q_pos is None:
+            object.__setattr__(self, "q_pos", torch.arange(self.Lq, device=self.device).view(1, 1, -1, 1))
+        return self.q_pos
+
+    @property
+    def k(self) -> torch.Tensor:
+        """Key positions, (1, 1, 1, Lk) on a plain grid."""
+        if self.k_pos is None:
+            object.__setattr__(self, "k_pos", torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1))
+        return self.k_pos
+
+    def block(self, q_lo: int, q_hi: int, k_lo: int, k_hi: int) -> Index:
+        """Queries [q_lo, q_hi) and keys [k_lo, k_hi) of this whole grid: absolute positions, same extents."""
+        q = torch.arange(q_lo, q_hi, device=self.device).view(1, 1, -1, 1)
+        k = torch.arange(k_lo, k_hi, device=self.device).view(1, 1, 1, -1)
+        return replace(self, q_pos=q, k_pos=k, Lq=q_hi - q_lo, Lk=k_hi - k_lo, whole=False, plain=False)
 
     def with_extents(self, q_extent, k_extent) -> Index:
         return replace(self, q_extent=q_extent, k_extent=k_extent)

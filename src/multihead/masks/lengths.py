@@ -35,8 +35,6 @@ class LengthsPart(Part):
             raise AttentionError(f"query_lens must be <= Lq={Lq}; got a maximum of {int(q.max())}.")
 
     def keep(self, ix: Index) -> torch.Tensor | None:
-        if ix.within_extents:
-            return None
         lens = self.key_lens
         keep = ix.k < (ix.per_batch(lens) if lens.dim() == 1 else ix.per_query(lens))  # (B, 1, Lq or 1, Lk)
         if self.query_lens is not None:
@@ -44,9 +42,19 @@ class LengthsPart(Part):
         return keep
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
-        if ix.within_extents or self.key_lens.dim() != 1 or not self.inert_keys:
+        if self.key_lens.dim() != 1 or not self.inert_keys:
             return None
         return ix.k < ix.per_batch(self.key_lens)  # (B, 1, 1, Lk)
+
+    def can_slice(self) -> bool:
+        return self.key_lens.dim() == 1
+
+    def slices(self, Lq: int, Lk: int):
+        if self.key_lens.dim() != 1:
+            return "per-query valid_lens (B, Lq) need a dense mask per sequence"
+        klens = self.key_lens.tolist()
+        qlens = self.query_lens.tolist() if self.query_lens is not None else [Lq] * len(klens)
+        return [(b, 0, q, 0, k) for b, (q, k) in enumerate(zip(qlens, klens))]
 
     def extents(self):
         return (self.query_lens, self.key_lens) if self.key_lens.dim() == 1 else None

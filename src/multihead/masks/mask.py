@@ -11,6 +11,8 @@ key position), and that one function gives every form a backend needs:
     is_causal(ix)   the part is exactly SDPA's is_causal   (no dense mask at all)
     key_keep(ix)    (B, 1, 1, Lk) keys no query may see   (those keys are made inert)
     extents()       valid queries / keys per sequence     (the length-aware backend's slices)
+    key_span(..)    the keys a block of queries may see   (the banded backend's blocks)
+    slices(..)      the independent pieces of each row     (the length-aware backend's calls)
 
 So backends never ask which kind a part is, and a new kind is one file in this package.
 Mask and every part are pytree nodes: torch.compile and torch.export take them as inputs.
@@ -44,7 +46,7 @@ class Part:
         """Raise AttentionError unless the part fits (B, H, Lq, Lk) on `device`. Reads shapes, never values."""
         for name in self.tensor_fields:
             t = getattr(self, name)
-            if t is not None and t.device != device:
+            if t is not None and not same_device(t.device, device):
                 raise AttentionError(f"mask is on {t.device} but the inputs are on {device}.")
 
     def keep(self, ix: Index) -> torch.Tensor | None:
@@ -59,6 +61,30 @@ class Part:
         """True when the part equals SDPA's top-left `is_causal` on this grid."""
         return False
 
+    def memoized(self, key: tuple, build):
+        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
+        leaves = self._tensors
+        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
+                and any(t.requires_grad for t in leaves)):
+            return build()
+        if leaves:
+            key = key + tuple(t._version for t in leaves)
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, build())
+        return self._memo[1]
+
+    def only_key_blocks(self, ix: Index) -> bool:
+        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
+        for part in self.parts:
+            if part in ix.satisfied:
+                continue
+            if part.bias(ix, torch.float32) is not None:
+                return False
+            keep = part.keep(ix)
+            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
+                return False
+        return True
+
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
         return None
@@ -66,6 +92,18 @@ class Part:
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """(query_lens (B,) or None, key_lens (B,)) when the part limits each sequence's length."""
         return None
+
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        """Keys [lo, hi) that queries [q_lo, q_hi) may keep, as host ints; None when unknown on the host."""
+        return 0, ix.Lk
+
+    def can_slice(self) -> bool:
+        """Whether the part cuts each row into independent slices (see `slices`); shapes only."""
+        return False
+
+    def slices(self, Lq: int, Lk: int) -> list[tuple[int, int, int, int, int]] | str:
+        """[(b, q_lo, q_hi, k_lo, k_hi)]: the only entries the part keeps, read on the host; or why not."""
+        return "does not cut rows into slices"
 
     def describe(self) -> str:
         return type(self).__name__
@@ -104,10 +142,14 @@ class Mask:
         Mask.segments(ids)      packed sequences: attend only within the same segment id
     """
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "_memo", "_tensors", "_extents")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
+        self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
+        self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
+        found = [e for e in (p.extents() for p in self.parts) if e is not None]
+        self._extents = found[0] if len(found) == 1 else None
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
@@ -124,13 +166,12 @@ class Mask:
             part.check(B, H, Lq, Lk, device)
 
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-        """(query_lens or None, key_lens), each (B,), when a part limits sequence lengths; else None."""
-        found = [e for e in (p.extents() for p in self.parts) if e is not None]
-        return found[0] if len(found) == 1 else None
+        """(query_lens or None, key_lens), each (B,), when exactly one part limits sequence lengths."""
+        return self._extents
 
-    def index(self, B: int, H: int, Lq: int, Lk: int, device) -> Index:
+    def index(self, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
         """The whole grid, with each sequence's extents when the mask has them."""
-        ix = Index.grid(B, H, Lq, Lk, device)
+        ix = Index.grid(B, H, Lq, Lk, device, rows_may_shift)
         extents = self.extents()
         if extents is None:
             return ix
@@ -142,7 +183,7 @@ class Mask:
         """(keep, bias) on the grid, each broadcastable to it or None; bias is finite `dtype`."""
         keep = bias = None
         for part in self.parts:
-            if part in skip:
+            if part in skip or part in ix.satisfied:
                 continue
             k = part.keep(ix)
             if k is not None:
@@ -156,13 +197,47 @@ class Mask:
 
     def causal_parts(self, ix: Index) -> tuple[Part, ...]:
         """The parts SDPA can take as is_causal=True on this grid."""
-        return tuple(p for p in self.parts if p.is_causal(ix))
+        return tuple(p for p in self.parts if p not in ix.satisfied and p.is_causal(ix))
+
+    def memoized(self, key: tuple, build):
+        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
+        leaves = self._tensors
+        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
+                and any(t.requires_grad for t in leaves)):
+            return build()
+        if leaves:
+            key = key + tuple(t._version for t in leaves)
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, build())
+        return self._memo[1]
+
+    def only_key_blocks(self, ix: Index) -> bool:
+        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
+        for part in self.parts:
+            if part in ix.satisfied:
+                continue
+            if part.bias(ix, torch.float32) is not None:
+                return False
+            keep = part.keep(ix)
+            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
+                return False
+        return True
+
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        """Keys [lo, hi) that queries [q_lo, q_hi) may keep under every part; None when unknown."""
+        lo, hi = 0, ix.Lk
+        for part in self.parts:
+            span = part.key_span(q_lo, q_hi, ix)
+            if span is None:
+                return None
+            lo, hi = max(lo, span[0]), min(hi, span[1])
+        return lo, max(lo, hi)
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool: keys some query may see, where parts block whole keys; else None."""
         keep = None
         for part in self.parts:
-            k = part.key_keep(ix)
+            k = None if part in ix.satisfied else part.key_keep(ix)
             if k is not None:
                 keep = k if keep is None else keep & k
         return keep
@@ -191,6 +266,14 @@ def mask_constructor(fn):
     """Make `fn(cls, ...)` the classmethod `Mask.<name>`: each kind's file declares its own constructors."""
     setattr(Mask, fn.__name__, classmethod(fn))
     return fn
+
+
+def same_device(a: torch.device, b) -> bool:
+    """Whether two devices are the same one ("cuda" and "cuda:0" are, for the current device)."""
+    if a == b:
+        return True
+    b = torch.device(b)
+    return a.type == b.type and (a.index == b.index or None in (a.index, b.index))
 
 
 def broadcasts(shape, target) -> bool:

@@ -27,6 +27,18 @@ class SegmentsPart(Part):
     def keep(self, ix: Index) -> torch.Tensor:
         return ix.per_query(self.query_ids) == ix.per_key(self.key_ids)  # (B, 1, Lq, Lk)
 
+    def can_slice(self) -> bool:
+        return True
+
+    def slices(self, Lq: int, Lk: int):
+        out = []
+        for b, (q_ids, k_ids) in enumerate(zip(self.query_ids.tolist(), self.key_ids.tolist())):
+            q_runs, k_runs = _runs(q_ids), _runs(k_ids)
+            if q_runs is None or k_runs is None:
+                return "a segment id appears in more than one run of a row; the dense path takes those"
+            out += [(b, q_lo, q_hi) + k_runs[i] for i, (q_lo, q_hi) in q_runs.items() if i in k_runs]
+        return out
+
     def describe(self) -> str:
         return f"segments{shape_str(self.query_ids.shape)}"
 
@@ -47,3 +59,16 @@ def segments(cls, ids, key_ids=None) -> Mask:
     if q.shape[0] != k.shape[0]:
         raise AttentionError(f"Mask.segments query ids have batch {q.shape[0]} but key ids have {k.shape[0]}.")
     return cls((SegmentsPart(q, k),))
+
+
+def _runs(ids: list[int]) -> dict[int, tuple[int, int]] | None:
+    """{id: (start, end)} of each run of equal ids; None when an id comes back after another."""
+    runs: dict[int, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[start]:
+            if ids[start] in runs:
+                return None
+            runs[ids[start]] = (start, i)
+            start = i
+    return runs

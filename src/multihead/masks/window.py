@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from multihead.errors import AttentionError
-from multihead.masks.causal import check_align
+from multihead.masks.causal import check_align, host_offset
 from multihead.masks.index import Index
 from multihead.masks.mask import Mask, Part, mask_constructor
 
@@ -20,6 +20,10 @@ class WindowPart(Part):
 
     def keep(self, ix: Index) -> torch.Tensor:
         return ix.k > ix.query_position(self.align) - self.size  # (.., Lq, Lk)
+
+    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
+        offset = host_offset(self.align, ix)
+        return None if offset is None else (max(0, q_lo + offset - self.size + 1), ix.Lk)
 
     def describe(self) -> str:
         return f"window({self.size}, {self.align})"

@@ -1,0 +1,105 @@
+"""Converter for Hugging Face decoder attention with q_proj / k_proj / v_proj / o_proj: Llama, Mistral,
+Qwen2, Qwen3 and Gemma 2 (the module at `model.layers[i].self_attn`).
+
+Every one of them computes, for hidden states x (B, L, E):
+
+    q = q_proj(x) -> (B, H, L, D)      k, v = k_proj(x), v_proj(x) -> (B, Hkv, L, D)     (GQA: Hkv <= H)
+    q, k = q_norm(q), k_norm(k)        Qwen3 only: RMSNorm over each head's D features, before RoPE
+    q, k = RoPE(q, k, position_ids)    half-split layout (rotate_half), all D features turn
+    scores = q k^T * scaling           scaling = D ** -0.5; Gemma 2: query_pre_attn_scalar ** -0.5
+    scores = c * tanh(scores / c)      Gemma 2 only: c = attn_logit_softcapping
+    causal mask, and on sliding layers keys j > i - sliding_window; then softmax, @ v, o_proj
+
+and maps one to one onto MultiHeadAttention(causal=True, rope=RoPE(...), num_kv_heads=Hkv, window=,
+softcap=, scale=, qk_norm=):
+
+    model_type  biases (q, k, v / o)       window                           extra
+    llama       config.attention_bias      none                             rope scaling: linear, dynamic, llama3
+    mistral     none                       config.sliding_window, all layers
+    qwen2       q, k, v yes / o no         module.sliding_window: layers    (config.layer_types)
+                                           at or past max_window_layers
+    qwen3       config.attention_bias      as qwen2                         qk_norm (q_norm / k_norm weights, eps)
+    gemma2      config.attention_bias      module.sliding_window: every     scale, softcap
+                                           other layer (layer_types)
+
+The rotary embedding lives in the model (its cos/sin reach each layer as `position_embeddings`); the
+converted module rebuilds it from config.rope_parameters and config.max_position_embeddings, and
+turns q and k at `positions=` (default 0 .. L-1, or after the cache). What stays outside attention
+is left out: the layer's norms, residual and MLP, Gemma 2's embedding scale and final logit softcap.
+Padding is the caller's mask: HF's 0/1 `attention_mask` is `Mask.key_padding(attention_mask == 0)`.
+Other model types that also name their projections q_proj ... o_proj (Cohere's interleaved RoPE,
+Gemma 3's (1 + weight) norms, ...) differ in ways the weights do not show, so they are refused.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from multihead.convert.hf_config import hf_causal, hf_config, hf_dropout, hf_rope, hf_scale, hf_window
+from multihead.convert.projections import build_attention, check_no_extra_linears, linear_at, require_head_count
+from multihead.convert.registry import register_converter
+from multihead.errors import AttentionError, shape_str
+from multihead.module import MultiHeadAttention
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2")
+STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".join(MODEL_TYPES) + ")"
+
+
+@register_converter(STYLE)
+def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttention | None:
+    """LlamaAttention and its cousins -> a causal MultiHeadAttention with RoPE and the layer's variants."""
+    q, k, v, o = (linear_at(module, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj"))
+    config = hf_config(module)
+    if q is None or k is None or v is None or o is None or config is None:
+        return None
+    if config.model_type not in MODEL_TYPES:
+        raise AttentionError(
+            f"{type(module).__name__} comes from a Hugging Face {config.model_type!r} model; expected one of "
+            f"{list(MODEL_TYPES)}, whose rotary layout, norms and scaling are known. Others may differ where "
+            "the weights do not show it; pass the projections explicitly if you know it is plain attention."
+        )
+    check_no_extra_linears(module, (q, k, v, o), STYLE)
+    num_heads = require_head_count(module, hints, STYLE)
+    head_dim = q.out_features // num_heads
+    window = hf_window(module, config)
+    mod = build_attention(
+        q, k, v, o, num_heads, batch_first=hints.get("batch_first", True), dropout=hf_dropout(module),
+        causal=hf_causal(module, hints, window), training=module.training,
+        rope=hf_rope(module, config, head_dim, whole_head=True, device=q.weight.device), window=window,
+        softcap=getattr(module, "attn_logit_softcapping", None), scale=hf_scale(module, head_dim),
+        qk_norm=_has_qk_norm(module),
+    )
+    if mod.q_norm is not None:
+        _copy_rms_norm(module.q_norm, mod.q_norm, "q_norm")
+        _copy_rms_norm(module.k_norm, mod.k_norm, "k_norm")
+    return mod
+
+
+def _has_qk_norm(module: nn.Module) -> bool:
+    """True when the module normalises q and k per head (Qwen3); both or neither must be there."""
+    found = [getattr(module, name, None) is not None for name in ("q_norm", "k_norm")]
+    if found[0] != found[1]:
+        raise AttentionError(f"{type(module).__name__} has only one of q_norm / k_norm; expected both or neither.")
+    return found[0]
+
+
+def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str) -> None:
+    """Copy weight and eps of an HF RMSNorm over D into `target`, after checking on a probe input
+    that `source` computes x / sqrt(mean(x^2) + eps) * weight, as nn.RMSNorm does."""
+    weight = getattr(source, "weight", None)
+    eps = getattr(source, "variance_epsilon", getattr(source, "eps", None))
+    D = target.normalized_shape[0]
+    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (D,) or not isinstance(eps, float):
+        got = shape_str(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise AttentionError(f"{name} must be an RMSNorm over the head dim: weight ({D},) and a float eps; "
+                             f"got weight {got}, eps {eps!r}.")
+    with torch.no_grad():
+        target.weight.copy_(weight)
+        target.eps = eps
+        probe = torch.randn(3, D, generator=torch.Generator().manual_seed(0)).to(weight)
+        same = torch.allclose(source(probe), target(probe), rtol=1e-4, atol=1e-5)
+    if not same:
+        raise AttentionError(
+            f"{name} ({type(source).__name__}) does not compute x / sqrt(mean(x^2) + eps) * weight over each head "
+            "(Gemma 3's norms scale by 1 + weight, for instance); multihead's qk_norm is that RMSNorm."
+        )

@@ -1,0 +1,15 @@
+"""Positions for decoders: RoPE (rotary embeddings of q and k) and ALiBi slopes (a per-head distance bias).
+
+    rope = RoPE(head_dim=64)                       # GPT-NeoX / Llama layout; interleaved=True for GPT-J
+    q, k = rope(q, k, positions)                   # q (B, H, L, D), k (B, Hkv, L, D), positions (L,) or (B, L)
+    cos, sin = rope.cos_sin(positions, q.dtype)    # (B or 1, L, R), for apply_rotary(x, cos, sin, interleaved)
+    slopes = alibi_slopes(12)                      # (H,), any head count
+
+One concept per file: `rotary` (the two layouts and the turn itself), `rope_scaling` (frequencies and
+HF's scaling kinds), `rope` (the module), `alibi` (the slopes).
+"""
+from multihead.positions.alibi import alibi_slopes
+from multihead.positions.rope import RoPE
+from multihead.positions.rotary import apply_rotary
+
+__all__ = ["RoPE", "alibi_slopes", "apply_rotary"]
