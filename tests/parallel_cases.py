@@ -144,7 +144,8 @@ def heads_cases() -> dict:
     out = {}
     for label, kw, call in (
         ("heads mha causal padding", {"num_heads": 8}, {"causal": True, "pad": True}),
-        ("heads gqa qk_norm alibi", {"num_heads": 8, "num_kv_heads": 4, "qk_norm": True}, {"alibi": True}),
+        ("heads gqa qk_norm alibi", {"num_heads": 8, "num_kv_heads": 4, "qk_norm": True, "alibi": True}, {}),
+        ("heads rope window", {"num_heads": 8, "num_kv_heads": 4, "rope": "rope", "window": 3}, {"causal": True}),
         ("heads gqa bias off", {"num_heads": 4, "num_kv_heads": 4, "bias": False}, {}),
     ):
         out[label] = _run_heads_case(mesh, kw, call)
@@ -154,9 +155,9 @@ def heads_cases() -> dict:
 def _run_heads_case(mesh, kw: dict, call: dict) -> dict:
     torch.manual_seed(0)
     E, B, L = 32, 2, 6
+    if kw.get("rope"):
+        kw = {**kw, "rope": mh.RoPE(E // kw["num_heads"])}
     ref = mh.MultiHeadAttention(E, **kw)
-    if call.get("alibi"):  # per-head slopes set by hand, as the module's alibi option would
-        ref.alibi_slopes = torch.linspace(0.5, 0.05, ref.num_heads)
     mod = par.shard_heads(copy.deepcopy(ref), mesh)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(B, L, E, generator=g)

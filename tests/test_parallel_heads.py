@@ -1,11 +1,12 @@
-"""shard_heads equals the unsharded module: output, the input's gradient and every parameter's gradient."""
+"""shard_heads equals the unsharded module: output, the input's gradient and every parameter's gradient,
+with GQA, causal and padding masks, qk_norm, ALiBi, RoPE and a sliding window."""
 from __future__ import annotations
 
 import pytest
 
 from parallel_cases import WORLD_SIZES, group_results
 
-LABELS = ("heads mha causal padding", "heads gqa qk_norm alibi", "heads gqa bias off")
+LABELS = ("heads mha causal padding", "heads gqa qk_norm alibi", "heads rope window", "heads gqa bias off")
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)

@@ -59,7 +59,7 @@ def test_tiles_cover_each_segment_in_shard_order():
     segments = [(0, 7), (20, 25)]
     cut = tiles(segments, size=3)
     assert [(t.local, t.start, t.size) for t in cut] == [(0, 0, 3), (3, 3, 3), (6, 6, 1), (7, 20, 3), (10, 23, 2)]
-    assert torch.equal(torch.cat([t.positions(None) for t in cut]), layout.positions(segments))
+    assert torch.equal(torch.cat([torch.arange(*t.span) for t in cut]), layout.positions(segments))
 
 
 # --- the log-sum-exp merge and the tile gradients, against float64 autograd ----------------------------
@@ -117,9 +117,10 @@ def test_tile_keep_equals_the_whole_mask_read_at_those_positions():
         & mh.Mask.window(4)
     whole, _ = mask.materialize(B, H, N, N)
     whole = whole & torch.ones(N, N, dtype=torch.bool).tril()  # with top-left causal
-    qpos, kpos = torch.tensor([2, 3, 9, 10]), torch.tensor([0, 3, 4, 8, 11])
-    got = tile_keep(mask, mask.index(B, H, N, N, "cpu"), qpos, kpos, diagonal=True)
-    assert torch.equal(got.expand(B, 1, 4, 5), whole[:, :, qpos][..., kpos].expand(B, 1, 4, 5))
+    base = mask.index(B, H, N, N, "cpu")
+    for (q0, q1), (k0, k1) in (((2, 6), (3, 9)), ((8, 12), (0, 12)), ((0, 3), (0, 3))):
+        got = tile_keep(mask, base, (q0, q1), (k0, k1), diagonal=True)
+        assert torch.equal(got.expand(B, 1, q1 - q0, k1 - k0), whole[:, :, q0:q1, k0:k1].expand(B, 1, -1, -1))
 
 
 @pytest.mark.parametrize("mask, message", [

@@ -53,8 +53,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None,
 
 def _inert_keys(k, v, plan: SequencePlan):
     """Zero the local keys no query may see (padding, lengths), so NaN stored there never reaches out."""
-    kpos = layout.positions(plan.k_segments(plan.rank), k.device)
-    visible = key_visible(plan.mask, plan.base_index(k.device), kpos)  # (B, 1, 1, Lk_r) or None
+    visible = key_visible(plan.mask, plan.base_index(k.device), plan.k_segments(plan.rank))  # (B, 1, 1, Lk_r)
     if visible is None:
         return k, v
     hidden = ~visible.transpose(-1, -2)  # (B, 1, Lk_r, 1)
@@ -73,8 +72,9 @@ class Tile:
     def rows(self) -> slice:
         return slice(self.local, self.local + self.size)
 
-    def positions(self, device) -> torch.Tensor:
-        return torch.arange(self.start, self.start + self.size, device=device)
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.start, self.start + self.size
 
 
 def tiles(segments: list[layout.Segment], size: int | None = None) -> list[Tile]:
@@ -90,14 +90,12 @@ def tiles(segments: list[layout.Segment], size: int | None = None) -> list[Tile]
 def tile_pairs(plan: SequencePlan, q_tiles: list[Tile], src: int, device):
     """(q tile, k tile, keep) for each tile pair of our queries and rank `src`'s keys that keeps a key."""
     base = plan.base_index(device)
-    q_positions = [t.positions(device) for t in q_tiles]
     for kt in tiles(plan.k_segments(src)):
-        kpos = kt.positions(device)
-        for qt, qpos in zip(q_tiles, q_positions):
+        for qt in q_tiles:
             if plan.static_causal and kt.start > qt.start + qt.size - 1:
                 continue  # every key comes after every query: nothing kept
             diagonal = plan.static_causal and kt.start + kt.size - 1 > qt.start
-            yield qt, kt, tile_keep(plan.mask, base, qpos, kpos, diagonal)
+            yield qt, kt, tile_keep(plan.mask, base, qt.span, kt.span, diagonal, device)
 
 
 def _block_shapes(plan: SequencePlan, src: int, widths: tuple[int, int], dtype) -> list:

@@ -13,8 +13,6 @@ N^2 on every rank.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
-
 import torch
 
 from multihead.errors import AttentionError, shape_str
@@ -81,25 +79,29 @@ def fingerprint(mask: Mask | None) -> int:
     return int.from_bytes(hashlib.sha1(repr(summary).encode()).digest()[:7], "big")
 
 
-def tile_keep(mask: Mask | None, base: Index | None, qpos: torch.Tensor, kpos: torch.Tensor,
-              diagonal: bool) -> torch.Tensor | None:
+def tile_keep(mask: Mask | None, base: Index | None, q_span: tuple[int, int], k_span: tuple[int, int],
+              diagonal: bool, device=None) -> torch.Tensor | None:
     """Bool keep of one tile, broadcastable to (B, H, Tq, Tk), or None when it keeps everything.
 
-    qpos (Tq,), kpos (Tk,): global positions. diagonal: the tile straddles the top-left causal
-    diagonal, so key j > query i is blocked here (tiles wholly below it need no causal mask).
+    q_span, k_span: the tile's global positions [start, end). base: the mask's whole-sequence grid
+    (Mask.index), whose `block` reads the mask at those positions. diagonal: the tile straddles the
+    top-left causal diagonal, so key j > query i is blocked here (tiles wholly below it need no
+    causal mask). device: where the tile's tensors live.
     """
     keep = None
     if mask is not None:
-        ix = replace(base, q=qpos.view(1, 1, -1, 1), k=kpos.view(1, 1, 1, -1), whole=False, plain=False)
-        keep, _ = mask.dense(ix)  # no taken kind adds a bias
+        keep, _ = mask.dense(base.block(*q_span, *k_span))  # no taken kind adds a bias
     if diagonal:
-        causal = kpos.view(1, 1, 1, -1) <= qpos.view(1, 1, -1, 1)  # (1, 1, Tq, Tk)
+        qpos = torch.arange(*q_span, device=device).view(1, 1, -1, 1)
+        kpos = torch.arange(*k_span, device=device).view(1, 1, 1, -1)
+        causal = kpos <= qpos  # (1, 1, Tq, Tk)
         keep = causal if keep is None else keep & causal
     return keep
 
 
-def key_visible(mask: Mask | None, base: Index | None, kpos: torch.Tensor) -> torch.Tensor | None:
-    """(B, 1, 1, Lk) bool of the keys some query may see (padding, lengths), or None."""
+def key_visible(mask: Mask | None, base: Index | None, segments) -> torch.Tensor | None:
+    """(B, 1, 1, Lk) bool of the keys of a shard made of `segments` that some query may see, or None."""
     if mask is None:
         return None
-    return mask.key_keep(replace(base, k=kpos.view(1, 1, 1, -1), whole=False, plain=False))
+    parts = [mask.key_keep(base.block(0, 1, s, e)) for s, e in segments]
+    return None if parts[0] is None else torch.cat(parts, dim=-1)
