@@ -13,7 +13,8 @@ Backward is a second ring (written out in `RingAttention.backward`, not left to 
 key/value blocks travel again, and with each block travel its gradient accumulators dk and dv; every
 rank adds its share (lse.tile_backward with the final lse) and passes them on, and after P steps
 they arrive back at the rank that owns the block. dq stays home. Memory per rank: the local shards,
-two blocks in flight, and one tile's (B, H, T, T) scores at a time (T = TILE).
+the blocks in flight (a K/V block arriving, the dK/dV accumulators travelling and arriving),
+and one tile's (B, H, T, T) scores at a time (T = TILE).
 
 Top-left causal tiles wholly above the diagonal are skipped from positions alone; the zig-zag split
 gives every rank the same number of kept tiles.
@@ -31,7 +32,7 @@ from multihead.parallel.lse import compute_dtype, merge, tile_backward, tile_for
 from multihead.parallel.plan import SequencePlan, plan_sequence_call
 from multihead.parallel.sequence_masks import key_visible, tile_keep
 
-TILE = 512  # positions per tile side: bounds the scores held at once to (B, H, TILE, TILE)
+TILE = 256  # positions per tile side: bounds the scores held at once to (B, H, TILE, TILE)
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, *, causal: bool = False,
@@ -136,7 +137,7 @@ class RingAttention(torch.autograd.Function):
         plan: SequencePlan = ctx.plan
         acc = out.dtype
         dout = dout.to(acc)
-        delta = (dout * out).sum(-1)  # (B, H, Lq): rowsum(dout * out)
+        delta = (dout.unsqueeze(-2) @ out.unsqueeze(-1)).view(out.shape[:-1])  # (B, H, Lq): rowsum(dout * out)
         dq = torch.zeros_like(q, dtype=acc)
         q_tiles = tiles(plan.q_segments(plan.rank))
         blocks, src = [k, v], plan.rank
