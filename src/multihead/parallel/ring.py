@@ -13,8 +13,8 @@ Backward is a second ring (written out in `RingAttention.backward`, not left to 
 key/value blocks travel again, and with each block travel its gradient accumulators dk and dv; every
 rank adds its share (lse.tile_backward with the final lse) and passes them on, and after P steps
 they arrive back at the rank that owns the block. dq stays home. Memory per rank: the local shards,
-the blocks in flight (a K/V block arriving, the dK/dV accumulators travelling and arriving),
-and one tile's (B, H, T, T) scores at a time (T = TILE).
+the blocks in flight (the K/V block in hand and the next one arriving, the dK/dV accumulators
+travelling and the next ones arriving), and one tile's (B, H, T, T) scores at a time (T = TILE).
 
 Top-left causal tiles wholly above the diagonal are skipped from positions alone; the zig-zag split
 gives every rank the same number of kept tiles.

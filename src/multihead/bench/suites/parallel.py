@@ -187,15 +187,16 @@ def _slowest(per_rank: list[dict]) -> dict:
 def ring_allowance(s: Sizes, P: int) -> dict[str, int]:
     """What the ring holds beyond its 1/P share, by design, in bytes: O(block), not O(N).
 
-    blocks: six buffers the size of one rank's K (or V) shard in float32: K and V arriving, dK and
-    dV travelling, dK and dV arriving. tiles: two (B, H, T, T) float32 score buffers (backward).
+    blocks: eight buffers the size of one rank's K (or V) shard in float32: the K and V blocks in
+    hand (after the first step they are received ones) and the next K and V arriving; dK and dV
+    travelling and the next dK and dV arriving. tiles: two (B, H, T, T) float32 score buffers.
     """
     from multihead.parallel.layout import shard_lengths
     from multihead.parallel.ring import TILE
 
     block = s.batch * s.heads * max(shard_lengths(s.length, P, s.causal)) * s.head_dim * 4
     tile = min(TILE, s.length)
-    return {"blocks": 6 * block, "tiles": 2 * s.batch * s.heads * tile * tile * 4}
+    return {"blocks": 8 * block, "tiles": 2 * s.batch * s.heads * tile * tile * 4}
 
 
 def _targets(rows: list[dict], s: Sizes) -> list[Target]:
@@ -212,7 +213,7 @@ def _targets(rows: list[dict], s: Sizes) -> list[Target]:
     value = None
     if P > 1 and one and ring and one["peak MiB/rank"] and ring["peak MiB/rank"] is not None:
         value = ring["peak MiB/rank"] / (one["peak MiB/rank"] / P + sum(allowance.values()) / MIB)
-    note = (f"O(block) allowed: 6 K/V-shard buffers in flight ({allowance['blocks'] / MIB:.0f} MiB) + 2 score "
+    note = (f"O(block) allowed: 8 K/V-shard buffers in flight ({allowance['blocks'] / MIB:.0f} MiB) + 2 score "
             f"tiles ({allowance['tiles'] / MIB:.0f} MiB)")
     targets.append(Target(f"ring forward+backward peak per rank, P={P} / (one process / P + O(block))", value,
                           "<=", 1.0, note=note))
