@@ -83,30 +83,32 @@ def heads_equality(device) -> dict:
             "heads dx": largest(float((xs[1].grad - xs[0].grad).abs().max()))}
 
 
-def timed(fn, rounds: int, warmup: int) -> float:
-    """Median ms of `fn` over `rounds` (CUDA events), the slowest rank's."""
+def median_ms(fn, rounds: int, warmup: int, together: bool = True) -> float:
+    """Median ms of `fn` over `rounds`, timed with CUDA events; together: every rank starts each round
+    at a barrier."""
     for _ in range(warmup):
         fn()
     samples = []
     for _ in range(rounds):
-        dist.barrier()
+        if together:
+            dist.barrier()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end))
-    return largest(statistics.median(samples))
+    return statistics.median(samples)
 
 
-def peak_mib(fn) -> float:
-    """The rise of allocated CUDA memory during `fn` (MiB), the largest over ranks."""
+def peak_rise_mib(fn) -> float:
+    """The rise of allocated CUDA memory on this GPU while `fn` runs, in MiB."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     fn()
     torch.cuda.synchronize()
-    return largest((torch.cuda.max_memory_allocated() - before) / 2**20)
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
 def long_context(args, device) -> list[dict]:
@@ -138,8 +140,8 @@ def long_context(args, device) -> list[dict]:
             with count_traffic() as traffic:
                 call()
             sent = traffic.total - traffic.sent["all_gather"]
-            rows.append({"method": name, "pass": pass_, "ms": timed(call, args.rounds, 2),
-                         "peak MiB/rank": peak_mib(call), "sent MB/rank": largest(sent / 1e6),
+            rows.append({"method": name, "pass": pass_, "ms": largest(median_ms(call, args.rounds, 2)),
+                         "peak MiB/rank": largest(peak_rise_mib(call)), "sent MB/rank": largest(sent / 1e6),
                          "model MB/rank": largest(model(pass_ != "forward") / 1e6)})
     rows += one_gpu(B, H, Hkv, N, D, dtype, device, args) if rank == 0 else []
     dist.barrier()
@@ -153,26 +155,10 @@ def one_gpu(B, H, Hkv, N, D, dtype, device, args) -> list[dict]:
         k, v = (torch.randn(B, Hkv, N, D, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
     except torch.OutOfMemoryError:
         return [{"method": "one GPU", "pass": "-", "note": "the whole sequence does not fit one GPU"}]
-    rows = []
-    for pass_, call in (("forward", lambda: mh.attention(q.detach(), k.detach(), v.detach(), causal=True)),
-                        ("forward+backward", lambda: torch.autograd.grad(mh.attention(q, k, v, causal=True).sum(),
-                                                                         (q, k, v)))):
-        for _ in range(2):
-            call()
-        times = []
-        for _ in range(args.rounds):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        call()
-        rows.append({"method": "one GPU", "pass": pass_, "ms": statistics.median(times),
-                     "peak MiB/rank": (torch.cuda.max_memory_allocated() - before) / 2**20})
-    return rows
+    calls = {"forward": lambda: mh.attention(q.detach(), k.detach(), v.detach(), causal=True),
+             "forward+backward": lambda: torch.autograd.grad(mh.attention(q, k, v, causal=True).sum(), (q, k, v))}
+    return [{"method": "one GPU", "pass": pass_, "ms": median_ms(call, args.rounds, 2, together=False),
+             "peak MiB/rank": peak_rise_mib(call)} for pass_, call in calls.items()]
 
 
 def main() -> None:
