@@ -12,9 +12,11 @@ rank:
     time         medians of interleaved rounds, the slowest rank's
 
 "one process" is mh.attention on the whole tensors (SDPA's flash kernel) in a group of one.
-This machine has 2 cores: P=1 runs on 2 threads, P=2 on 1 thread per rank, and P=4 puts 4 ranks
-on 2 cores. The times say what sharding costs here, not what it would gain on separate devices;
-docs/parallel.md projects the counted bytes onto NVLink and InfiniBand instead.
+Every process runs one torch thread. On this 2-core machine P=1 uses one core, P=2 both, and P=4
+puts two processes on each core. (With two threads, a single process's many small tile operations
+stall on a loaded machine: each waits for the other thread to be scheduled.) The times say what
+sharding costs here, not what it would gain on separate devices; docs/parallel.md projects the
+counted bytes onto NVLink and InfiniBand instead.
 """
 from __future__ import annotations
 
@@ -65,8 +67,7 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
     with ctx.bars.task("parallel", total=len(s.world_sizes)) as steps:
         for P in s.world_sizes:
             steps.describe(f"parallel P={P}")
-            threads = max(1, (os.cpu_count() or 1) // P)
-            per_rank = run_local(measure_rank, P, asdict(s), ctx.rounds, ctx.warmup, threads=threads,
+            per_rank = run_local(measure_rank, P, asdict(s), ctx.rounds, ctx.warmup, threads=1,
                                  timeout_s=900, collective_timeout_s=300)
             measured[P] = _slowest(per_rank)
             steps.advance()
@@ -223,14 +224,14 @@ def _targets(rows: list[dict], s: Sizes) -> list[Target]:
 def _notes(s: Sizes, measured: dict) -> list[str]:
     checks = {P: rows[("ring", "forward")]["checks"] for P, rows in measured.items() if ("ring", "forward") in rows}
     return [
-        f"threads per rank: {', '.join(f'P={P}: {max(1, (os.cpu_count() or 1) // P)}' for P in measured)} "
-        f"(P=4 puts 4 ranks on {os.cpu_count()} cores).",
+        f"one torch thread per process on {os.cpu_count()} cores: P=1 uses one core, P=2 two, P=4 shares them "
+        "(two processes per core).",
         "sent: bytes this rank puts on the wire (all-to-all less its own chunk; p2p sends), the largest over "
         "ranks; the per-call shape check (one small all_gather) is left out: "
         + ", ".join(f"P={P}: {b} B" for P, b in checks.items()) + ".",
         "peak: the rise of peak RSS over RSS before the call, largest over ranks; 'one process' holds the whole "
         "sequence, the ranks 1/P of it plus what the method keeps in flight.",
-        "x one process: against mh.attention (SDPA flash) in one process with all cores; ring computes its tiles "
+        "x one process: against mh.attention (SDPA flash) in one process on one core; ring computes its tiles "
         "with plain float32 matrix products, not a fused kernel.",
     ]
 
