@@ -198,3 +198,39 @@ def edited_zoo_file(folder, zoo_file: str, *edits: tuple[str, str], name: str | 
     path = Path(folder) / (name or zoo_file)
     path.write_text(text)
     return path
+
+
+# --- one Mask of every kind (torch.compile / export tests) -----------------------------------------
+
+MASK_KINDS = ("keep", "block", "additive", "lengths", "lengths_query", "key_padding", "causal_top_left",
+              "causal_bottom_right", "window", "alibi", "segments")
+
+
+def mask_of_kind(kind: str, B: int, H: int, Lq: int, Lk: int, seed: int = 0):
+    """A `multihead.Mask` of `kind` for (B, H, Lq, Lk), random but reproducible from `seed`.
+
+    Where the kind can express it, batch row 0 has a query (or a whole sequence) that keeps no key,
+    so fully masked rows are always exercised.
+    """
+    import multihead as mh
+
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.rand(B, 1, Lq, Lk, generator=g) > 0.3
+    keep[0, :, 0] = False  # a fully masked query row
+    lens = torch.randint(1, Lk + 1, (B,), generator=g)
+    lens[0] = 0  # a sequence with no valid key
+    builders = {
+        "keep": lambda: mh.Mask.keep(keep),
+        "block": lambda: mh.Mask.block(~keep),
+        "additive": lambda: mh.Mask.additive(torch.randn(B, 1, Lq, Lk, generator=g).masked_fill(~keep, float("-inf"))),
+        "lengths": lambda: mh.Mask.lengths(lens),
+        "lengths_query": lambda: mh.Mask.lengths(lens, torch.randint(0, Lq + 1, (B,), generator=g)),
+        "key_padding": lambda: mh.Mask.key_padding(torch.arange(Lk) >= lens[:, None]),
+        "causal_top_left": lambda: mh.Mask.causal(),
+        "causal_bottom_right": lambda: mh.Mask.causal("bottom_right"),
+        "window": lambda: mh.Mask.causal() & mh.Mask.window(3),
+        "alibi": lambda: mh.Mask.alibi(torch.rand(H, generator=g)),
+        "segments": lambda: mh.Mask.segments((torch.arange(Lq) >= Lq // 2).long().expand(B, Lq).contiguous(),
+                                             (torch.arange(Lk) >= Lk // 2 + 1).long().expand(B, Lk).contiguous()),
+    }
+    return builders[kind]()

@@ -85,7 +85,7 @@ def test_library_check_works_without_rich():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "linear-d-model"
+    assert done.stdout.strip() == "keys-vs-values"
 
 
 def test_sessions_in_the_docs_are_real(capsys):

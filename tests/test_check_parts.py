@@ -133,7 +133,7 @@ def test_mask_conventions_are_found(module, kind, shape):
 _READ_BACK = {"keep": lambda t: t != 0, "block": lambda t: t == 0, "block01": lambda t: t == 0,
               "additive": lambda t: t == 0}
 _TO_B_LQ_LK = {"(B, 1, Lq, Lk)": lambda t: t[:, 0], "(B, Lq, Lk)": lambda t: t, "(Lq, Lk)": lambda t: t[None],
-               "(B, 1, 1, Lk)": lambda t: t[:, 0], "(B, Lk)": lambda t: t[:, None],
+               "(B, 1, 1, Lk)": lambda t: t[:, 0], "(B, 1, Lk)": lambda t: t, "(B, Lk)": lambda t: t[:, None],
                "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1)}
 
 
@@ -253,12 +253,12 @@ def test_report_object():
 
 
 def test_checker_failures_are_reported_not_raised(monkeypatch):
-    from multihead.checker import run  # (`import multihead.checker.run as run` meets mh.check, the function)
+    from multihead.checker import run, verdict  # (`import multihead.checker.run as run` meets mh.check)
 
     def broken(*args, **kwargs):
         raise IndexError("unexpected layout")
 
-    monkeypatch.setattr(run, "candidate_roles", broken)
+    monkeypatch.setattr(verdict, "candidate_roles", broken)
     report = run.check(textbook.SplitHeads)
     assert report.exit_code == 2 and "IndexError: unexpected layout" in report.reason
 

@@ -1,13 +1,15 @@
 """`multihead check` on the zoo: learner modules in varied styles, each buggy one named by its id,
-each correct one (unusual styles) passing."""
+each correct one (the idioms of well-known public code, and unusual styles) passing."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import BUGS, check
+from zoo_mutants import CORRECT, target_path
 from multihead.checker.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -32,27 +34,27 @@ EXPECTED = {
     "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
     "capital_forward.py:SelfAttentionBlock": "forward-misspelled",
     "masked_fill_discarded.py:SelfAttn": "mask-ignored",
-    "ok_seq_first_einsum.py:TimeMajorAttention": None,
-    "ok_fused_causal.py:Block": None,
-    "ok_folded_valid_lens.py:FoldMHA": None,
-    "ok_stacked_heads.py:ManyHeads": None,
-    "ok_lazy.py:LazyAttention": None,
-    "ok_to_q_to_kv.py:XAttn": None,
-    "ok_key_padding_returns_weights.py:PadAwareAttention": None,
-    "ok_interleaved_qkv.py:InterleavedAttention": None,
-    "ok_memory_kdim_vdim.py:MemoryAttention": None,
-    "ok_causal_with_bias.py:DecoderSelfAttention": None,
-    "ok_grouped_kv_heads.py:GroupedQueryAttention": None,
+    "scale_halved.py:HalfScaleAttention": "scale-halved",
+    "scale_twice_split.py:SplitScaleTwice": "scale-by-head-dim",
+    "scale_by_model_width.py:WidthScaledAttention": "wrong-scale",
+    "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
+    "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
+    **{target: None for target in CORRECT if " " not in target},  # every correct module
 }
 
 
 @pytest.mark.parametrize("target", sorted(EXPECTED))
 def test_zoo_module_gets_its_verdict(target):
-    report = check(str(ZOO / target))
+    report = check(str(ZOO / target), **CORRECT.get(target, {}))
     expected = EXPECTED[target]
     assert report.bug == expected, str(report)
     assert report.verdict == ("pass" if expected is None else "fail"), str(report)
     assert report.exit_code == (0 if expected is None else 1)
+
+
+@pytest.mark.parametrize("target", [target for target in CORRECT if " " in target])
+def test_zoo_module_built_another_way_passes(target):
+    assert check(target_path(target), **CORRECT[target]).passed
 
 
 def test_every_catalogue_id_has_a_buggy_zoo_module():
@@ -60,13 +62,14 @@ def test_every_catalogue_id_has_a_buggy_zoo_module():
 
 
 def test_zoo_modules_are_written_in_varied_styles():
-    """No two zoo files share a class name and forward signature: they are not copies of one module."""
+    """No two zoo files share a class name, constructor and forward signature: they are not copies of one module."""
     seen = set()
     for target in EXPECTED:
         file_name, class_name = target.split(":")
-        text = (ZOO / file_name).read_text()
-        forward = next(line.strip() for line in text.splitlines() if "def forward" in line.lower())
-        key = (class_name, forward)
+        tree = ast.parse((ZOO / file_name).read_text())
+        cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
+        methods = {node.name.lower(): ast.unparse(node.args) for node in cls.body if isinstance(node, ast.FunctionDef)}
+        key = (class_name, methods.get("__init__"), next(a for n, a in methods.items() if "forward" in n))
         assert key not in seen, target
         seen.add(key)
 

@@ -12,7 +12,7 @@ from multihead.cli import main
 from multihead.explain.topics import TOPICS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "explain.md"
-ROW = re.compile(r"^\| (\d{3}) \| (.+?) \| `([a-z0-9-]+)` \|")
+ROW = re.compile(r"^\| (\d{3}|—) \| (.+?) \| `([a-z0-9-]+)` \|")   # —: the project's own question
 SESSION = re.compile(r"^```\n\$ (multihead explain[^\n]*)\n(.*?)^```", re.S | re.M)
 
 

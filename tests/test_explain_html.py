@@ -1,4 +1,4 @@
-"""The HTML report: self-contained (inline CSS, base64 PNG heatmaps, no scripts, no external links),
+"""The HTML page: self-contained (inline CSS and JS, base64 PNG heatmaps, nothing loaded from anywhere),
 every step and check in it, escaped text, and a real render in headless Chromium."""
 
 from __future__ import annotations
@@ -38,11 +38,16 @@ def decode_png(data: str) -> np.ndarray:
 
 
 def assert_self_contained(html: str) -> None:
+    """Nothing is loaded from anywhere: images are data: URIs, scripts and styles are inline (the page's
+    own code and data), no link, no import, no URL at all, nothing that could fetch one."""
     assert html.startswith("<!DOCTYPE html>") and "<style>" in html
     for attribute in re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', html):
         assert attribute.startswith("data:"), attribute
     assert "http" not in "".join(re.findall(r'(?:src|href)\s*=\s*"[^"]*"', html))
-    assert "<script" not in html and "<link" not in html and "@import" not in html and "url(" not in html
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+    assert all("src" not in attributes for attributes in re.findall(r"<script\b([^>]*)>", html))
+    assert not re.search(r"(?:https?|ftp)://", html)
+    assert not any(call in html for call in ("fetch(", "XMLHttpRequest", "import(", "WebSocket", "EventSource"))
 
 
 def test_the_report_is_self_contained(report):

@@ -8,6 +8,7 @@ explain itself.
 """
 from multihead import textbook
 from multihead.attention import attention
+from multihead.cache import KVCache
 from multihead.capture import capture_attention
 from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
@@ -15,12 +16,15 @@ from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE, alibi_slopes
 from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
+from multihead import explain  # noqa: E402  mh.explain(...): the package is callable (explain/__init__.py)
+from multihead import compat  # noqa: E402  mh.compat.MultiheadAttention, nn.MultiheadAttention's drop-in
 
 
 __version__ = "0.1.0"
 __all__ = [
     "AttentionError",
     "Decision",
+    "KVCache",
     "Mask",
     "MultiHeadAttention",
     "RoPE",
@@ -28,6 +32,8 @@ __all__ = [
     "attention",
     "capture_attention",
     "check",
+    "compat",
     "dispatch",
+    "explain",
     "textbook",
 ]

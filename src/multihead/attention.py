@@ -27,8 +27,9 @@ from multihead.masks import Mask
 _CAUSAL = Mask.causal()
 
 
-def attention(q, k, v, mask=None, *, causal=False, scale=None, softcap=None, sinks=None, dropout=0.0,
-              backend="auto") -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None = None, *, causal: bool = False,
+              scale: float | None = None, softcap: float | None = None, sinks: torch.Tensor | None = None,
+              dropout: float = 0.0, backend: str = "auto") -> torch.Tensor:
     """Scaled dot-product attention over heads: softmax(cap(q k^T * scale) + mask) v.
 
     mask: a `Mask` (True in Mask.keep = may attend; see the Mask constructors for each convention),

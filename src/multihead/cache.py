@@ -76,12 +76,10 @@ class KVCache(nn.Module):
         Returns (keys, values, mask): the cached keys/values to attend to and the Mask that makes the
         attention causal within each sequence's own length.
         """
-        start = self.lengths
         self._check(k, v, new_tokens)
         B, _, Lq, _ = k.shape
-        pos = start[:, None] + torch.arange(Lq, device=k.device)  # (B, Lq) slots to write
-        self.keys.scatter_(2, pos[:, None, :, None].expand_as(k), k)
-        self.values.scatter_(2, pos[:, None, :, None].expand_as(v), v)
+        self._write(self.keys, k)
+        self._write(self.values, v)
         self.lengths.add_(Lq if new_tokens is None else new_tokens)
         if torch.compiler.is_compiling():
             keys, values = self.keys, self.values  # all M slots: static shapes, no recompiles
@@ -96,6 +94,26 @@ class KVCache(nn.Module):
         # inert-key guard; the lengths give each sequence its own bottom-right alignment.
         lengths = LengthsPart(self.lengths.clone(), new_tokens, inert_keys=False)
         return keys, values, Mask((lengths, CausalPart("bottom_right")))
+
+    def _write(self, buffer: torch.Tensor, new: torch.Tensor) -> None:
+        """Copy new (B, Hkv, Lq, D) into buffer after each sequence's length (lengths not yet advanced).
+
+        Eager, the host knows where to write when every sequence has the same length, or on the CPU
+        where reading lengths is free: plain slice copies. Otherwise (compiled, or ragged on a device)
+        one scatter along the positions, with no host sync. (CPU scatter in bf16/fp16 is very slow,
+        which is why it is the last resort.)
+        """
+        Lq = new.shape[2]
+        if not torch.compiler.is_compiling():
+            if self._same_lengths:
+                buffer[:, :, self._filled:self._filled + Lq] = new
+                return
+            if values_checkable(self.lengths):
+                for b, start in enumerate(self.lengths.tolist()):
+                    buffer[b, :, start:start + Lq] = new[b]
+                return
+        pos = self.lengths[:, None] + torch.arange(Lq, device=new.device)  # (B, Lq) slots to write
+        buffer.scatter_(2, pos[:, None, :, None].expand_as(new), new)
 
     def positions(self, Lq: int) -> torch.Tensor:
         """(B, Lq) absolute positions of the next Lq tokens of each sequence (for RoPE)."""

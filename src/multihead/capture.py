@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,12 @@ class Recorder:
     def weights(self) -> list[torch.Tensor]:
         return [c.weights for c in self.calls]
 
+    def _repr_html_(self) -> str:
+        """Jupyter draws a record as multihead explain's interactive attention page."""
+        from multihead.explain.notebook import record_html
+
+        return record_html(self)
+
 
 def notify(problem) -> None:
     """Called by `multihead.attention` while a capture is active: compute and record the weights."""
@@ -100,7 +107,7 @@ def _sdpa_weights(query, key, attn_mask=None, dropout_p=0.0, is_causal=False, sc
 
 
 @contextlib.contextmanager
-def capture_attention(model: nn.Module | None = None):
+def capture_attention(model: nn.Module | None = None) -> Iterator[Recorder]:
     """Record the attention weights of every call inside `model` (or anywhere, with None)."""
     recorder = Recorder(model)
     handles = []

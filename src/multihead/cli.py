@@ -19,7 +19,10 @@ SUBCOMMANDS = {
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the `chosen` subcommand's module is imported to add its arguments."""
+    from multihead import __version__
+
     parser = argparse.ArgumentParser(prog="multihead", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"multihead {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_path, help_text) in SUBCOMMANDS.items():

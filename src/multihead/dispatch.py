@@ -8,9 +8,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from multihead.backends import BACKENDS, Problem
 from multihead.errors import AttentionError
+
+if TYPE_CHECKING:
+    import torch
+
+    from multihead.masks import Mask
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,9 @@ def decide(problem: Problem, backend: str = "auto") -> Decision:
     return Decision(chosen.name, chosen.describe(problem), reasons)
 
 
-def dispatch(q, k, v, mask=None, *, causal=False, scale=None, softcap=None, sinks=None, dropout=0.0,
-             backend="auto") -> Decision:
+def dispatch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None = None, *, causal: bool = False,
+             scale: float | None = None, softcap: float | None = None, sinks: torch.Tensor | None = None,
+             dropout: float = 0.0, backend: str = "auto") -> Decision:
     """Which backend `attention(q, k, v, mask, ...)` would run, with the reasons; computes nothing."""
     from multihead.attention import make_problem
 

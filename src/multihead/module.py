@@ -50,10 +50,13 @@ class MultiHeadAttention(nn.Module):
     logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3).
     """
 
-    def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, head_dim=None, num_kv_heads=None,
-                 out_dim=None, bias=True, dropout=0.0, batch_first=True, causal=False, backend="auto",
-                 rope=None, window=None, alibi=False, softcap=None, sinks=False, qk_norm=False,
-                 scale=None, device=None, dtype=None):
+    def __init__(self, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None,
+                 head_dim: int | None = None, num_kv_heads: int | None = None, out_dim: int | None = None,
+                 bias: bool | Mapping[str, bool] = True, dropout: float = 0.0, batch_first: bool = True,
+                 causal: bool = False, backend: str = "auto", rope: nn.Module | None = None,
+                 window: int | None = None, alibi: bool = False, softcap: float | None = None, sinks: bool = False,
+                 qk_norm: bool = False, scale: float | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -123,7 +126,9 @@ class MultiHeadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
 
-    def forward(self, query, key=None, value=None, *, mask=None, causal=False, cache=None, positions=None):
+    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None, *,
+                mask: Mask | None = None, causal: bool = False, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """query (B, Lq, E); key (B, Lk, kdim) and value (B, Lk, vdim) default to query (self-attention).
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.
@@ -166,11 +171,16 @@ class MultiHeadAttention(nn.Module):
             return out[0]
         return out if self.batch_first else out.transpose(0, 1)
 
-    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,)."""
+    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
+        """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,).
+
+        dtype defaults to the key projection's (float32 when it is quantized).
+        """
         weight = self.k_proj.weight
-        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device,
-                       dtype=weight.dtype)
+        weight = weight() if callable(weight) else weight  # a dynamically quantized Linear's weight is a method
+        if dtype is None:
+            dtype = weight.dtype if weight.is_floating_point() else torch.float32
+        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):
         """The caller's mask & this module's sliding window and ALiBi parts."""
@@ -212,7 +222,8 @@ class MultiHeadAttention(nn.Module):
         names = ("query", "key", "value")
         features = (self.embed_dim, self.kdim, self.vdim)
         layout = "(L, features)" if unbatched else ("(B, L, features)" if self.batch_first else "(L, B, features)")
-        param = self.q_proj.weight
+        param = self.q_proj.weight  # a method, not a tensor, on a dynamically quantized Linear: no check then
+        param = param if isinstance(param, torch.Tensor) else None
         for name, t, width in zip(names, (query, key, value), features):
             if not isinstance(t, torch.Tensor):
                 raise AttentionError(f"{name} must be a torch.Tensor; got {type(t).__name__}.")
@@ -222,7 +233,7 @@ class MultiHeadAttention(nn.Module):
                 )
             if t.shape[-1] != width:
                 raise AttentionError(f"{name} must have {width} features (last dim); got shape {shape_str(t.shape)}.")
-            if t.dtype != param.dtype or t.device != param.device:
+            if param is not None and (t.dtype != param.dtype or t.device != param.device):
                 raise AttentionError(
                     f"{name} is {t.dtype} on {t.device} but the module's parameters are {param.dtype} on "
                     f"{param.device}; convert one of them with .to()."

@@ -20,6 +20,9 @@ from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
 MIN_KEYS = 2048  # below this many keys one dense call is cheaper than several blocks
+# Constant, not formatted with Lk: under torch.compile(dynamic=True) formatting a symbolic length
+# would pin it, and every new length would then compile again.
+TOO_FEW_KEYS = f"fewer than {MIN_KEYS} keys; one dense call is cheaper than blocks"
 UNKNOWN_SPANS = "the key spans differ per sequence (bottom-right with Mask.lengths); the length-aware path takes those"
 
 
@@ -66,7 +69,7 @@ class BandedBackend:
     def declines(self, p: Problem) -> str | None:
         B, H, Lq, Lk = p.dims
         if Lk < MIN_KEYS:  # checked first: the common small call costs no span arithmetic
-            return f"only {Lk} keys (needs {MIN_KEYS}); one dense call is cheaper than blocks"
+            return TOO_FEW_KEYS
         blocks = _blocks(p)[0]
         if blocks is None:
             return UNKNOWN_SPANS

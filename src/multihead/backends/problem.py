@@ -33,7 +33,8 @@ class Problem:
 
     @property
     def gqa(self) -> bool:
-        return self.k.shape[1] != self.q.shape[1]
+        """Whether k/v have fewer heads than q; a plain bool even where shapes are traced or symbolic."""
+        return True if self.k.shape[1] != self.q.shape[1] else False  # noqa: SIM210 (a branch, not bool())
 
     @property
     def softmax_dtype(self) -> torch.dtype:

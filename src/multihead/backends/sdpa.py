@@ -64,7 +64,11 @@ def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float
         form = sdpa_mask(mask, ix, q.dtype)
     if form.hidden is not None:
         k, v = zero_where(form.hidden, k), zero_where(form.hidden, v)
-    out = _sdpa(q, k, v, form.attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
+    attn_mask = form.attn_mask
+    if attn_mask is not None and torch.compiler.is_exporting():
+        # onnxruntime's Attention kernel needs the mask's query dim spelled out: expand it (a view).
+        attn_mask = attn_mask.expand(*attn_mask.shape[:-2], q.shape[-2], attn_mask.shape[-1])
+    out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
     return out if form.dead is None else zero_where(form.dead, out)
 
 

@@ -5,6 +5,34 @@
     report.passed, report.bug, report.topic, print(report)
 
 Works without rich; only ``multihead.checker.cli`` (the terminal front end) imports it.
+
+How a module is checked (each step is one file; nothing is taken from names alone when behaviour can
+tell, and every trial verifies the output shape, so a trial that does not fit is evidence, not a crash):
+
+1. Build it (``load.py``, ``names.py``, ``config.py``): import the file without writing bytecode; fill
+   the constructor by parameter name (d_model, hid_dim, n_state, heads, d_k...), or pass a config
+   object whose attributes are given (``--config``) or guessed by name and recorded. Eval mode, dropout
+   off, fresh random projection weights (``probes.randomise_projections``), float64 when it runs so.
+2. Read ``forward``'s signature (``calling.py``): how many tensor inputs, which parameter is the mask.
+3. Layout (``conventions.py``): change batch row 0 and see which dimension keeps its other outputs.
+4. Argument order (``order.py``): the query is the argument whose token 0 moves output row 0 only;
+   the values are the argument the output is affine in: ``forward(values, keys, query, mask)`` works.
+5. Causality and cross lengths (``conventions.py``): change the last token; try Lq != Lk.
+6. Mask convention (``masks.py``): every encoding (keep/block, bool/0-1/additive, each shape, valid
+   lengths) is tried with a different mask per batch row; the right one makes blocked keys inert. A
+   mask whose mere presence makes the module causal (values unread) is recognised first.
+7. Roles (``projections.py``, ``roles.py``): hooks record which projection (nn.Linear, a GPT-2 Conv1D,
+   an inner nn.MultiheadAttention's in-projection, one Linear shared by all heads) sees the query, key
+   or value input, or the output of a layer applied to it first (a LayerNorm inside the module); the
+   few assignments that fit (orders, fused thirds, head counts) are candidates.
+8. Verdict (``verdict.py``): the candidate that reproduces the outputs with the correct maths is
+   compared with ``MultiHeadAttention`` on outputs and gradients (``compare.py``) -> PASS; otherwise
+   the catalogue's variants (``catalogue.py``, ``diagnose.py``) and the measured scale (``scale.py``)
+   name the bug (the order of those tries is in ``verdict.py``). A mask that could not be verified
+   never passes.
+9. Report (``report.py``, ``text.py``): the verdict, the bug's explain topic, the conventions and roles
+   found, in English or Chinese. An exception is matched against the catalogue and shown with the
+   learner's line (``run.py`` retries once with Lq = Lk = head_dim, where ``q @ k`` still runs).
 """
 
 from multihead.checker.catalogue import BUGS

@@ -1,8 +1,9 @@
 """How to call the learner's forward: its inputs, layout and mask argument, read from its signature.
 
 ``CallSpec`` records what was found; ``invoke`` calls the module with batch-first tensors and a
-canonical keep pattern, converting both to the module's own conventions, and returns its output
-batch first. Anything the learner's code raises is wrapped in ``LearnerError``.
+canonical keep pattern, converting both to the module's own conventions (argument order, layout, mask
+encoding), and returns its output batch first. Anything the learner's code raises is wrapped in
+``LearnerError``, and so is an output that is not (B, Lq, features): every trial verifies its shapes.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class CallSpec:
     encoding: object = None  # masks.Encoding once detected
     mask_ignored: bool = False  # the mask argument changes nothing
     cross_lengths: bool = True  # accepts Lq != Lk
+    order: tuple[int, ...] | None = None  # role (0 query, 1 key, 2 value) of each tensor argument; None = in order
+    order_found: bool = False  # the order was found by behaviour (order.find_order), not assumed
+    pre: dict = field(default_factory=dict)  # input tag ("x", "q", "k", "v") -> (name, layer) applied before
 
 
 def read_signature(forward) -> CallSpec:
@@ -98,13 +102,22 @@ INPUT_COUNT = {"x": 1, "q_kv": 2, "qkv": 3}  # CallSpec.inputs -> how many tenso
 
 
 def attention_inputs(spec: CallSpec, xq, xk, xv) -> tuple:
-    """(queries, keys, values) the module attends with: all xq for "x", values = keys for "q_kv"."""
-    return {"x": (xq, xq, xq), "q_kv": (xq, xk, xk), "qkv": (xq, xk, xv)}[spec.inputs]
+    """(queries, keys, values) the module attends with: all xq for "x", values = keys for "q_kv"; each
+    through the module's own layer that comes before its projections (``spec.pre``), if any."""
+    inputs = {"x": (xq, xq, xq), "q_kv": (xq, xk, xk), "qkv": (xq, xk, xv)}[spec.inputs]
+    if not spec.pre:
+        return inputs
+    tags = {"x": "xxx", "q_kv": "qkk", "qkv": "qkv"}[spec.inputs]
+    return tuple(spec.pre[tag][1](t) if tag in spec.pre else t for tag, t in zip(tags, inputs))
 
 
 def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     """Batch-first (B, L, E) -> the module's layout; also the way back (a transpose is its own inverse)."""
     return t.transpose(0, 1) if layout == "seq" else t
+
+
+class WrongOutputShape(Exception):
+    """The forward returned a tensor that is not (B, Lq, features) for its inputs."""
 
 
 def first_tensor(output):
@@ -117,10 +130,15 @@ def first_tensor(output):
 
 
 def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
-    """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output batch first."""
+    """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output (B, Lq, O) batch first.
+
+    An output of any other shape raises LearnerError (WrongOutputShape): a trial that does not fit is
+    evidence, never an index error further on."""
     xk = xq if xk is None else xk
     xv = xk if xv is None else xv
-    tensors = [xq, xk, xv][:INPUT_COUNT[spec.inputs]]
+    count = INPUT_COUNT[spec.inputs]
+    roles = spec.order or tuple(range(count))
+    tensors = [(xq, xk, xv)[role] for role in roles]
     args, kwargs = [], {name: None for name in spec.required_none}
     for name, t in zip(spec.args + [""] * 3, tensors):  # a hinted layout may pass more than named
         if name in spec.keyword_only:
@@ -134,4 +152,10 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     except Exception as error:
         mask_none = spec.mask_param if spec.mask_required and keep is None else None
         raise LearnerError(error, learner_frame(error), mask_none) from error
+    B, Lq = xq.shape[:2]
+    wanted = (B, Lq) if spec.layout == "batch" else (Lq, B)
+    if out.dim() != 3 or tuple(out.shape[:2]) != wanted:
+        query_shape = tuple(to_layout(xq, spec.layout).shape)
+        raise LearnerError(WrongOutputShape(f"forward returned shape {tuple(out.shape)} for a query of shape "
+                                            f"{query_shape}; expected ({wanted[0]}, {wanted[1]}, features)"), "")
     return to_layout(out, spec.layout)

@@ -35,11 +35,16 @@ BUGS: tuple[Bug, ...] = (
                                                 "softmax-over-batch")),
     Bug("missing-scale", "scale-sqrt-dk", ("no-scale",)),
     Bug("scale-by-embed-dim", "scale-sqrt-dk", ("scale-by-embed",)),
+    Bug("scale-halved", "scale-sqrt-dk", ("scale-halved",)),
+    Bug("scale-by-head-dim", "scale-sqrt-dk", ("scale-by-head-dim",)),
+    Bug("wrong-scale", "scale-sqrt-dk", ()),
     Bug("scale-after-softmax", "scale-sqrt-dk", ("scale-after-softmax",)),
     Bug("mask-after-softmax", "masked-fill", ("mask-weights-with-zero", "mask-weights-with-fill")),
-    Bug("no-output-projection", "stacked-vs-split", ("skip-output-projection",)),
+    Bug("mask-filled-with-zero", "masked-fill", ("fill-blocked-with-zero",)),
+    Bug("mask-wrong-rows", "heads-in-batch", ("mask-rows-tiled",)),
+    Bug("no-output-projection", "linear-d-model", ("skip-output-projection",)),
     Bug("causal-off-by-one", "masked-fill", ("causal-blocks-diagonal", "causal-sees-next-token")),
-    Bug("keys-used-as-values", "linear-d-model", ("weights-times-keys",)),
+    Bug("keys-used-as-values", "keys-vs-values", ("weights-times-keys",)),
     Bug("scores-without-key-transpose", "k-transpose", ("scores-q-times-k",)),
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
     Bug("forward-misspelled", "farward-typo", ()),
@@ -50,7 +55,12 @@ BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
 # Forms that only differ from the correct maths when some key is masked (by a mask or causally),
 # or only when the caller passes a mask.
 NEEDS_MASK = {"mask-weights-with-zero", "mask-weights-with-fill"}
-NEEDS_USER_MASK = {"ignore-mask"}
+NEEDS_USER_MASK = {"ignore-mask", "mask-rows-tiled"}
+FILLS_BLOCKED = {"fill-blocked-with-zero": 0.0}  # forms that fill blocked scores with a number that blocks nothing
+# Scale forms are not tried one by one: the checker measures the effective scale instead (scale.py),
+# which tells 1/(2 sqrt(D)) from 1/sqrt(E) even where the two are the same number for one head count.
+SCALE_FORMS = {"no-scale": lambda H, D: 1.0, "scale-by-embed": lambda H, D: (H * D) ** -0.5,
+               "scale-halved": lambda H, D: 0.5 * D ** -0.5, "scale-by-head-dim": lambda H, D: 1.0 / D}
 NEEDS_CAUSAL = {"causal-blocks-diagonal", "causal-sees-next-token"}
 
 BLOCKED_FILL = -1e9  # the finite fill learners use; the correct maths uses -inf
@@ -86,9 +96,19 @@ def _causal_keep(Lq: int, Lk: int, mistake: str | None, device) -> torch.Tensor:
     return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril(offset)
 
 
+def _tiled_rows(keep: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """keep (B, 1, Lq, Lk) -> (B, H, Lq, Lk) as ``mask.repeat(H, 1, 1)`` gives it to heads folded as (B*H):
+    folded row r = b*H + h belongs to batch b but gets the mask of batch r % B."""
+    B = keep.shape[0]
+    rows = torch.arange(B * num_heads) % B  # (B*H,)
+    return keep[rows, 0].view(B, num_heads, *keep.shape[-2:])
+
+
 def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = False,
-                      mistake: str | None = None, fill: float = -math.inf) -> torch.Tensor:
-    """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become."""
+                      mistake: str | None = None, fill: float = -math.inf,
+                      scale: float | None = None) -> torch.Tensor:
+    """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become;
+    ``scale`` (default 1/sqrt(D)) multiplies the scores."""
     if mistake == "ignore-mask":
         keep = None  # e.g. `scores.masked_fill(...)` whose result is thrown away
     num_heads, kv_heads = weights.num_heads, weights.num_kv_heads
@@ -100,14 +120,18 @@ def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = Fals
     D, Lq, Lk = q.shape[-1], q.shape[-2], k.shape[-2]
 
     scores = q @ k if mistake == "scores-q-times-k" else q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
-    if mistake not in ("no-scale", "scale-after-softmax"):
-        scores = scores / math.sqrt(num_heads * D if mistake == "scale-by-embed" else D)
+    if mistake in SCALE_FORMS:
+        scale = SCALE_FORMS[mistake](num_heads, D)
+    if mistake != "scale-after-softmax":
+        scores = scores * (D ** -0.5 if scale is None else scale)
+    if keep is not None and mistake == "mask-rows-tiled":
+        keep = _tiled_rows(keep.expand(keep.shape[0], 1, Lq, Lk), num_heads)
 
     if causal:
         causal_keep = _causal_keep(Lq, Lk, mistake, scores.device)
         keep = causal_keep if keep is None else keep & causal_keep
     if keep is not None and mistake not in NEEDS_MASK:
-        scores = scores.masked_fill(~keep, fill)
+        scores = scores.masked_fill(~keep, FILLS_BLOCKED.get(mistake, fill))
 
     axis = {"softmax-over-queries": -2, "softmax-over-heads": 1, "softmax-over-batch": 0}.get(mistake, -1)
     attn = torch.softmax(scores, dim=axis)  # (B, H, Lq, Lk)
@@ -128,11 +152,11 @@ def forms_to_try(has_mask: bool, causal: bool) -> list[str]:
     forms = []
     for bug in BUGS:
         for form in bug.forms:
-            if form in NEEDS_MASK and not (has_mask or causal):
+            if form in NEEDS_MASK | set(FILLS_BLOCKED) and not (has_mask or causal):
                 continue
             if form in NEEDS_USER_MASK and not has_mask:
                 continue
-            if form in NEEDS_CAUSAL and not causal:
+            if form in NEEDS_CAUSAL and not causal or form in SCALE_FORMS:
                 continue
             forms.append(form)
     return forms

@@ -1,4 +1,4 @@
-"""`multihead check FILE.py:Class [--init JSON] [--call HINTS] [--lang en|zh]`, shown with rich.
+"""`multihead check FILE.py:Class [--init JSON] [--config JSON] [--call HINTS] [--lang en|zh]`, shown with rich.
 
 Exit code 0: matches the reference; 1: differs (the bug is named when it is a known one); 2: the
 file, class or constructor could not be used.
@@ -29,6 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="constructor keyword arguments as JSON, e.g. "
                              "'{\"d_model\": 16, \"num_heads\": 4}' "
                              "(default: guessed from the parameter names)")
+    parser.add_argument("--config", metavar="JSON", default=None,
+                        help="for a constructor that takes a config object (__init__(self, config), minGPT/nanoGPT/"
+                             "GPT-2/BERT style): its attributes as JSON, e.g. '{\"n_embd\": 16, \"n_head\": 4}'; "
+                             "attributes not given are guessed by name")
     parser.add_argument("--call", metavar="HINTS", default=None,
                         help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "
                              "causal=yes|no, inputs=x|qkv|q_kv (comma separated)")
@@ -61,6 +65,6 @@ def render(report: CheckReport, console: Console) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the check and print it; the return value is the exit code."""
-    report = check(args.target, init=args.init, call=args.call, lang=args.lang)
+    report = check(args.target, init=args.init, config=args.config, call=args.call, lang=args.lang)
     render(report, Console(soft_wrap=False))
     return report.exit_code

@@ -21,11 +21,17 @@ def _used(spec: CallSpec, inputs) -> list[torch.Tensor]:
     return list(inputs[:INPUT_COUNT[spec.inputs]])
 
 
-def _bumped(tensors, index) -> list[torch.Tensor]:
-    """Copies with +1 added at ``index`` (e.g. ``(0,)`` for row 0, ``(slice(None), -1)`` for the last token)."""
+def nudge(t: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """A fixed random tensor shaped like ``t``: a change that a LayerNorm cannot undo (a constant could)."""
+    return torch.randn(t.shape, generator=torch.Generator().manual_seed(seed)).to(t.dtype)
+
+
+def bumped(tensors, index) -> list[torch.Tensor]:
+    """Copies with a random change at ``index`` (e.g. ``(0,)`` for row 0, ``(slice(None), -1)`` for the last
+    token)."""
     moved = [t.clone() for t in tensors]
     for t in moved:
-        t[index] += 1.0
+        t[index] += nudge(t[index])
     return moved
 
 
@@ -46,7 +52,7 @@ def detect_layout(module: nn.Module, spec: CallSpec, inputs, tol: float) -> str 
     if base.dim() != 3 or base.shape[:2] != shape[:2]:
         return None
     for dim, layout in ((0, "batch"), (1, "seq")):
-        moved = invoke(module, raw, *_bumped(tensors, (slice(None),) * dim + (0,)))
+        moved = invoke(module, raw, *bumped(tensors, (slice(None),) * dim + (0,)))
         rest = shape[dim] - 1
         if agree(base.narrow(dim, 1, rest), moved.narrow(dim, 1, rest), tol):
             return layout
@@ -57,7 +63,7 @@ def detect_causal(module: nn.Module, spec: CallSpec, inputs, tol: float) -> bool
     """True when some token's output ignores the last token (inputs batch first, one length L >= 3)."""
     tensors = _used(spec, inputs)
     base = invoke(module, spec, *tensors)
-    moved = invoke(module, spec, *_bumped(tensors, (slice(None), -1)))
+    moved = invoke(module, spec, *bumped(tensors, (slice(None), -1)))
     return any(agree(base[:, i], moved[:, i], tol) for i in range(tensors[0].shape[1] - 1))
 
 

@@ -34,14 +34,14 @@ class Match:
         return None if self.form is None else BUG_OF_FORM[self.form].id
 
 
-def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill) -> list[torch.Tensor]:
+def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill, scale=None) -> list[torch.Tensor]:
     """The variant's output on every case (batch-first inputs, keep pattern (B, Lq, Lk) or None)."""
     weights = roles.weights(module)
     outputs = []
     for *tensors, keep in cases:
         keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)
         outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, causal=spec.causal,
-                                         mistake=form, fill=fill))
+                                         mistake=form, fill=fill, scale=scale))
     return outputs
 
 
@@ -63,7 +63,7 @@ def closest(module, spec, assignments, cases, wanted, forms) -> Match:
         for roles in assignments:
             for fill in fills:
                 error = _error(module, spec, roles, cases, wanted, form, fill)
-                if error < best.error:
+                if error < best.error or best.roles is None:  # the first candidate stands until one is closer
                     best = Match(form, roles, fill, error)
     return best
 

@@ -17,24 +17,11 @@ from pathlib import Path
 
 from torch import nn
 
-from multihead.convert.projections import HEAD_COUNT_NAMES as HEAD_NAMES
+from multihead.checker.config import GuessedConfig
+from multihead.checker.names import (EMBED_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES, SWITCH_ON, guess_value,
+                                     is_config_name, is_dropout, is_head_count_name, is_head_size_name, tried_text)
 
-EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
-
-# constructor parameter name -> the value to pass when the learner gives no --init
-QUERY_SIZE_NAMES = ("query_size", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
-KEY_SIZE_NAMES = ("key_size", "kdim")
-VALUE_SIZE_NAMES = ("value_size", "vdim")
-EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd", "emb_dim",
-               "embed_size", "hidden_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d", "width",
-               "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb", "embed")
-_SIZE_NAMES = QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES
-LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx",
-                 "max_length", "max_seq_length", "context_size", "max_positions", "seq_length")
-_DROPOUT_HINTS = ("dropout", "drop", "p_attn", "attn_pdrop")
-DEFAULTS = {**{n: EMBED for n in _SIZE_NAMES}, **{n: HEADS for n in HEAD_NAMES},
-            **{n: LENGTH for n in LENGTH_NAMES}}
 
 
 class LoadError(Exception):
@@ -122,46 +109,112 @@ def parse_init(text: str | None) -> dict:
     return kwargs
 
 
-def guess_init(cls: type, given: dict) -> dict:
-    """Keyword arguments for ``cls``: the given ones, then defaults by parameter name, dropout 0."""
+def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
+    """Keyword arguments for ``cls``: the given ones, then guesses by parameter name, dropout 0; a config
+    parameter (``config``, ``cfg``...) gets a ``GuessedConfig`` holding ``config`` (the --config values)."""
     try:
         params = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
         return dict(given)
     kwargs = dict(given)
-    missing = []
+    missing, config_param = [], None
     for name, param in list(params.items())[1:]:
-        if name in kwargs or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if any(hint in name.lower() for hint in _DROPOUT_HINTS) and "num" not in name.lower():
+        if is_config_name(name, param.annotation) and (config is not None or param.default is param.empty):
+            config_param = config_param or name
+            if isinstance(kwargs.get(name), dict) or name not in kwargs:
+                kwargs[name] = GuessedConfig({**(config or {}), **kwargs.get(name, {})})
+        elif name in kwargs:
+            continue
+        elif is_dropout(name):
             kwargs[name] = 0.0  # dropout off, whatever the default
+        elif name in SWITCH_ON and param.default is False:
+            kwargs[name] = True  # the scale switch on: a model built from the class passes it (GPT-2)
         elif param.default is not param.empty:
             continue
-        elif name in DEFAULTS:
-            kwargs[name] = DEFAULTS[name]
+        elif guess_value(name)[0]:
+            kwargs[name] = guess_value(name)[1]
         else:
             missing.append(name)
-    short = {n: v for n, v in kwargs.items() if n in LENGTH_NAMES and isinstance(v, int) and v < LONGEST_PROBE}
+    if config is not None and config_param is None:
+        if len(missing) != 1:
+            raise LoadError(f"--config was given but {cls.__name__}'s constructor has no config parameter",
+                            f"给了 --config，但 {cls.__name__} 的构造函数没有 config 参数")
+        kwargs[missing.pop()] = GuessedConfig(config)
+    _refuse_short_lengths(kwargs)
+    if missing:
+        example = "--init '{" + ", ".join(f'"{m}": ...' for m in missing) + "}'"
+        raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
+                        f"pass them with --init, e.g. {example} (names it recognises: {tried_text()})",
+                        f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}"
+                        f"（能识别的参数名：{tried_text()}）")
+    return kwargs
+
+
+def switched_on(cls: type, given: dict, kwargs: dict) -> list[str]:
+    """The scale switches (``scale=False`` by default, as in GPT-2's Attention) that guess_init turned on."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return []
+    return [n for n in SWITCH_ON if n in params and n not in given and params[n].default is False and kwargs.get(n)]
+
+
+def _refuse_short_lengths(kwargs: dict) -> None:
+    """A context length shorter than the probes cannot be checked: say which value to pass instead."""
+    lengths = {n: v for n, v in size_values(kwargs).items() if n in LENGTH_NAMES}
+    short = {n: v for n, v in lengths.items() if isinstance(v, int) and v < LONGEST_PROBE}
     if short:
         name, value = next(iter(short.items()))
         raise LoadError(f"{name}={value} is shorter than the sequences the checker tries "
                         f"({LONGEST_PROBE} tokens); pass {name} >= {LONGEST_PROBE} with --init",
                         f"{name}={value} 比检查器使用的序列（{LONGEST_PROBE} 个词）短；"
                         f"请用 --init 传入 {name} >= {LONGEST_PROBE}")
-    if missing:
-        example = "--init '{" + ", ".join(f'"{m}": ...' for m in missing) + "}'"
-        raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
-                        f"pass them with --init, e.g. {example}",
-                        f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}")
-    return kwargs
 
 
-def build(cls: type, init: dict | None = None) -> tuple[nn.Module, dict]:
+def size_values(kwargs: dict) -> dict:
+    """The constructor's named values, config attributes included (name -> value)."""
+    found = {}
+    for name, value in kwargs.items():
+        if isinstance(value, GuessedConfig):
+            found.update(value.values())
+        else:
+            found[name] = value
+    return found
+
+
+def with_head_count(kwargs: dict, heads: int) -> dict | None:
+    """The constructor arguments changed to ``heads`` heads (head sizes follow the width), or None when
+    the head count is not among them (then the module cannot be rebuilt that way)."""
+    values = size_values(kwargs)
+    width = next((values[n] for n in QUERY_SIZE_NAMES + EMBED_NAMES if isinstance(values.get(n), int)), None)
+    if not any(is_head_count_name(n) for n in values) or not width or width % heads:
+        return None
+    changes = {n: heads for n in values if is_head_count_name(n)}
+    changes.update({n: width // heads for n in values if is_head_size_name(n)})
+    rebuilt = {}
+    for name, value in kwargs.items():
+        if isinstance(value, GuessedConfig):
+            rebuilt[name] = value.with_values(**{n: v for n, v in changes.items() if n in value.values()})
+        else:
+            rebuilt[name] = changes.get(name, value)
+    return rebuilt
+
+
+def build(cls: type, init: dict | None = None, config: dict | None = None) -> tuple[nn.Module, dict]:
     """An instance of ``cls`` and the keyword arguments it was built with."""
-    kwargs = guess_init(cls, init or {})
+    kwargs = guess_init(cls, init or {}, config)
     try:
         return cls(**kwargs), kwargs
     except Exception as error:
+        unknown = [n for v in kwargs.values() if isinstance(v, GuessedConfig) for n in v.unknown()]
+        if unknown and isinstance(error, AttributeError):
+            example = "--config '{" + ", ".join(f'"{n}": ...' for n in unknown) + "}'"
+            raise LoadError(f"{cls.__name__}'s constructor reads config.{unknown[0]}, which the checker cannot "
+                            f"guess; pass it with {example} (names it recognises: {tried_text()})",
+                            f"{cls.__name__} 的构造函数读取了 config.{unknown[0]}，检查器猜不出它；请用 {example} 传入"
+                            f"（能识别的名字：{tried_text()}）") from error
         why = f"{type(error).__name__}: {error}"
         raise LoadError(f"{cls.__name__}(**{kwargs}) failed: {why}",
                         f"构造 {cls.__name__}(**{kwargs}) 时出错：{why}") from error

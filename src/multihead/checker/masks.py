@@ -3,7 +3,13 @@
 Every convention is an ``Encoding``: it turns a canonical keep pattern (B, Lq, Lk), True = may attend,
 into the tensor the learner's forward expects (keep or block, bool or 0/1, additive, labml's
 (Lq, Lk, B), d2l's valid_lens...). ``detect_encoding`` tries each one: the right one makes blocked keys
-inert (changing them changes no output), which holds even when the module has a bug elsewhere.
+inert (changing them changes no output), which holds even when the module has a bug elsewhere. A trial
+that raises or returns a wrong shape (the Annotated Transformer's ``mask.unsqueeze(1)`` turns a 4-D mask
+into a 5-D one) only rules that convention out.
+
+Every batch row gets its own mask, so that a mask applied to the wrong rows shows. A mask shared by
+the whole batch, (Lq, Lk), is accepted only when no per-row convention ran at all: a module that takes
+per-row masks but is inert only for a shared one mixes up its rows.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from typing import Callable
 import torch
 
 from multihead.checker.calling import CallSpec, LearnerError, invoke
-from multihead.checker.catalogue import NEEDS_MASK, forms_to_try
+from multihead.checker.catalogue import FILLS_BLOCKED, NEEDS_MASK, forms_to_try
+
+MASK_FORMS = [*sorted(NEEDS_MASK), "mask-rows-tiled", *FILLS_BLOCKED]  # mistakes under which blocked keys count
 from multihead.checker.compare import agree
+from multihead.checker.conventions import nudge
 from multihead.checker.diagnose import closest
 
 
@@ -47,6 +56,7 @@ def _encodings() -> list[Encoding]:
         ("(B, Lq, Lk)", "full", lambda m: m),
         ("(Lq, Lk)", "shared", lambda m: m[0]),
         ("(B, 1, 1, Lk)", "key", lambda m: m[:, :1, None]),
+        ("(B, 1, Lk)", "key", lambda m: m[:, :1]),
         ("(B, Lk)", "key", lambda m: m[:, 0]),
     ]
     found = []
@@ -67,9 +77,12 @@ LENGTHS = [
 
 def random_pattern(family: str, B: int, Lq: int, Lk: int, gen: torch.Generator) -> torch.Tensor:
     """A random keep pattern (B, Lq, Lk) this family can carry; every query keeps at least one key."""
-    if family == "lengths":
-        lens = torch.randint(1, Lk + 1, (B, 1), generator=gen)
+    if family == "lengths":  # a different length for every batch row (when there are enough keys)
+        lens = torch.randperm(Lk, generator=gen)[:B] + 1 if Lk >= B else torch.randint(1, Lk + 1, (B,), generator=gen)
+        lens = lens[:, None]
         return (torch.arange(Lk) < lens[..., None]).expand(B, Lq, Lk).clone()
+    if family == "causal":  # the causal pattern, for a mask that only switches causal masking on
+        return torch.ones(Lq, Lk, dtype=torch.bool).tril().expand(B, Lq, Lk).clone()
     rows = {"full": (B, Lq), "shared": (1, Lq), "key": (B, 1)}[family]
     keep = torch.rand(*rows, Lk, generator=gen) < 0.6
     keep[torch.arange(rows[0])[:, None], torch.arange(rows[1]), torch.randint(Lk, rows, generator=gen)] = True
@@ -84,8 +97,9 @@ def probe_pattern(family: str, B: int, Lq: int, Lk: int) -> torch.Tensor:
     return (torch.arange(Lk) < lens[:, None, None]).expand(B, Lq, Lk).clone()
 
 
-def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> bool:
-    """With this encoding, does changing the blocked keys (and values) leave the outputs alone?
+def try_encoding(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> str:
+    """"inert" when, with this encoding, changing the blocked keys (and values) leaves the outputs alone;
+    "moved" when it runs but they change something; "failed" when the call raises or its shape is wrong.
 
     A causal module never sees later keys, so there the earliest keys are blocked instead (except for
     lengths, which always block the last ones); only queries that still see a key are compared.
@@ -103,25 +117,65 @@ def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, t
     try:
         before = invoke(module, trial, xq, xk, xv, keep)
         if spec.inputs == "x":
-            after = invoke(module, trial, xq + 3.0 * blocked, keep=keep)
+            after = invoke(module, trial, xq + 3.0 * blocked * nudge(xq), keep=keep)
             rows &= keep[:, 0, :Lq]  # blocked positions are queries too: compare the kept ones
         else:
-            after = invoke(module, trial, xq, xk + 3.0 * blocked, xv + 3.0 * blocked, keep)
+            after = invoke(module, trial, xq, xk + 3.0 * blocked * nudge(xk), xv + 3.0 * blocked * nudge(xv, 1), keep)
     except LearnerError:
-        return False
+        return "failed"
     before, after = before[rows], after[rows]
     if not torch.isfinite(before).all():
-        return False
-    return agree(before, after, tol)
+        return "moved"
+    return "inert" if agree(before, after, tol) else "moved"
+
+
+def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> bool:
+    return try_encoding(module, spec, encoding, inputs, tol) == "inert"
 
 
 def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
-    """The first convention under which blocked keys are inert, trying the parameter name's kind first."""
+    """The first convention under which blocked keys are inert, trying the parameter name's kind first;
+    a shared (Lq, Lk) one only when no per-row convention ran (see the module docstring)."""
     order = LENGTHS + ENCODINGS if spec.mask_kind == "lengths" else ENCODINGS + LENGTHS
+    per_row_ran, shared = False, None
     for encoding in order:
-        if blocked_keys_are_inert(module, spec, encoding, inputs, tol):
+        outcome = try_encoding(module, spec, encoding, inputs, tol)
+        if encoding.family == "shared":
+            shared = shared or (encoding if outcome == "inert" else None)
+            continue
+        if outcome == "inert":
             return encoding
+        per_row_ran = per_row_ran or outcome == "moved"
+    return None if per_row_ran else shared
+
+
+def causal_switch(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
+    """A mask argument whose presence alone switches causal masking on (Whisper's fused path passes
+    ``is_causal=mask is not None``): two different masks give the same outputs, unlike no mask at all.
+    Returns an encoding whose masks are then checked with the causal pattern, or None."""
+    xq, xk, xv = inputs
+    B, Lq, Lk = xq.shape[0], xq.shape[1], xk.shape[1]
+    gen = torch.Generator().manual_seed(6)
+    first, second = (random_pattern("full", B, Lq, Lk, gen) for _ in range(2))
+    for encoding in ENCODINGS:
+        trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+        try:
+            with torch.no_grad():
+                one, other = (invoke(module, trial, xq, xk, xv, keep) for keep in (first, second))
+                none = invoke(module, trial, xq, xk, xv)
+        except LearnerError:
+            continue
+        if agree(one, other, tol) and not agree(one, none, tol):
+            return Encoding("causal-switch", encoding.shape, "causal", encoding.encode)
+        return None
     return None
+
+
+def tried_text() -> str:
+    """The conventions tried, for the report of a mask that could not be verified."""
+    shapes = ", ".join(dict.fromkeys(e.shape for e in ENCODINGS))
+    lengths = ", ".join(e.shape for e in LENGTHS)
+    return f"keep or block as bool or 0/1, or additive -inf, shaped {shapes}; valid lengths {lengths}"
 
 
 def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make_cases, tol: float):
@@ -134,7 +188,9 @@ def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make
         forms = [None, *forms_to_try(False, spec.causal)]
         roles = closest(module, spec, assignments, plain_cases, wanted, forms).roles
         running, all_ignored = None, True
-        for encoding in ENCODINGS + LENGTHS:
+        for encoding in sorted(ENCODINGS + LENGTHS, key=lambda e: e.family == "shared"):
+            if encoding.family == "shared" and running is not None:
+                continue  # per-row masks ran: a shared one would hide rows mixed up
             trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
             cases = make_cases(trial)
             try:
@@ -142,7 +198,7 @@ def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make
                 unmasked = [invoke(module, trial, *case[:3]) for case in cases]
             except LearnerError:
                 continue
-            if closest(module, trial, [roles], cases, got, [None, *sorted(NEEDS_MASK)]).error <= tol:
+            if closest(module, trial, [roles], cases, got, [None, *MASK_FORMS]).error <= tol:
                 return encoding, False
             running = running or encoding
             all_ignored = all_ignored and all(agree(g, u, tol) for g, u in zip(got, unmasked))

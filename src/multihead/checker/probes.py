@@ -38,5 +38,39 @@ def masked_cases(spec: CallSpec, dims, dtype, L, Lk) -> list[tuple]:
             keep = random_pattern(spec.encoding.family, B, L, Lk, gen)
             if spec.causal:
                 keep[..., 0] = True  # every query keeps a key it may causally see
+            if spec.encoding.family in ("full", "key"):
+                keep = distinct_rows(keep)
             cases.append((xq, xk, xv, keep))
     return cases
+
+
+def distinct_rows(keep: torch.Tensor) -> torch.Tensor:
+    """keep (B, Lq, Lk) with no two batch rows alike (a mask sent to the wrong row must show): a row equal
+    to an earlier one gets one more kept key (or, when it keeps them all, one fewer), never key 0."""
+    keep = keep.clone()
+    for b in range(1, keep.shape[0]):
+        for _ in range(keep.shape[-1]):
+            if not any(torch.equal(keep[a], keep[b]) for a in range(b)):
+                break
+            free = (~keep[b, 0, 1:]).nonzero()
+            column = 1 + int(free[0]) if len(free) else keep.shape[-1] - 1
+            keep[b, :, column] = ~keep[b, :, column] if not len(free) else True
+    return keep
+
+
+def randomise_projections(projections) -> None:
+    """Fresh random weights (std 1/sqrt(fan-in)) and biases for every projection, on the checker's own copy:
+    a zero-initialised output layer or GPT-2's std-0.02 weights would make the variants look alike."""
+    gen = torch.Generator().manual_seed(7)
+    layers = {id(p.layer): p for p in projections.values()}
+    with torch.no_grad():
+        for proj in layers.values():
+            for param in proj.layer.parameters(recurse=False):
+                if isinstance(param, torch.nn.UninitializedParameter):
+                    continue
+                if param.dim() >= 2:
+                    fan_in = param.shape[0] if proj.kind == "conv1d" else param.shape[-1]
+                    std = fan_in ** -0.5
+                else:
+                    std = 0.5
+                param.copy_(torch.randn(param.shape, generator=gen) * std)

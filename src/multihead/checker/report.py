@@ -30,6 +30,7 @@ class CheckReport:
     conventions: list[tuple[str, dict]] = field(default_factory=list)  # (text key, values)
     roles: dict[str, str] = field(default_factory=dict)  # role -> where it lives
     notes: list[str] = field(default_factory=list)
+    ambiguous: list[str] = field(default_factory=list, repr=False)  # scale ids one head count cannot tell apart
 
     @property
     def passed(self) -> bool:
@@ -57,6 +58,8 @@ class CheckReport:
             return say("pass", lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
         if self.bug:
             return say("fail-bug", lang, target=target, bug=self.bug)
+        if self.exception and self.exception.startswith("WrongOutputShape: "):
+            return say("fail-shape", lang, target=target, shape=self.exception.split(": ", 1)[1])
         if self.exception:
             return say("fail-raises", lang, target=target, exception=self.exception)
         if self.reason:

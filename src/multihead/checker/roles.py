@@ -1,10 +1,11 @@
-"""Which of the learner's Linear layers projects queries, keys, values and the output.
+"""Which of the learner's projections (``projections.py``) projects queries, keys, values and the output.
 
-Names are not trusted (``to_q``, ``lin_a``, ``fq`` all occur). Forward hooks record what each Linear
+Names are not trusted (``to_q``, ``lin_a``, ``fq`` all occur). Forward hooks record what each projection
 sees during one call: the query, key or value input (recognised by its element sum, which survives
 transposes and reshapes), an intermediate tensor, or nothing. That narrows the roles down to a few
 candidate assignments (the order of three same-shaped layers, how a fused ``Linear(E, 3E)`` is cut,
-how many heads); ``candidate_roles`` lists them all and the checker keeps the one whose outputs agree.
+how many heads, a small Linear shared by all heads, an inner nn.MultiheadAttention);
+``candidate_roles`` lists them all and the checker keeps the one whose outputs agree.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from multihead.checker.projections import Projection, ProjectionInputs, find_projections, shared_across_heads
+
 ROLES = ("q", "k", "v")
-Piece = tuple[str, object]  # (Linear's qualified name, rows: None = all, a slice, or an index tensor)
+Piece = tuple[Projection, object]  # (a projection, rows: None = all, a slice, or an index tensor)
 
 
 @dataclass
@@ -50,12 +53,11 @@ class RoleAssignment:
     style: str  # "separate", "fused", "fused-per-head", "per-head", "fused-kv"
     labels: dict[str, str] = field(default_factory=dict)  # role -> description overriding the pieces'
 
-    def weights(self, module: nn.Module) -> Weights:
+    def weights(self, module: nn.Module | None = None) -> Weights:
         """The current parameters (differentiable views of the learner's own tensors)."""
-        layers = dict(module.named_modules())
-        qkv = [_stack([_rows(layers[name], rows) for name, rows in self.pieces[r]]) for r in ROLES]
+        qkv = [_stack([_rows(proj, rows) for proj, rows in self.pieces[r]]) for r in ROLES]
         out = self.pieces.get("o") or []
-        o = _rows(layers[out[0][0]], out[0][1]) if out else None
+        o = _rows(*out[0]) if out else None
         return Weights(*qkv, o=o, num_heads=self.num_heads)
 
     def describe(self) -> dict[str, str]:
@@ -66,7 +68,7 @@ class RoleAssignment:
             if role in self.labels:
                 described[role] = self.labels[role]
                 continue
-            names = sorted({name for name, _ in pieces})
+            names = sorted({proj.name for proj, _ in pieces})
             if not pieces:
                 described[role] = "(none)"
             elif len(pieces) > 1:
@@ -82,19 +84,20 @@ def _rows_text(rows) -> str:
     return f" rows {rows.start}:{rows.stop}"
 
 
-def _row_count(layer: nn.Linear, rows) -> int:
+def _row_count(proj: Projection, rows) -> int:
     if rows is None:
-        return layer.out_features
+        return proj.out_features
     if isinstance(rows, slice):
-        return len(range(layer.out_features)[rows])
+        return len(range(proj.out_features)[rows])
     return len(rows)
 
 
-def _rows(layer: nn.Linear, rows) -> tuple:
-    """(weight[rows], bias[rows] or None) of one Linear."""
+def _rows(proj: Projection, rows) -> tuple:
+    """(weight[rows], bias[rows] or None) of one projection."""
+    weight, bias = proj.weight_bias()
     if rows is None:
-        return layer.weight, layer.bias
-    return layer.weight[rows], None if layer.bias is None else layer.bias[rows]
+        return weight, bias
+    return weight[rows], None if bias is None else bias[rows]
 
 
 def _stack(parts: list[tuple]) -> tuple:
@@ -106,41 +109,12 @@ def _stack(parts: list[tuple]) -> tuple:
     return weight, torch.cat(biases)
 
 
-def linear_layers(module: nn.Module) -> dict[str, nn.Linear]:
-    """Qualified name -> Linear (materialised LazyLinear included), in registration order."""
-    return {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)
-            and not isinstance(m, nn.modules.lazy.LazyModuleMixin)}
+def linear_layers(module: nn.Module) -> dict[str, Projection]:
+    """Name -> projection (Linear, Conv1D, an inner nn.MultiheadAttention's in-projection), in order."""
+    return find_projections(module)
 
 
-class LinearInputs:
-    """Context manager recording, per Linear, which tagged tensor it was called on ("mid" otherwise).
-
-    ``tags`` maps a tag ("x", or "q"/"k"/"v") to its input tensor; matching is by element sum.
-    """
-
-    def __init__(self, module: nn.Module, tags: dict[str, torch.Tensor]):
-        self.module = module
-        self.sums = {tag: float(t.detach().double().sum()) for tag, t in tags.items()}
-        self.seen: dict[str, list[str]] = {}
-        self._handles = []
-
-    def _tag(self, tensor: torch.Tensor) -> str:
-        total = float(tensor.detach().double().sum())
-        for tag, expected in self.sums.items():
-            if abs(total - expected) <= 1e-6 * (1.0 + abs(expected)):
-                return tag
-        return "mid"
-
-    def __enter__(self) -> LinearInputs:
-        for name, layer in linear_layers(self.module).items():
-            def hook(mod, inputs, output, name=name):
-                self.seen.setdefault(name, []).append(self._tag(inputs[0]))
-            self._handles.append(layer.register_forward_hook(hook))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
+LinearInputs = ProjectionInputs  # records what each projection sees (see projections.py)
 
 
 def _head_index(name: str) -> int | None:
@@ -239,8 +213,8 @@ def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
                     for k, v in (on_context, on_context[::-1]) for h in heads(layers[q_name].out_features)]
     for role in ROLES:
         if not by_role[role]:
-            shape = next((layers[by_role[r][0]].weight.shape for r in ROLES if by_role[r]), None)
-            spare = [n for n in unused if layers[n].weight.shape == shape]
+            shape = next((_shape(layers[by_role[r][0]]) for r in ROLES if by_role[r]), None)
+            spare = [n for n in unused if _shape(layers[n]) == shape]
             if not spare:
                 return []
             by_role[role] = [spare[0]]
@@ -259,21 +233,53 @@ def _heads_fit(rows: dict[str, int], num_heads: int) -> bool:
     return kv_heads > 0 and num_heads % kv_heads == 0
 
 
+def _shape(proj: Projection) -> tuple[int, int]:
+    return proj.out_features, proj.in_features
+
+
+def _attention_module_candidates(layers, seen) -> list[tuple]:
+    """An inner nn.MultiheadAttention: its in-projection rows are q, k, v and its out_proj the output."""
+    calls = [p for n, p in layers.items() if p.kind == "in_proj" and seen.get(n)]
+    if not calls:
+        return []
+    mha = calls[0].layer
+    pieces = {role: [(n, None)] for n, p in layers.items() if p.kind == "in_proj" and p.layer is mha
+              for role in [ROLES[p.role]]}
+    out = [n for n, p in layers.items() if p.layer is mha.out_proj]
+    return [({**pieces, "o": [(out[0], None)]}, mha.num_heads, "torch-mha", {})]
+
+
+def _shared_heads(layers, seen, widths: dict[str, int]) -> dict[str, Projection]:
+    """Projections called on a whole input although they take a slice of it: one Linear shared by heads."""
+    shared = dict(layers)
+    for name, proj in layers.items():
+        tags = set(seen.get(name, [])) - {"mid"}
+        width = widths.get(next(iter(tags)), 0) if len(tags) == 1 and "mid" not in seen[name] else 0
+        if proj.kind != "in_proj" and proj.in_features < width and width % proj.in_features == 0:
+            shared[name] = shared_across_heads(proj, width)
+    return shared
+
+
 def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
-                    num_heads: int | None) -> list[RoleAssignment]:
-    """Every plausible role assignment, given what each Linear saw (see ``LinearInputs``)."""
-    layers = linear_layers(module)
+                    num_heads: int | None, widths: dict[str, int] | None = None) -> list[RoleAssignment]:
+    """Every plausible role assignment, given what each projection saw (see ``ProjectionInputs``);
+    ``widths``: tag -> the width of that input (to find a small Linear shared by all heads)."""
+    layers = _shared_heads(linear_layers(module), seen, widths or {})
     inputs = [n for n in layers if seen.get(n) and "mid" not in seen[n]]
     mids = [n for n in layers if "mid" in seen.get(n, [])]
     unused = [n for n in layers if n not in seen]
+    shared = {p.heads for p in layers.values() if p.heads > 1}
 
     def heads(inner: int) -> list[int]:
+        if len(shared) == 1:  # a Linear shared by H heads fixes H
+            return list(shared)
         if num_heads and inner % num_heads == 0:
             return [num_heads]
         return [h for h in _divisors(inner) if h > 1] + [1]  # one head last
 
-    found = (_self_candidates(layers, inputs, unused, heads) if self_attention
-             else _qkv_candidates(layers, seen, unused, heads))
+    found = (_attention_module_candidates(layers, seen)
+             or (_self_candidates(layers, inputs, unused, heads) if self_attention
+                 else _qkv_candidates(layers, seen, unused, heads)))
     assignments = []
     for pieces, h, style, labels in found:
         rows = {role: sum(_row_count(layers[n], r) for n, r in pieces[role]) for role in ROLES}
@@ -281,12 +287,15 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
             continue
         taken = {name for role in ROLES for name, _ in pieces[role]}
         inner = rows["q"]
-        if mids:
+        if "o" in pieces:
+            outs = [pieces["o"]]
+        elif mids:
             outs = [[(mids[-1], None)]]
         else:
             spare = [n for n in unused if n not in taken and layers[n].in_features == inner]
             # an output layer defined but never called is still the output layer (no-output-projection)
             outs = [[(n, None)] for n in spare] or [[]]
         for out in outs:
-            assignments.append(RoleAssignment({**pieces, "o": out}, h, style, labels))
+            placed = {role: [(layers[n], r) for n, r in part] for role, part in {**pieces, "o": out}.items()}
+            assignments.append(RoleAssignment(placed, h, style, labels))
     return assignments

@@ -29,6 +29,20 @@ BUG_TEXT = {
     "scale-by-embed-dim": (
         "The scores are divided by sqrt(embed_dim); the scale is 1 / sqrt(head_dim), the size of one head.",
         "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，即单个头的维度。"),
+    "scale-halved": (
+        "The scores are divided by 2 * sqrt(head_dim): the scale is half of 1 / sqrt(head_dim). "
+        "Divide by sqrt(head_dim) exactly once.",
+        "分数除以了 2 * sqrt(head_dim)：缩放因子只有 1 / sqrt(head_dim) 的一半。"
+        "只需除以一次 sqrt(head_dim)。"),
+    "scale-by-head-dim": (
+        "The scores are divided by head_dim instead of sqrt(head_dim) (or 1/sqrt(head_dim) is applied twice, "
+        "to q and to k): splitting the scale over q and k takes head_dim ** -0.25 on each.",
+        "分数除以了 head_dim，而不是 sqrt(head_dim)（或者 q 和 k 各乘了一次 1/sqrt(head_dim)）："
+        "若把缩放分摊到 q 和 k 上，每边应乘 head_dim ** -0.25。"),
+    "wrong-scale": (
+        "The scores are multiplied by a factor other than 1 / sqrt(head_dim) before the softmax "
+        "(the measured factor is in the notes).",
+        "softmax 之前分数乘的缩放因子不是 1 / sqrt(head_dim)（实测的因子见下方说明）。"),
     "scale-after-softmax": (
         "The scale is applied after the softmax, so the weights no longer sum to 1. "
         "Scale the scores, then take the softmax.",
@@ -38,6 +52,16 @@ BUG_TEXT = {
         "before the softmax, so the remaining weights still sum to 1.",
         "掩码放在了 softmax 之后：应在 softmax 之前用 masked_fill 把被屏蔽的位置填成 -inf，"
         "这样剩下的注意力权重之和仍为 1。"),
+    "mask-filled-with-zero": (
+        "Blocked scores are filled with 0 (or multiplied by the mask) before the softmax: exp(0) = 1, so "
+        "blocked keys still get weight. Fill them with -inf (masked_fill(~keep, float('-inf'))).",
+        "在 softmax 之前把被屏蔽的分数填成了 0（或乘以掩码）：exp(0) = 1，被屏蔽的键仍然分到权重。"
+        "应填成 -inf（masked_fill(~keep, float('-inf'))）。"),
+    "mask-wrong-rows": (
+        "The mask reaches the wrong batch rows: with heads folded into the batch as (B*H), row b*H + h "
+        "belongs to batch b, so the mask must be repeated with repeat_interleave(H, dim=0), not repeat(H, 1, 1).",
+        "掩码作用到了错误的批次行上：把多头折叠进批量 (B*H) 后，第 b*H + h 行属于第 b 个样本，"
+        "所以掩码应该用 repeat_interleave(H, dim=0) 复制，而不是 repeat(H, 1, 1)。"),
     "no-output-projection": (
         "The output projection is defined but never applied: pass the merged heads through it.",
         "定义了输出投影层却没有使用：合并多头之后还要经过这个线性层。"),
@@ -74,11 +98,19 @@ CONVENTION_TEXT = {
     "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别输入"),
     "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
                     "forward({args})：查询，以及键值共用的一个输入"),
+    "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
+                  "从行为判断出的参数：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
+    "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
+                   "从行为判断出的参数：查询是 '{q}'，键和值都来自 '{k}'"),
+    "pre": ("its projections read the output of '{name}' ({kind}, inside the module): the attention is "
+            "checked on that", "它的投影层读的是模块内部 '{name}'（{kind}）的输出：注意力按这个输入来检查"),
     "layout:batch": ("batch first (B, L, E)", "批量在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens){buffer}",
                    "模块内部带因果掩码（屏蔽后面的词）{buffer}"),
     "causal:no": ("not causal", "非因果"),
+    "causal:after-softmax": ("causal through buffer '{buffer}', applied after the softmax",
+                             "通过缓冲区 '{buffer}' 实现因果，但放在了 softmax 之后"),
     "mask:none": ("no mask argument", "没有掩码参数"),
     "mask:ignored": ("mask argument '{param}': has no effect on the outputs",
                      "掩码参数 '{param}'：对输出没有任何影响"),
@@ -100,6 +132,9 @@ MASK_TEXT = {
                 "掩码 '{param}' {shape}：0/1 浮点数，1 = 被屏蔽（乘以一个很大的负数）"),
     "additive": ("mask '{param}' {shape}: added to the scores, -inf = blocked",
                  "掩码 '{param}' {shape}：加到注意力分数上，-inf = 被屏蔽"),
+    "causal-switch": ("mask '{param}': any mask switches causal masking on (its values are not read); checked "
+                      "with the causal pattern", "掩码 '{param}'：只要传入掩码就会启用因果屏蔽（不读取掩码的值）；"
+                      "按因果模式检查"),
     "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
                 "有效长度 '{param}' {shape}：只保留 j < len 的键"),
 }
@@ -116,6 +151,7 @@ MESSAGES = {
     "fail-grad": ("FAIL: {target}: outputs match but gradients differ (max error {error:.2e})",
                   "未通过：{target}：输出一致但梯度不一致（最大误差 {error:.2e}）"),
     "fail-reason": ("FAIL: {target}: {reason}", "未通过：{target}：{reason}"),
+    "fail-shape": ("FAIL: {target}: {shape}", "未通过：{target}：输出形状不对：{shape}"),
     "fail-raises": ("FAIL: {target} raises {exception}", "未通过：{target} 运行时报错 {exception}"),
     "error": ("ERROR: could not check {target}: {reason}", "错误：无法检查 {target}：{reason}"),
     "explain": ("learn more: multihead explain {topic}", "详细讲解：multihead explain {topic}"),
@@ -132,9 +168,13 @@ MESSAGES = {
                "training=True (F.dropout(x, p) defaults to it)? Use nn.Dropout or pass training=self.training",
                "eval 模式下两次相同的调用得到不同输出：是否用了 training=True 的 dropout（F.dropout(x, p) "
                "默认如此）？请用 nn.Dropout，或传入 training=self.training"),
-    "no-roles": ("could not tell which Linear layers project queries, keys and values (pass heads=N with "
-                 "--call if the number of heads is unusual)",
-                 "无法判断哪些线性层分别投影查询、键和值（头数特殊时可用 --call heads=N 指定）"),
+    "no-roles": ("could not tell which layers project queries, keys and values. What each projection read "
+                 "(x/q/k/v: an input, mid: an intermediate tensor, -: never called): {seen}. Projections it "
+                 "recognises: nn.Linear, GPT-2-style Conv1D (x @ W + b), nn.MultiheadAttention inside the "
+                 "module; raw nn.Parameter matrices are not",
+                 "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v：输入，mid：中间张量，-：没有被调用）："
+                 "{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、模块内部的 "
+                 "nn.MultiheadAttention；直接用 nn.Parameter 矩阵做投影的写法无法识别"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
                      "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
@@ -142,6 +182,27 @@ MESSAGES = {
                       "unmasked outputs: let None mean no mask (`if {param} is not None:`)",
                       "不带掩码调用时（{param}=None）它报错了，而检查器需要这样调用来比较不加掩码的输出："
                       "请让 None 表示不加掩码（`if {param} is not None:`）"),
+    "mask-unverified": ("its mask argument '{param}' could not be verified: under none of the conventions tried "
+                        "({tried}) do blocked keys stop mattering, and no known mistake explains the masked "
+                        "outputs", "无法验证掩码参数 '{param}'：试过的各种约定（{tried}）都没能让被屏蔽的键不起作用，"
+                        "已知的错误也解释不了带掩码时的输出"),
+    "scale-measured": ("measured scale of the scores: {measured:.6g} (1/sqrt(head_dim) = {right:.6g})",
+                       "实测的分数缩放因子：{measured:.6g}（1/sqrt(head_dim) = {right:.6g}）"),
+    "scale-rebuilt": ("at this head count {bugs} give the same scale; rebuilt with {heads} heads, the module "
+                      "shows {bug}", "在这个头数下 {bugs} 的缩放因子相同；改用 {heads} 个头重新构建后，它表现为 {bug}"),
+    "scale-ambiguous": ("at this head count these mistakes give the same scale: {bugs}; build it with another "
+                        "number of heads (--init) to tell them apart", "在这个头数下这些错误的缩放因子相同：{bugs}；"
+                        "请用 --init 换一个头数来区分"),
+    "config-read": ("built with a config object; the attributes its constructor read: {values}",
+                    "用配置对象构造；构造函数读取的属性：{values}"),
+    "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
+                    "it on (pass --init to choose)", "构造时使用了 {name}=True：它的默认值是 False，而用这个类搭建"
+                    "的模型会打开它（可用 --init 指定）"),
+    "also-scale": ("and a second mistake: the scores are scaled by {measured:.6g}, not 1/sqrt(head_dim) = {right:.6g} "
+                   "({bug})", "还有第二个错误：分数的缩放因子是 {measured:.6g}，而不是 1/sqrt(head_dim) = {right:.6g}（{bug}）"),
+    "named-without-mask": ("named from the outputs without a mask: with a mask they differ from this variant too "
+                           "(a causal fill and a mask fill that are not the same number?)",
+                           "依据不带掩码的输出判断：带掩码时输出与这个变体也不一致（因果屏蔽和掩码用的填充值不同？）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
 }

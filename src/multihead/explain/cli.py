@@ -1,5 +1,5 @@
 """`multihead explain`: the walkthrough (default), one topic (--topic), or a real sentence (--text),
-in English or Chinese, in the terminal and optionally as an HTML report.
+in English or Chinese, in the terminal and optionally as an interactive HTML page (--html).
 
 Exit codes: 0 every check passed, 1 some check failed, 2 bad usage or the 'models' extra missing.
 """
@@ -10,7 +10,8 @@ import sys
 
 from multihead.errors import AttentionError
 from multihead.explain.lang import resolve_lang, ui
-from multihead.explain.story import LANGS, Story
+from multihead.explain.lesson import lesson, topic_story  # noqa: F401 - topic_story: part of this module's API
+from multihead.explain.story import LANGS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "(needs the 'models' extra)")
     parser.add_argument("--layer", type=int, default=0, metavar="N",
                         help="with --text: which of the model's layers (0-5, default 0)")
-    parser.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report to PATH")
+    parser.add_argument("--html", metavar="PATH",
+                        help="also write an interactive, self-contained HTML page to PATH (offline, EN/ZH)")
 
 
 def load_topics() -> dict:
@@ -52,38 +54,24 @@ def list_topics(console, lang: str) -> int:
     for name, topic in topics.items():
         table.add_row(cell(name), cell(topic.document), cell(topic.question[lang]))
     console.print(table)
+    console.print(documents_table(lang))
     return 0
 
 
-def topic_story(name: str, lang: str) -> Story:
-    """Run topic `name` into a new story; AttentionError naming the known topics if there is none."""
-    topics = load_topics()
-    if name not in topics:
-        raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(topics) or "-"))
-    topic = topics[name]
-    story = Story(lang)
-    story.heading(topic.title["en"], topic.title["zh"])
-    story.text(f"Question from document {topic.document}: {topic.question['en']}",
-               f"文档 {topic.document} 中的问题：{topic.question['zh']}")
-    topic.run(story)
-    return story
+def documents_table(lang: str):
+    """The five source documents the topics' questions come from: number, title, public source."""
+    from rich import box
+    from rich.table import Table
 
+    from multihead.explain import words
+    from multihead.explain.render_terminal import cell
 
-def build_story(args, lang: str) -> Story:
-    """The story the arguments ask for: a topic, a sentence through MiniLM, or the walkthrough."""
-    if args.topic:
-        return topic_story(args.topic, lang)
-    story = Story(lang)
-    if args.text is not None:
-        from multihead.explain.model_text import tell_text
-
-        tell_text(story, args.text, args.layer)
-    else:
-        from multihead.explain.walkthrough import tell, tell_closing
-
-        tell(story)
-        tell_closing(story)
-    return story
+    table = Table(title=ui("documents_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
+    table.add_column(ui("doc_col", lang), no_wrap=True)
+    table.add_column(ui("document_col", lang))
+    for number, document in words.words(lang)["documents"].items():
+        table.add_row(cell(number), cell(words.common(lang, "document_line", **document)))
+    return table
 
 
 def main(args: argparse.Namespace) -> int:
@@ -98,23 +86,27 @@ def main(args: argparse.Namespace) -> int:
     from multihead.explain.model_text import ModelsMissing
 
     console = make_console()
+    page = getattr(args, "html", None)
     try:
         lang = resolve_lang(getattr(args, "lang", None))
         if getattr(args, "list", False):
             return list_topics(console, lang)
-        story = build_story(args, lang)
+        told = lesson(topic=args.topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))
     except (AttentionError, ModelsMissing) as exc:
         Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
         return 2
-    render(story, console)
-    render_summary([story], console, lang)
-    if getattr(args, "html", None):
-        from multihead.explain.render_html import write_html
+    render(told.story, console)
+    render_summary([told.story], console, lang)
+    if page:
+        from multihead.explain.page import write_page
 
         try:
-            path = write_html(args.html, [story], lang)
+            path, size = write_page(page, told)
         except OSError as exc:
-            Console(stderr=True).print(f"multihead explain: cannot write {args.html}: {exc}", markup=False)
+            Console(stderr=True).print(f"multihead explain: cannot write {page}: {exc}", markup=False)
             return 2
-        console.print(ui("wrote_html", lang, path=str(path)), markup=False)
-    return 1 if story.failed_checks else 0
+        except AttentionError as exc:
+            Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
+            return 2
+        console.print(ui("wrote_html", lang, path=str(path), size=size / 2**20), markup=False)
+    return 0 if told.checks_passed else 1

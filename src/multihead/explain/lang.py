@@ -43,9 +43,11 @@ UI: dict[str, tuple[str, str]] = {
     "topic_col": ("name", "名称"),
     "doc_col": ("doc", "文档"),
     "question_col": ("question", "问题"),
+    "documents_title": ("The documents the questions come from", "问题出自这些文档"),
+    "document_col": ("title and public source", "标题与公开来源"),
     "no_topics": ("No topics are installed yet.", "还没有可用的专题。"),
     "unknown_topic": ("Unknown topic {name!r}. Known: {known}.", "没有名为 {name!r} 的专题。可选：{known}。"),
-    "wrote_html": ("Wrote the HTML report to {path}", "HTML 报告已写入 {path}"),
+    "wrote_html": ("Wrote the interactive page to {path} ({size:.2f} MB)", "交互式页面已写入 {path}（{size:.2f} MB）"),
     "report_title": ("multihead explain", "multihead explain：多头注意力逐步讲解"),
 }
 

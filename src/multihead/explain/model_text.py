@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -51,8 +52,10 @@ def load_minilm():
     os.environ["HF_HUB_OFFLINE"] = "1"  # everything is local: never reach for the network
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
-        import transformers
-        from transformers import AutoModel, AutoTokenizer
+        with warnings.catch_warnings():   # in a notebook, transformers' tqdm asks for ipywidgets: not needed here
+            warnings.filterwarnings("ignore", message="IProgress not found")
+            import transformers
+            from transformers import AutoModel, AutoTokenizer
     except ImportError as exc:
         raise ModelsMissing(f"--text needs transformers ({exc}). Install: {INSTALL_HINT}") from exc
     path = model_dir()
@@ -82,26 +85,16 @@ def minilm_input_code(layer: int) -> tuple[str, str]:
             code.format(layer=layer, offline="，离线加载", receives=f"第 {layer} 层收到的输入"))
 
 
-def text_setup(text: str, layer: int = 0):
-    """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L))."""
-    tokenizer, model = load_minilm()
-    layers = model.encoder.layer
-    if not isinstance(layer, int) or not 0 <= layer < len(layers):
-        raise AttentionError(f"--layer must be an int in 0..{len(layers) - 1}; got {layer!r}.")
-    if not text or not text.strip():
-        raise AttentionError("--text needs a non-empty sentence; got an empty one.")
-    encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
-    attention = layers[layer].attention
-    seen: dict[str, torch.Tensor] = {}
-    hook = attention.output.dense.register_forward_hook(lambda mod, args, out: seen.setdefault("out", out))
-    try:
-        with torch.no_grad():
-            result = model(**encoded, output_hidden_states=True, output_attentions=True)
-    finally:
-        hook.remove()
-    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
-    setup = Setup(
-        x=result.hidden_states[layer],  # (1, L, E): what layer `layer` receives
+def check_text(text: str) -> None:
+    """AttentionError unless `text` is a non-empty sentence."""
+    if not isinstance(text, str) or not text.strip():
+        raise AttentionError(f"--text needs a non-empty sentence; got {text!r}.")
+
+
+def layer_setup(tokens: list[str], x: torch.Tensor, attention: nn.Module, layer: int) -> Setup:
+    """The walkthrough's Setup for one BERT layer: its input x (1, L, E) and its attention's weights."""
+    return Setup(
+        x=x,
         module=to_multihead(attention),
         tokens=tokens,
         causal=False,
@@ -114,7 +107,38 @@ def text_setup(text: str, layer: int = 0):
             f"每个 384 维；权重是这一层训练好的真实权重。",
         ),
     )
+
+
+def text_setup(text: str, layer: int = 0):
+    """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L))."""
+    tokenizer, model = load_minilm()
+    layers = model.encoder.layer
+    if not isinstance(layer, int) or not 0 <= layer < len(layers):
+        raise AttentionError(f"--layer must be an int in 0..{len(layers) - 1}; got {layer!r}.")
+    check_text(text)
+    encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
+    attention = layers[layer].attention
+    seen: dict[str, torch.Tensor] = {}
+    hook = attention.output.dense.register_forward_hook(lambda mod, args, out: seen.setdefault("out", out))
+    try:
+        with torch.no_grad():
+            result = model(**encoded, output_hidden_states=True, output_attentions=True)
+    finally:
+        hook.remove()
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    setup = layer_setup(tokens, result.hidden_states[layer], attention, layer)  # what layer `layer` receives
     return setup, seen["out"], result.attentions[layer]
+
+
+def layer_setups(text: str) -> list[Setup]:
+    """One walkthrough Setup per layer of all-MiniLM-L6-v2 on `text` (one forward pass of the model)."""
+    tokenizer, model = load_minilm()
+    check_text(text)
+    encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
+    with torch.no_grad():
+        states = model(**encoded, output_hidden_states=True).hidden_states
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
+    return [layer_setup(tokens, states[n], block.attention, n) for n, block in enumerate(model.encoder.layer)]
 
 
 def head_summary(weights: torch.Tensor, tokens: list[str]) -> list[list[str]]:

@@ -1,12 +1,12 @@
-"""Draw Stories as one self-contained HTML page: inline CSS, heatmaps as base64 PNG data URIs,
-no scripts and no external assets, so the file opens offline and can be mailed around.
+"""Draw Stories as static HTML: inline CSS, heatmaps as base64 PNG data URIs, no scripts and no
+external assets. `render_html` makes a whole page of one language; the interactive page (page.py)
+draws its story section with the same block renderers, `DRAW`.
 """
 from __future__ import annotations
 
 import base64
 import io
 from html import escape
-from pathlib import Path
 
 from multihead.explain.lang import ui
 from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
@@ -89,12 +89,15 @@ def heatmap_png(weights, tokens: list[str] | None) -> bytes:
     return buffer.getvalue()
 
 
-def _figure_html(block: Block, lang: str) -> str:
+def figure_image(block: Block) -> str:
+    """A figure block's heatmaps as an <img> holding a base64 PNG."""
     png = heatmap_png(block.data["weights"], block.data.get("tokens"))
     data = base64.b64encode(png).decode("ascii")
-    label = escape(block.data["label"])
-    return (f'<figure><img alt="{label}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{label}</figcaption></figure>")
+    return f'<img alt="{escape(block.data["label"])}" src="data:image/png;base64,{data}">'
+
+
+def _figure_html(block: Block, lang: str) -> str:
+    return f"<figure>{figure_image(block)}<figcaption>{escape(block.data['label'])}</figcaption></figure>"
 
 
 def _tensor_html(block: Block, lang: str) -> str:
@@ -158,11 +161,3 @@ def render_html(stories: list[Story], lang: str, title: str | None = None) -> st
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}</title><style>{CSS}</style></head>\n"
             f"<body><main><h1>{escape(title)}</h1>\n{body}\n{summary_html(stories, lang)}</main></body></html>\n")
-
-
-def write_html(path: str | Path, stories: list[Story], lang: str, title: str | None = None) -> Path:
-    """Write the report to `path` (parent folders created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(stories, lang, title), encoding="utf-8")
-    return path

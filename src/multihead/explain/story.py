@@ -32,10 +32,18 @@ class Story:
         return zh if self.lang == "zh" else en
 
     def heading(self, en: str, zh: str) -> None:
-        self.blocks.append(Block("heading", {"text": self.pick(en, zh)}))
+        self.add_heading(self.pick(en, zh))
 
     def text(self, en: str, zh: str) -> None:
-        self.blocks.append(Block("text", {"text": self.pick(en, zh)}))
+        self.add_text(self.pick(en, zh))
+
+    def add_heading(self, text: str) -> None:
+        """A heading already in the story's language (topics take theirs from the words files)."""
+        self.blocks.append(Block("heading", {"text": text}))
+
+    def add_text(self, text: str) -> None:
+        """A paragraph already in the story's language."""
+        self.blocks.append(Block("text", {"text": text}))
 
     def code(self, source: str) -> None:
         self.blocks.append(Block("code", {"source": source.strip("\n")}))
@@ -60,7 +68,11 @@ class Story:
 
     def check(self, en: str, zh: str, ok: bool, detail: str = "") -> bool:
         """State a claim together with its live verdict; a false claim is recorded as failed."""
-        self.blocks.append(Block("check", {"claim": self.pick(en, zh), "ok": bool(ok), "detail": detail}))
+        return self.add_check(self.pick(en, zh), ok, detail)
+
+    def add_check(self, claim: str, ok: bool, detail: str = "") -> bool:
+        """`check` for a claim already in the story's language."""
+        self.blocks.append(Block("check", {"claim": claim, "ok": bool(ok), "detail": detail}))
         return bool(ok)
 
     @property

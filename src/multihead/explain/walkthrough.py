@@ -150,10 +150,16 @@ def tell(story: Story, setup: Setup | None = None) -> Pass:
     )
     p = Pass(setup)
     with torch.no_grad():
-        for number, (step, en, zh) in enumerate(STEPS, start=1):
-            story.heading(f"Step {number} · {en}", f"第 {number} 步 · {zh}")
+        for number, (step, _, _) in enumerate(STEPS, start=1):
+            story.heading(*step_title(number))
             step(story, p)
     return p
+
+
+def step_title(number: int) -> tuple[str, str]:
+    """Step `number`'s heading (1-based), (en, zh): "Step 4 · Attention scores: Q @ Kᵀ"."""
+    _, en, zh = STEPS[number - 1]
+    return f"Step {number} · {en}", f"第 {number} 步 · {zh}"
 
 
 def tell_closing(story: Story) -> None:

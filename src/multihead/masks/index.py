@@ -60,6 +60,21 @@ class Index:
         return cls(b, None, q, k, q_hi - q_lo, k_hi - k_lo, q_extent, k_extent, whole=False, plain=q_lo == k_lo,
                    satisfied=satisfied, device=device)
 
+    @classmethod
+    def point(cls, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, Lq: int, Lk: int,
+              extents=None) -> Index:
+        """Entry (b, h, q_idx, kv_idx) of the (B, H, Lq, Lk) grid, as Flex's mask_mod and score_mod see it.
+
+        The indices are scalar tensors there (any tensors that broadcast together work: the results
+        broadcast like them). extents: the mask's (query_lens (B,) or None, key_lens (B,)), read at
+        row b, as `Mask.index` does on the whole grid.
+        """
+        ix = cls(b, h, q_idx, kv_idx, Lq, Lk, Lq, Lk, whole=False, plain=False, device=q_idx.device)
+        if extents is None:
+            return ix
+        q_lens, k_lens = extents
+        return ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
+
     @property
     def q(self) -> torch.Tensor:
         """Query positions, (1, 1, Lq, 1) on a plain grid."""
@@ -103,19 +118,22 @@ class Index:
         return self.dense(t[:, None, None, :])
 
     def dense(self, t: torch.Tensor) -> torch.Tensor:
-        """A tensor broadcastable to (B, H, Lq, Lk), read at this grid's indices (size-1 dims broadcast)."""
+        """A tensor broadcastable to (B, H, Lq, Lk), read at this grid's indices (size-1 dims broadcast).
+
+        Only the dims the tensor has are indexed: the size-1 ones are dropped first, so no index is a
+        0-dim tensor (torch.compile would read one as a number, and vmap cannot mix them with its own).
+        """
         if self.whole:
             return t
         t4 = t.view((1,) * (4 - t.dim()) + tuple(t.shape))
-        index = tuple(_axis_index(size, i, axis, t4.device)
-                      for axis, (size, i) in enumerate(zip(t4.shape, (self.b, self.h, self.q, self.k))))
-        return t4[index]
+        axes = [axis for axis in range(4) if t4.shape[axis] != 1]
+        grid = (lambda: self.b, lambda: self.h, lambda: self.q, lambda: self.k)
+        index = tuple(_axis_index(t4.shape[axis], grid[axis](), axis, t4.device) for axis in axes)
+        return t4.reshape([t4.shape[axis] for axis in axes])[index]
 
 
 def _axis_index(size: int, i, axis: int, device) -> torch.Tensor:
-    """The index tensor for one axis: 0 where the tensor broadcasts, else the grid's indices."""
-    if size == 1:
-        return torch.zeros((), dtype=torch.long, device=device)
+    """The index tensor for one axis of the grid: its indices, or all of 0..size-1 along that axis."""
     if i is None:
         shape = [1, 1, 1, 1]
         shape[axis] = size

@@ -20,7 +20,8 @@ Mask and every part are pytree nodes: torch.compile and torch.export take them a
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -60,30 +61,6 @@ class Part:
     def is_causal(self, ix: Index) -> bool:
         """True when the part equals SDPA's top-left `is_causal` on this grid."""
         return False
-
-    def memoized(self, key: tuple, build):
-        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = self._tensors
-        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
-                and any(t.requires_grad for t in leaves)):
-            return build()
-        if leaves:
-            key = key + tuple(t._version for t in leaves)
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, build())
-        return self._memo[1]
-
-    def only_key_blocks(self, ix: Index) -> bool:
-        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
-        for part in self.parts:
-            if part in ix.satisfied:
-                continue
-            if part.bias(ix, torch.float32) is not None:
-                return False
-            keep = part.keep(ix)
-            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
-                return False
-        return True
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
@@ -150,6 +127,27 @@ class Mask:
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
+
+    if TYPE_CHECKING:  # each kind's file adds its constructor at import (mask_constructor); typed here
+        @classmethod
+        def keep(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def block(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def additive(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def lengths(cls, valid_lens: torch.Tensor | Sequence[Any],
+                    query_lens: torch.Tensor | Sequence[int] | None = None) -> Mask: ...
+        @classmethod
+        def key_padding(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
+        @classmethod
+        def causal(cls, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def window(cls, size: int, align: str = "top_left") -> Mask: ...
+        @classmethod
+        def alibi(cls, slopes: torch.Tensor | Sequence[float], align: str = "top_left") -> Mask: ...
+        @classmethod
+        def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):

@@ -1,42 +1,83 @@
 """What a topic is, and the few helpers every topic file shares.
 
-A topic answers one question from the seed documents. Its `run(story)` computes the answer on
-live tensors and records every claim with `story.check`, so the answer cannot drift into a lie.
+A topic answers one question. It is one unit: a `run(story, say)` function that computes the answer
+on live tensors and records every claim with `say.check`, so the answer cannot drift into a lie;
+and its words, which live in the words files (multihead/explain/words/en.json and zh.json) under
+the topic's name. The code names each sentence by its message id (`say.text("why")`); it never
+holds English or Chinese, and the words files never hold code.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
+from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.walk_checks import diff_text, max_diff  # noqa: F401 - the topics' too
+
+NO_DOCUMENT = "—"  # the document of a topic that answers the project's own question
 
 
 @dataclass(frozen=True)
 class Topic:
-    """One `multihead explain --topic NAME`: a seed document's question and its live answer."""
+    """One `multihead explain --topic NAME`: a question and its live answer."""
 
     name: str                       # kebab-case CLI name
-    title: dict[str, str]           # {"en": ..., "zh": ...}
-    document: str                   # seed document number, e.g. "000"
-    question: dict[str, str]        # the document's question, paraphrased, {"en": ..., "zh": ...}
-    run: Callable[[Story], None]    # fills the story; one story.check per claim
+    title: dict[str, str]           # {"en": ..., "zh": ...}, from the words files
+    document: str                   # source document number, e.g. "000", or NO_DOCUMENT
+    question: dict[str, str]        # the question, in the project's own words, {"en": ..., "zh": ...}
+    run: Callable[[Story], None]    # fills the story; one check per claim
 
 
-def topic(name: str, document: str, title: tuple[str, str], question: tuple[str, str]):
-    """Decorator: turn `def run(story)` into a Topic. title and question are (en, zh) pairs."""
+class Say:
+    """A topic's words in its story's language.
 
-    def wrap(fill: Callable[[Story], None]) -> Topic:
+    `say(id, **values)` is the message `id` of the topic (else a shared "common" label) with its
+    {placeholders} filled; `say.heading/text/code/check(id, ...)` add it to the story as a block.
+    """
+
+    def __init__(self, story: Story, topic: str):
+        self.story = story
+        self.own = words.topic_words(story.lang, topic)
+        self.used: set[str] = set()   # message ids said so far (a test finds unused words with it)
+
+    def __call__(self, key: str, **values: Any) -> str:
+        if key in self.own:
+            self.used.add(key)
+            return words.fill(self.own[key], values)
+        return words.common(self.story.lang, key, **values)
+
+    def heading(self, key: str, **values: Any) -> None:
+        self.story.add_heading(self(key, **values))
+
+    def text(self, key: str, **values: Any) -> None:
+        self.story.add_text(self(key, **values))
+
+    def code(self, key: str, **values: Any) -> None:
+        """A code block whose comments are in the story's language."""
+        self.story.code(self(key, **values))
+
+    def check(self, key: str, ok: bool, detail: str = "", **values: Any) -> bool:
+        """State claim `key` with its live verdict; a false claim is recorded as failed."""
+        return self.story.add_check(self(key, **values), ok, detail)
+
+
+def topic(name: str, document: str = NO_DOCUMENT):
+    """Decorator: turn `def run(story, say)` into a Topic named `name`; title and question come from
+    the words files."""
+
+    def wrap(fill: Callable[[Story, Say], None]) -> Topic:
         @functools.wraps(fill)
         def run(story: Story) -> None:
             with torch.random.fork_rng(devices=[]):   # topics seed freely without touching the caller's RNG
-                fill(story)
+                fill(story, Say(story, name))
 
-        return Topic(name=name, title={"en": title[0], "zh": title[1]}, document=document,
-                     question={"en": question[0], "zh": question[1]}, run=run)
+        told = {lang: words.topic_words(lang, name) for lang in words.LANGS}
+        return Topic(name=name, title={lang: w["title"] for lang, w in told.items()}, document=document,
+                     question={lang: w["question"] for lang, w in told.items()}, run=run)
 
     return wrap
 
@@ -67,7 +108,7 @@ def error_text(exc: BaseException | None) -> str:
 
 def stride_text(story: Story, t: torch.Tensor, then: torch.Tensor | None = None) -> str:
     """`stride (12, 4, 1)`, or `stride (3, 1) -> (1, 3)` from t to `then`, in the story's language."""
-    text = f"{story.pick('stride', '步幅')} {t.stride()}"
+    text = f"{words.common(story.lang, 'stride')} {t.stride()}"
     return text if then is None else f"{text} -> {then.stride()}"
 
 

@@ -1,0 +1,234 @@
+"""The FlexAttention backend: torch's flex_attention, with the mask as a mask_mod and a score_mod.
+
+Flex asks for the mask one entry at a time, as functions of scalar indices. Every part of the mask
+already is such a function (`Index.point` is the grid of one entry), so both come from the parts:
+
+    mask_mod(b, h, q_idx, kv_idx)        = AND of every part's keep          -> a BlockMask
+    score_mod(score, b, h, q_idx, kv_idx) = softcap(score) + every part's bias
+
+score is q . k * scale. The BlockMask (create_block_mask, blocks of 128 x 128) lets the kernel skip
+every block that no query of it may see; it is built only over the batch rows and heads the keep
+terms vary with. Keys no query may see are zeroed in k and v first (inert, as on every backend).
+
+Sinks: flex also returns each row's log-sum-exp L over its keys. A sink logit s joins the softmax
+denominator, so out_with_sink = out * e^L / (e^L + e^s) = out * sigmoid(L - s): exact, and its
+gradient flows through L. Rows that keep no key come out of flex as exact zeros with L = -inf (so
+the sink factor is 0 there too).
+
+When "auto" picks it: flex_attention is a fused kernel only under torch.compile. Outside it, torch
+runs an unfused implementation that materialises the (B, H, Lq, Lk) scores like the reference math,
+with more overhead, so "auto" never picks it in eager mode, on any device. Under torch.compile it is
+picked on CUDA only (the compiled CPU kernel is inference-only, and fails to build for some masks),
+and not where SDPA could run the call with no dense mask at all (is_causal or no mask): SDPA's flash
+kernels win there. As this backend sits after SDPA, "auto" in practice reaches it for the calls SDPA
+refuses (softcap, sinks), where the alternative is the reference math: on an H100 (bf16, B=4, H=16,
+L=4096, D=128, causal, softcap) compiled flex took 6.3 ms forward and backward, the math 12.3 ms.
+
+torch warns once per process that flex_attention ran without torch.compile. In eager mode that is
+this backend working as described above (chosen by name, or to check results), and the warning's
+advice (compile flex_attention itself) does not apply: a user who wants the fused kernel compiles
+their own model. So run() filters that one warning around its own call, outside torch.compile only
+(torch never warns there). torch then counts it as shown, so a later direct eager call of
+flex_attention elsewhere in the process is not warned either.
+
+What torch cannot do here (each is refused with its reason): a backward pass on CPU (flex_attention
+refuses inputs that need grad there, eager or compiled), dropout, the log-sum-exp under torch.compile
+on CPU (so no sinks there), and in the compiled GPU kernel head dims outside 16..256 or float64
+(seen with torch 2.11 on an H100). Not refused, as no shape tells it: torch 2.13's compiled CPU kernel
+fails to build (a C++ error) for mask_mods that compare a position with a per-sequence length.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple
+
+import torch
+import torch.utils._pytree as pytree
+
+from multihead.backends.problem import Problem
+from multihead.backends.reference import inert_keys
+from multihead.backends.sdpa import score_variants_unsupported, sdpa_mask
+from multihead.masks import Index, Mask
+
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # torch without FlexAttention
+    create_block_mask = flex_attention = None
+try:
+    from torch.nn.attention.flex_attention import AuxRequest
+except ImportError:  # older torch: return_lse=True instead
+    AuxRequest = None
+
+NO_BACKWARD = ("cpu", "mps")  # devices where torch's flex_attention refuses inputs that need grad
+COMPILED_HEAD_DIMS = (16, 256)  # torch.compile's GPU kernel: tl.dot needs 16; above 256 shared memory
+# runs out (seen on an H100, forward and backward in bf16)
+EAGER_WARNING = "flex_attention called without torch.compile"
+
+
+def point_index(mask: Mask, b, h, q_idx, kv_idx, Lq: int, Lk: int) -> Index:
+    """The mask's grid at entry (b, h, q_idx, kv_idx), with each sequence's extents."""
+    return Index.point(b, h, q_idx, kv_idx, Lq, Lk, mask.extents())
+
+
+def make_mask_mod(mask: Mask, Lq: int, Lk: int):
+    """mask_mod(b, h, q_idx, kv_idx) -> bool: AND of every part's keep at that entry."""
+    def mask_mod(b, h, q_idx, kv_idx):
+        keep, _ = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk))
+        return keep
+
+    return mask_mod
+
+
+def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk: int):
+    """score_mod(score, b, h, q_idx, kv_idx) -> softcap(score) + every part's bias at that entry.
+
+    softcap is a 0-dim tensor on the inputs' device: a Python float captured here would become a
+    symbolic number once its value changes between calls, which flex's backward cannot trace.
+    """
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if softcap is not None:
+            score = softcap * torch.tanh(score / softcap)
+        if mask is not None:
+            _, bias = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk), score.dtype)
+            score = score + bias
+        return score
+
+    return score_mod
+
+
+class FlexForms(NamedTuple):
+    block_mask: object | None  # a BlockMask of the keep terms; None when no part blocks anything
+    adds_bias: bool  # some part adds to the scores (the score_mod must add the biases)
+
+
+def flex_forms(mask: Mask, B: int, H: int, Lq: int, Lk: int, device) -> FlexForms:
+    """The mask as Flex takes it. The BlockMask covers only the batch rows and heads that the keep
+    terms vary over (the others broadcast); which those are is read from the shapes of the dense form."""
+    keep, bias = mask.dense(mask.index(B, H, Lq, Lk, device))
+    if keep is None:
+        return FlexForms(None, bias is not None)
+    rows, heads = ((1,) * (4 - keep.dim()) + tuple(keep.shape))[:2]
+    block_mask = create_block_mask(make_mask_mod(mask, Lq, Lk), B if rows > 1 else None, H if heads > 1 else None,
+                                   Lq, Lk, device=device)
+    return FlexForms(block_mask, bias is not None)
+
+
+def forms_for(p: Problem) -> FlexForms:
+    """The problem's forms, built once per mask and grid (eager, no grad on the mask's tensors)."""
+    if p.mask is None:
+        return FlexForms(None, False)
+    B, H, Lq, Lk = p.dims
+    device = p.q.device
+    return p.mask.memoized(("flex", B, H, Lq, Lk, device), lambda: flex_forms(p.mask, B, H, Lq, Lk, device))
+
+
+def skipped_blocks(block_mask) -> float:
+    """Fraction of the BlockMask's (query block, key block) pairs that the kernel skips (reads values)."""
+    computed = block_mask.kv_num_blocks.sum()
+    if block_mask.full_kv_num_blocks is not None:
+        computed = computed + block_mask.full_kv_num_blocks.sum()
+    return 1.0 - float(computed) / block_mask.kv_indices.numel()
+
+
+def needs_grad(p: Problem) -> bool:
+    """Whether autograd will ask for a gradient through this call."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [p.q, p.k, p.v, p.sinks] + (pytree.tree_leaves(p.mask) if p.mask is not None else [])
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+def _flex(q, k, v, score_mod, block_mask, scale: float, gqa: bool, lse: bool):
+    """torch's flex_attention: out (B, H, Lq, Dv), and with `lse` also the log-sum-exp (B, H, Lq)."""
+    if not lse:
+        extra = {}
+    elif AuxRequest is not None:
+        extra = {"return_aux": AuxRequest(lse=True)}
+    else:
+        extra = {"return_lse": True}
+    result = flex_attention(q, k, v, score_mod, block_mask, scale, gqa, **extra)
+    if lse and AuxRequest is not None:
+        return result[0], result[1].lse
+    return result
+
+
+class FlexBackend:
+    name = "flex"
+
+    def unsupported(self, p: Problem) -> str | None:
+        if flex_attention is None:
+            return "this torch has no torch.nn.attention.flex_attention (it needs torch >= 2.5)"
+        B, H, Lq, Lk = p.dims
+        if Lq == 0 or Lk == 0:
+            return f"flex_attention needs non-empty sequences; got Lq={Lq}, Lk={Lk}"
+        if p.dropout:
+            return "flex_attention has no dropout"
+        device = p.q.device.type
+        if device in NO_BACKWARD and needs_grad(p):
+            return f"torch's flex_attention has no backward on {device} (inputs here need grad)"
+        compiling = torch.compiler.is_compiling()
+        D, Dv = p.q.shape[-1], p.v.shape[-1]
+        lo, hi = COMPILED_HEAD_DIMS
+        if compiling and device not in NO_BACKWARD and not lo <= min(D, Dv) <= max(D, Dv) <= hi:
+            return f"the compiled GPU flex kernel takes head dims from {lo} to {hi}; got D={D}, Dv={Dv}"
+        if compiling and device not in NO_BACKWARD and p.q.dtype == torch.float64:
+            return "the compiled GPU flex kernel has no float64"
+        if compiling and device == "cpu" and p.sinks is not None:
+            return "the compiled CPU flex kernel cannot return the log-sum-exp that sinks need"
+        return None
+
+    def declines(self, p: Problem) -> str | None:
+        if not torch.compiler.is_compiling():
+            return ("outside torch.compile flex_attention is unfused: it materialises the (B, H, Lq, Lk) "
+                    "scores like the reference math, with more overhead")
+        if p.q.device.type != "cuda":
+            return "under torch.compile it is picked on CUDA only (the CPU kernel is inference-only)"
+        # the dense form is only traced here (torch.compile drops what nothing uses)
+        if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
+            return "SDPA runs this call with no dense mask; its flash kernels are faster"
+        return None
+
+    def describe(self, p: Problem) -> str:
+        B, H, Lq, Lk = p.dims
+        ix = p.index()
+        parts = p.mask.parts if p.mask is not None else ()
+        keeps = [part.describe() for part in parts if part.keep(ix) is not None]
+        biases = [f"{part.describe()} bias" for part in parts if part.bias(ix, torch.float32) is not None]
+        scores = (["softcap"] if p.softcap is not None else []) + biases
+        text = "torch.nn.attention.flex_attention"
+        text += f", mask_mod = {' & '.join(keeps)}" if keeps else ", no mask_mod"
+        text += f", score_mod = {' + '.join(scores)}" if scores else ", no score_mod"
+        block_mask = forms_for(p).block_mask
+        if block_mask is not None:
+            Bm, Hm = block_mask.kv_indices.shape[:2]
+            text += (f", BlockMask of {block_mask.BLOCK_SIZE[0]}x{block_mask.BLOCK_SIZE[1]} blocks over "
+                     f"(B={Bm}, H={Hm}, Lq={Lq}, Lk={Lk}), {skipped_blocks(block_mask):.0%} of blocks skipped")
+        if p.sinks is not None:
+            text += ", sinks from the log-sum-exp"
+        if p.gqa:
+            text += ", enable_gqa=True"
+        if not torch.compiler.is_compiling():
+            text += " (eager: unfused, the scores are materialised)"
+        return text
+
+    def run(self, p: Problem) -> torch.Tensor:
+        k, v = inert_keys(p, p.index())
+        _, _, Lq, Lk = p.dims
+        forms = forms_for(p)
+        score_mod = None
+        if p.softcap is not None or forms.adds_bias:
+            softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,
+                                                                      device=p.q.device)
+            score_mod = make_score_mod(p.mask if forms.adds_bias else None, softcap, Lq, Lk)
+        args = (p.q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
+        if torch.compiler.is_compiling():
+            result = _flex(*args)
+        else:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=EAGER_WARNING)
+                result = _flex(*args)
+        if p.sinks is None:
+            return result
+        out, lse = result  # (B, H, Lq, Dv), (B, H, Lq)
+        keep = torch.sigmoid(lse - p.sinks.to(lse.dtype).view(1, -1, 1))  # the share the sink leaves the keys
+        return out * keep.unsqueeze(-1).to(out.dtype)

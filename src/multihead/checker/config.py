@@ -1,0 +1,86 @@
+"""Config objects for constructors like ``__init__(self, config)`` (minGPT, nanoGPT, GPT-2, BERT, CLIP).
+
+``--config '{"n_embd": 16, "n_head": 4}'`` becomes an attribute object. Attributes it does not give are
+answered by name (``names.guess_value``: ``config.n_embd`` -> 16, ``config.attn_pdrop`` -> 0.0...), and
+every attribute the constructor reads is recorded, so that the report can say which ones were used and
+which one could not be guessed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from multihead.checker.names import guess_value
+
+
+class GuessedConfig:
+    """An attribute object: given values first, then guesses by name; unknown names raise AttributeError
+    (so ``getattr(config, "x", default)`` and ``hasattr`` behave as with a real config)."""
+
+    def __init__(self, given: dict | None = None):
+        object.__setattr__(self, "_given", {k: _nested(v) for k, v in (given or {}).items()})
+        object.__setattr__(self, "_read", {})
+        object.__setattr__(self, "_unknown", [])
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_given", "_read", "_unknown"):
+            raise AttributeError(name)
+        if name in self._given:
+            value = self._given[name]
+        else:
+            found, value = guess_value(name)
+            if not found:
+                if name not in self._unknown:
+                    self._unknown.append(name)
+                raise AttributeError(f"config has no attribute {name!r} (the checker cannot guess it)")
+        self._read[name] = value
+        return value
+
+    def __setattr__(self, name: str, value) -> None:
+        self._given[name] = value
+
+    def __deepcopy__(self, memo) -> GuessedConfig:
+        copied = GuessedConfig(copy.deepcopy(self._given, memo))
+        copied._read.update(self._read)
+        return copied
+
+    def values(self) -> dict:
+        """Every attribute read or given: name -> value."""
+        return {**self._read, **self._given}
+
+    def unknown(self) -> list[str]:
+        """Attributes asked for that were neither given nor guessed."""
+        return list(self._unknown)
+
+    def with_values(self, **changes) -> GuessedConfig:
+        """A copy with some attributes set (used to rebuild the module with another head count)."""
+        return GuessedConfig({**self._given, **changes})
+
+    def __repr__(self) -> str:
+        return "config(" + ", ".join(f"{k}={v!r}" for k, v in self.values().items()) + ")"
+
+
+def _nested(value):
+    return GuessedConfig(value) if isinstance(value, dict) else value
+
+
+def parse_config(text) -> dict | None:
+    """The --config JSON object (or a dict), or None when no config is given."""
+    from multihead.checker.load import LoadError
+
+    if text is None or isinstance(text, dict):
+        return text
+    if not isinstance(text, str):
+        raise LoadError(f"config must be a dict of attributes or its JSON text, got {type(text).__name__}",
+                        f"config 必须是属性组成的 dict 或其 JSON 文本，实际是 {type(text).__name__}")
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        example = '{"n_embd": 16, "n_head": 4}'
+        raise LoadError(f"--config is not valid JSON ({error.msg}); expected e.g. '{example}', got {text!r}",
+                        f"--config 不是合法的 JSON（{error.msg}）；应类似 '{example}'，实际是 {text!r}") from error
+    if not isinstance(values, dict):
+        raise LoadError(f"--config must be a JSON object of attributes, got {text!r}",
+                        f"--config 必须是由属性组成的 JSON 对象，实际是 {text!r}")
+    return values

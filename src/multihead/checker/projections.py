@@ -1,0 +1,187 @@
+"""The learner's learned projections, whatever layer holds them: y = x @ W^T + b in the reference layout.
+
+* ``nn.Linear`` (LazyLinear once materialised): weight (out, in);
+* GPT-2's ``Conv1D`` and any look-alike: a leaf layer with weight (in, out) and bias (out,) that computes
+  x @ W + b (checked by calling it once, not by its name);
+* ``nn.MultiheadAttention`` inside the learner's module: its in-projection rows (or q/k/v_proj_weight)
+  are three projections, fed by the query, key and value arguments of that call; its out_proj is a Linear;
+* one ``Linear(D, D)`` shared by all H heads after the split (found later, in ``roles``): the same as a
+  block-diagonal Linear(H*D, H*D), see ``shared_across_heads``.
+
+``ProjectionInputs`` records which tagged input each projection was called on (by element sum, which
+survives transposes and reshapes), or "mid" for an intermediate tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+
+@dataclass(eq=False)
+class Projection:
+    """One projection: where it lives (``layer``) and how to read (weight (out, in), bias) from it."""
+
+    name: str  # for the report, e.g. "c_attn" or "attn.in_proj_weight rows 16:32"
+    layer: nn.Module  # the module whose calls are watched
+    in_features: int
+    out_features: int
+    kind: str = "linear"  # "linear", "conv1d" (weight (in, out)), "in_proj" (rows of an nn.MultiheadAttention)
+    role: int | None = None  # in_proj: which argument of the attention call it projects (0 q, 1 k, 2 v)
+    heads: int = 1  # > 1: one small Linear applied to each of ``heads`` slices of the input
+
+    def weight_bias(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight (out, in), bias (out,) or None): differentiable views of the learner's parameters."""
+        if self.kind == "in_proj":
+            return _in_proj(self.layer, self.role)
+        weight, bias = self.layer.weight, self.layer.bias
+        if self.kind == "conv1d":
+            weight = weight.t()
+        if self.heads > 1:  # the same Linear on each head's slice: block-diagonal
+            weight = torch.block_diag(*[weight] * self.heads)
+            bias = None if bias is None else bias.repeat(self.heads)
+        return weight, bias
+
+
+def _in_proj(mha: nn.MultiheadAttention, role: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    E = mha.embed_dim
+    if mha.in_proj_weight is not None:
+        weight = mha.in_proj_weight[role * E:(role + 1) * E]
+    else:
+        weight = (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)[role]
+    bias = None if mha.in_proj_bias is None else mha.in_proj_bias[role * E:(role + 1) * E]
+    return weight, bias
+
+
+def shared_across_heads(proj: Projection, width: int) -> Projection:
+    """``proj`` seen on inputs ``width`` wide although it takes ``in_features``: one Linear per head slice."""
+    heads = width // proj.in_features
+    return replace(proj, in_features=width, out_features=proj.out_features * heads, heads=heads,
+                   name=f"{proj.name} (shared by {heads} heads)")
+
+
+def describe_seen(projections: dict[str, Projection], seen: dict[str, list[str]]) -> str:
+    """"c_attn (16 -> 48) <- x; c_proj (16 -> 16) <- mid; spare (8 -> 8) <- -": what each projection read."""
+    if not projections:
+        return "-"
+    return "; ".join(f"{name} ({p.in_features} -> {p.out_features}) <- {'/'.join(dict.fromkeys(seen.get(name, ['-'])))}"
+                     for name, p in projections.items())
+
+
+def _is_conv1d(layer: nn.Module) -> bool:
+    """A leaf layer with weight (in, out) and bias (out,) that computes x @ W + b."""
+    params = dict(layer.named_parameters(recurse=False))
+    weight, bias = params.get("weight"), params.get("bias")
+    if (list(layer.children()) or set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2
+            or isinstance(weight, nn.UninitializedParameter)
+            or (bias is not None and bias.shape != (weight.shape[1],))):
+        return False
+    x = torch.randn(2, 3, weight.shape[0], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+    try:
+        with torch.no_grad():
+            got = layer(x)
+    except Exception:
+        return False
+    want = x @ weight.detach() + (0 if bias is None else bias.detach())
+    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4)
+
+
+def find_projections(module: nn.Module) -> dict[str, Projection]:
+    """Name -> Projection for every projection inside ``module``, in registration order."""
+    found: dict[str, Projection] = {}
+    for name, layer in module.named_modules():
+        if isinstance(layer, nn.MultiheadAttention):
+            E, prefix = layer.embed_dim, f"{name}." if name else ""
+            ins = (E, layer.kdim, layer.vdim)
+            for role, label in enumerate("qkv"):
+                rows = f"{prefix}in_proj_weight rows {role * E}:{(role + 1) * E}" if layer.in_proj_weight is not None \
+                    else f"{prefix}{label}_proj_weight"
+                found[rows] = Projection(rows, layer, ins[role], E, "in_proj", role)
+        elif isinstance(layer, nn.Linear):
+            if not isinstance(layer.weight, nn.UninitializedParameter):
+                found[name] = Projection(name, layer, layer.in_features, layer.out_features)
+        elif _is_conv1d(layer):
+            found[name] = Projection(name, layer, layer.weight.shape[0], layer.weight.shape[1], "conv1d")
+    return found
+
+
+class ProjectionInputs:
+    """Context manager recording, per projection, which tagged tensor it was called on ("mid" otherwise),
+    and how wide that input was. ``tags`` maps a tag ("x", or "q"/"k"/"v") to its input tensor."""
+
+    def __init__(self, module: nn.Module, tags: dict[str, torch.Tensor],
+                 projections: dict[str, Projection] | None = None):
+        self.projections = find_projections(module) if projections is None else projections
+        self.sums = {tag: float(t.detach().double().sum()) for tag, t in tags.items()}
+        self.seen: dict[str, list[str]] = {}
+        self.widths: dict[str, int] = {}
+        self.input_sums: dict[str, float] = {}  # projection -> the sum of what it was called on
+        self.leaves: dict[str, tuple[str, float]] = {}  # other leaf layer -> (its input's tag, its output's sum)
+        self.module = module
+        self._handles = []
+
+    def _tag(self, tensor) -> str:
+        if not isinstance(tensor, torch.Tensor):
+            return "mid"
+        total = float(tensor.detach().double().sum())
+        for tag, expected in self.sums.items():
+            if abs(total - expected) <= 1e-6 * (1.0 + abs(expected)):
+                return tag
+        return "mid"
+
+    def _record(self, name: str, tensor) -> None:
+        self.seen.setdefault(name, []).append(self._tag(tensor))
+        if isinstance(tensor, torch.Tensor):
+            self.widths[name] = tensor.shape[-1]
+            self.input_sums[name] = float(tensor.detach().double().sum())
+
+    def _watch_leaves(self) -> None:
+        """Leaf layers that are not projections (a LayerNorm before the attention, say)."""
+        layers = {id(p.layer) for p in self.projections.values()}
+        for name, layer in self.module.named_modules():
+            if list(layer.children()) or id(layer) in layers or not name:
+                continue
+
+            def hook(mod, inputs, output, name=name):
+                if inputs and isinstance(output, torch.Tensor):
+                    self.leaves[name] = (self._tag(inputs[0]), float(output.detach().double().sum()))
+            self._handles.append(layer.register_forward_hook(hook))
+
+    def __enter__(self) -> ProjectionInputs:
+        attention_calls = {}
+        for name, proj in self.projections.items():
+            if proj.kind == "in_proj":
+                attention_calls.setdefault(id(proj.layer), (proj.layer, []))[1].append(name)
+                continue
+
+            def hook(mod, inputs, output, name=name):
+                self._record(name, inputs[0] if inputs else None)
+            self._handles.append(proj.layer.register_forward_hook(hook))
+        for layer, names in attention_calls.values():  # nn.MultiheadAttention: its query, key, value arguments
+            def pre_hook(mod, args, kwargs, names=names):
+                given = list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args):]]
+                for name in names:
+                    self._record(name, given[self.projections[name].role])
+            self._handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        self._watch_leaves()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def transformed_inputs(self) -> dict[str, str]:
+        """Tag -> the leaf layer whose output the projections read instead of that input (e.g. a
+        LayerNorm applied to x inside the module), for inputs that no projection reads directly."""
+        read = {tag for tags in self.seen.values() for tag in tags}
+        found = {}
+        for tag in self.sums:
+            if tag in read:
+                continue
+            for name, (source, total) in self.leaves.items():
+                if source == tag and any(abs(total - s) <= 1e-6 * (1.0 + abs(s)) for s in self.input_sums.values()):
+                    found[tag] = name
+                    break
+        return found

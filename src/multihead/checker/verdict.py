@@ -1,0 +1,248 @@
+"""Once the layout is known: argument order, causality, mask convention, roles, then the verdict.
+
+The verdict, in order (each step only when the previous ones did not explain the outputs):
+
+1. some role assignment reproduces the outputs with the correct maths -> forward + gradient comparison
+   with ``MultiHeadAttention`` (``compare.py``) -> PASS;
+2. a catalogue form reproduces them -> FAIL with that bug (``diagnose.closest``);
+3. a causal buffer applied after the softmax (weights zeroed through ``tril``) -> mask-after-softmax;
+4. a measured scale other than 1/sqrt(D) reproduces them -> the scale bug it names (``scale.py``);
+5. a catalogue form together with a measured wrong scale (two bugs: the form is named, the scale noted);
+6. a catalogue form reproduces the outputs without a mask (the masked ones may mix two fill values);
+7. otherwise an unknown difference, with its measured error.
+
+A mask argument whose convention could not be verified never ends in PASS (``mask-unverified``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from multihead.checker import conventions as conv
+from multihead.checker.calling import CallSpec, invoke
+from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
+from multihead.checker.compare import compare_with_reference
+from multihead.checker.diagnose import Match, closest
+from multihead.checker.hints import Hints
+from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
+from multihead.checker.order import find_order
+from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+from multihead.checker.projections import ProjectionInputs, describe_seen
+from multihead.checker.roles import candidate_roles
+from multihead.checker.scale import measure_scale
+from multihead.checker.text import say
+
+TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
+
+
+@dataclass
+class Setup:
+    """What every step needs besides the module and its CallSpec."""
+
+    dims: tuple[int, int, int]  # (Eq, Ek, Ev)
+    heads: int | None  # from hints, arguments or attributes; None = find by behaviour
+    hints: Hints
+    context_limited: bool  # built with a context length: probes stay within 6 tokens, Lq = Lk
+    square: int | None = None  # Lq = Lk = head_dim (the retry after an exception), else None
+    dtype: torch.dtype = torch.float64
+
+    @property
+    def tol(self) -> float:
+        return TOLERANCE[self.dtype]
+
+    @property
+    def length(self) -> int:
+        return self.square or 5
+
+
+def check_in_layout(module, spec: CallSpec, setup: Setup, report):
+    """Everything after the layout: argument order, causality, lengths, mask convention, roles, verdict."""
+    dims, dtype, L = setup.dims, setup.dtype, setup.length
+    if setup.hints.inputs is None:
+        spec.order, spec.order_found = find_order(module, spec, dims, dtype, setup.tol)
+    Lk = _detect_call_conventions(module, spec, setup)
+    plain = plain_cases(dims, dtype, L, Lk)
+    assignments, seen = _role_candidates(module, spec, setup.heads, plain[0])
+    if assignments and spec.mask_param and spec.encoding is None:  # blocked keys not inert: masked after softmax?
+        spec.encoding, spec.mask_ignored = encoding_by_agreement(
+            module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), setup.tol)
+    report.conventions = conventions(spec, dtype)
+    if not assignments:
+        report.reason = say("no-roles", report.lang, seen=seen)
+        return report
+    return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
+                    setup.tol, report)
+
+
+def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
+    """Fill in spec's causality, causal buffer, Lq != Lk support and mask encoding; return the key length."""
+    dims, dtype, tol, L = setup.dims, setup.dtype, setup.tol, setup.length
+    if setup.hints.causal is None:
+        spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
+    spec.causal_buffer = conv.causal_buffer(module)
+    Lk = L if setup.square or spec.causal or setup.context_limited else L + 2
+    spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec,
+                                                                inputs(dims, PROBE_BATCH, L, Lk, dtype, 3))
+    Lk = Lk if spec.cross_lengths else L
+    if spec.mask_param:
+        probe = inputs(dims, PROBE_BATCH, L, Lk, dtype, 4)
+        # a mask whose presence alone makes it causal (its values unread) first: its blocked keys can look inert
+        spec.encoding = causal_switch(module, spec, probe, tol) or detect_encoding(module, spec, probe, tol)
+    return Lk
+
+
+def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[list, str]:
+    """(the role assignments that fit what each projection sees during one call on ``case`` (xq, xk, xv,
+    keep), what each projection read: for the report when none fits)."""
+    tags = dict(zip({"x": "x", "q_kv": "qk", "qkv": "qkv"}[spec.inputs], case[:3]))  # tag -> its input
+    with ProjectionInputs(module, tags) as seen:
+        invoke(module, spec, *case[:3])
+    before = seen.transformed_inputs()  # e.g. a LayerNorm inside the module, before the projections
+    if before:
+        layers = dict(module.named_modules())
+        spec.pre = {tag: (name, layers[name]) for tag, name in before.items()}
+        with torch.no_grad():
+            tags = {tag: spec.pre[tag][1](t) if tag in spec.pre else t for tag, t in tags.items()}
+        with ProjectionInputs(module, tags) as seen:
+            invoke(module, spec, *case[:3])
+    materialise_unused_lazy(module)
+    widths = {tag: t.shape[-1] for tag, t in tags.items()}
+    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
+    return found, describe_seen(seen.projections, seen.seen)
+
+
+def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report):
+    """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
+    the bug whose variant reproduces them (if one does). See the module docstring for the order."""
+    cases = plain + make_masked(spec)
+    with torch.no_grad():
+        wanted = [invoke(module, spec, *case) for case in cases]
+    match = closest(module, spec, assignments, cases, wanted, [None])
+    report.verdict, report.error = "fail", match.error
+    if match.error <= tol:
+        report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
+        if max(report.error, report.grad_error) <= tol:
+            report.verdict = "pass"
+    else:
+        match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
+    if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
+        report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
+                                                    tried=tried_text())
+    elif spec.mask_param and spec.encoding is None:
+        report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text()))
+    if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
+        match = Match(match.form, _by_names(assignments, match.roles), match.fill, match.error)
+    report.roles = match.roles.describe()
+    weights = match.roles.weights(module)
+    report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
+    if weights.num_kv_heads != weights.num_heads:
+        report.conventions.append(("kv-heads", {"kv_heads": weights.num_kv_heads}))
+    return report
+
+
+def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float, report):
+    """The match that names the bug (steps 2-4 of the module docstring), with report.bug set; or None."""
+    bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
+    if bug.error <= tol:
+        return _named(bug, report)
+    causal = CallSpec(**{**spec.__dict__, "causal": True})  # a tril buffer the behaviour did not show as
+    if not spec.causal and spec.causal_buffer:  # causal: weights zeroed after the softmax, or a bug that
+        bug = closest(module, causal, assignments, cases, wanted,  # mixes every position
+                      forms_to_try(spec.encoding is not None, True))
+        if bug.error <= tol:
+            return _named_through_buffer(bug, spec, report)
+    masked = spec.causal or any(case[3] is not None for case in cases)
+    fills = (-float("inf"), BLOCKED_FILL) if masked else (-float("inf"),)
+    scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills)
+    if scale is not None:
+        report.bug, report.ambiguous = scale.bug, scale.ambiguous
+        report.notes.append(say("scale-measured", report.lang, measured=scale.scale, right=scale.right))
+        return Match(None, scale.roles, -float("inf"), scale.error)
+    for form in forms_to_try(spec.encoding is not None, spec.causal):  # two bugs: a form and a wrong scale
+        if form in ("scale-after-softmax", "scores-q-times-k", "merge-by-view"):
+            continue
+        scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
+        if scale is not None:
+            match = Match(form, scale.roles, fills[0], scale.error)
+            report.notes.append(say("also-scale", report.lang, bug=scale.bug, measured=scale.scale, right=scale.right))
+            return _named(match, report)
+    unmasked = [i for i, case in enumerate(cases) if case[3] is None]
+    if len(unmasked) == len(cases):
+        return None
+    # masked outputs can mix two fills (a finite causal one, an additive -inf mask): name it without a mask
+    plain, plain_wanted = [cases[i] for i in unmasked], [wanted[i] for i in unmasked]
+    for trial in [spec] + ([causal] if not spec.causal and spec.causal_buffer else []):
+        bug = closest(module, trial, assignments, plain, plain_wanted, forms_to_try(False, trial.causal))
+        if bug.error <= tol:
+            report.notes.append(say("named-without-mask", report.lang))
+            return _named_through_buffer(bug, spec, report) if trial is causal else _named(bug, report)
+    return None
+
+
+def _named(bug, report):
+    report.bug = bug.bug_id
+    return bug
+
+
+def _named_through_buffer(bug, spec: CallSpec, report):
+    """The bug, found with the causal buffer applied: the report says how the buffer is used."""
+    after = bug.form in NEEDS_MASK
+    report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
+                           ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
+                          if key == "causal:no" else (key, values) for key, values in report.conventions]
+    return _named(bug, report)
+
+
+_ROLE_WORDS = {"q": ("q", "query", "queries"), "k": ("k", "key", "keys"), "v": ("v", "value", "values")}
+
+
+def _by_names(assignments, closest_roles):
+    """Among the assignments with the closest one's head count, the one whose projection names say their
+    roles (``q_proj``, ``to_k``, ``values``...); the closest one when names say nothing."""
+    def said(roles) -> int:
+        words = {role: {w for proj, _ in roles.pieces[role] for w in proj.name.lower().replace(".", "_").split("_")}
+                 for role in _ROLE_WORDS}
+        return sum(bool(words[role] & set(names)) for role, names in _ROLE_WORDS.items())
+
+    same = [a for a in assignments if a.num_heads == closest_roles.num_heads]
+    best = max(same, key=said, default=closest_roles)
+    return best if said(best) > said(closest_roles) else closest_roles
+
+
+def materialise_unused_lazy(module) -> None:
+    """A LazyLinear never called (an unused output layer) gets weights: in_features = out_features."""
+    for layer in module.modules():
+        if isinstance(layer, torch.nn.modules.lazy.LazyModuleMixin) and layer.has_uninitialized_params():
+            ready = [p for p in module.parameters() if not isinstance(p, torch.nn.UninitializedParameter)]
+            dtype = ready[0].dtype if ready else torch.float32
+            layer(torch.zeros(1, layer.out_features, dtype=dtype))
+
+
+def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
+    """The report's (text key, values) lines for what was found."""
+    args = spec.args + ([spec.mask_param] if spec.mask_param else [])
+    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args)})]
+    if spec.order_found and spec.order not in (None, (0, 1), (0, 1, 2)):
+        named = {role: spec.args[p] for p, role in enumerate(spec.order) if p < len(spec.args)}
+        found.append((f"order:{spec.inputs}", {"q": named.get(0), "k": named.get(1), "v": named.get(2)}))
+    for name, layer in dict(spec.pre.values()).items():
+        found.append(("pre", {"name": name, "kind": type(layer).__name__}))
+    found.append((f"layout:{spec.layout}", {}))
+    buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
+    found.append(("causal:yes" if spec.causal else "causal:no", {"buffer": buffer}))
+    if spec.mask_param is None:
+        found.append(("mask:none", {}))
+    elif spec.encoding is None:
+        found.append(("mask:unknown", {"param": spec.mask_param}))
+    elif spec.mask_ignored:
+        found.append(("mask:ignored", {"param": spec.mask_param}))
+    else:
+        found.append((spec.encoding.kind, {"param": spec.mask_param, "shape": spec.encoding.shape}))
+    if spec.inputs != "x":
+        found.append(("cross-lengths" if spec.cross_lengths else "cross-lengths:equal", {}))
+    if dtype == torch.float32:
+        found.append(("dtype:float32", {}))
+    return found
+

@@ -1,0 +1,40 @@
+"""multihead inside Hugging Face transformers: `attn_implementation="multihead"`.
+
+    import multihead.hf                      # registers "multihead" (the import is enough)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="multihead")
+    model.set_attn_implementation("multihead")   # or switch a loaded model
+
+The name is registered twice, as transformers needs: in AttentionInterface (the attention function,
+hf/attention.py) and in AttentionMaskInterface (the mask function, hf/masks.py). The mask function
+hands the attention function one multihead Mask built from HF's causal / sliding-window / padding
+description, so that structure reaches mh.attention instead of a dense tensor; the module's scaling,
+softcap and sink logits come along. `register()` is idempotent and can add other names.
+
+Needs the optional extra: pip install "multihead[models]".
+"""
+from __future__ import annotations
+
+try:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(f"multihead.hf needs transformers ({exc}); install it with: pip install 'multihead[models]'") from exc
+
+from multihead.errors import AttentionError
+from multihead.hf.attention import hf_attention
+from multihead.hf.masks import hf_mask
+
+__all__ = ["NAME", "hf_attention", "hf_mask", "register"]
+
+NAME = "multihead"
+
+
+def register(name: str = NAME) -> None:
+    """Register the attention function and its mask function under `name` (again: no effect)."""
+    if not isinstance(name, str) or not name:
+        raise AttentionError(f"name must be a non-empty string; got {name!r}.")
+    AttentionInterface.register(name, hf_attention)
+    AttentionMaskInterface.register(name, hf_mask)
+
+
+register()

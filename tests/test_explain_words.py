@@ -1,0 +1,106 @@
+"""The words files: English and Chinese complete and in step (same keys, same order, same placeholders),
+every topic message said by its topic, and no sentence left behind in the topics' code."""
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+
+import pytest
+
+from multihead.errors import AttentionError
+from multihead.explain import words
+from multihead.explain.story import Story
+from multihead.explain.topics import TOPICS, base
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+TOPICS_DIR = Path(base.__file__).parent
+PROSE = ("title", "question", "heading.", "text.", "check.")   # whole sentences, never code or symbols
+
+
+def flatten(tree: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """{(section, ..., id): message} for every message, in file order."""
+    found = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            found.update(flatten(value, (*prefix, key)))
+        else:
+            found[(*prefix, key)] = value
+    return found
+
+
+EN, ZH = flatten(words.words("en")), flatten(words.words("zh"))
+
+
+def test_both_languages_have_the_same_keys_in_the_same_order():
+    assert list(EN) == list(ZH)
+
+
+@pytest.mark.parametrize("key", list(EN), ids="/".join)
+def test_each_message_is_filled_in_and_has_the_same_placeholders(key):
+    en, zh = EN[key], ZH[key]
+    assert en and zh and type(en) is type(zh)
+    if isinstance(en, list):
+        assert all(isinstance(line, str) for line in en + zh)
+    assert collections.Counter(words.placeholders(en)) == collections.Counter(words.placeholders(zh))
+
+
+def is_prose(key: tuple[str, ...]) -> bool:
+    return key[0] == "topics" and key[-1].startswith(PROSE)
+
+
+@pytest.mark.parametrize("key", [k for k in EN if is_prose(k)], ids="/".join)
+def test_prose_is_english_in_english_and_chinese_in_chinese(key):
+    assert not CJK.search(words.template(EN[key])), EN[key]
+    assert CJK.search(words.template(ZH[key])), ZH[key]
+
+
+def test_every_topic_has_its_words_and_every_word_has_its_topic():
+    assert set(words.words("en")["topics"]) == set(TOPICS)
+    for name, topic in TOPICS.items():
+        for lang in words.LANGS:
+            assert topic.title[lang] == words.topic_words(lang, name)["title"]
+            assert topic.question[lang] == words.topic_words(lang, name)["question"]
+
+
+def test_every_topic_message_is_said_by_its_topic(monkeypatch):
+    """No dead words: running every topic says each of its messages at least once. (English only:
+    both files have the same ids, and a topic's blocks are the same in both languages.)"""
+    said: dict[str, set[str]] = collections.defaultdict(set)
+
+    class Recording(base.Say):
+        def __init__(self, story, topic):
+            super().__init__(story, topic)
+            self.used = said[topic]
+
+    monkeypatch.setattr(base, "Say", Recording)
+    for name, topic in TOPICS.items():
+        topic.run(Story("en"))
+        unsaid = set(words.topic_words("en", name)) - {"title", "question"} - said[name]
+        assert not unsaid, (name, sorted(unsaid))
+
+
+def test_the_topics_code_holds_no_chinese():
+    """Translating never means reading tensor code: every Chinese sentence lives in words/zh.json."""
+    for path in sorted(TOPICS_DIR.glob("*.py")):
+        found = CJK.findall(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} holds Chinese text: {''.join(found[:20])}"
+
+
+def test_fill_and_placeholders():
+    assert words.placeholders("{n} of {total:.2f} in {n}") == ["n", "total", "n"]
+    assert words.placeholders(["a {x}", "b {{literal}}"]) == ["x"]
+    assert words.fill(["x = {x}", "y"], {"x": 1}) == "x = 1\ny"
+    with pytest.raises(KeyError):
+        words.fill("{missing}", {})
+    with pytest.raises(AttentionError, match="lang must be one of"):
+        words.words("fr")
+
+
+def test_say_falls_back_to_the_shared_labels_and_adds_blocks():
+    story = Story("zh")
+    say = base.Say(story, "memory-order")
+    assert say("stride") == "步幅" and say("label.memory-order") == "内存顺序"
+    say.check("check.split-result-not-contiguous", False, "detail")
+    assert story.failed_checks == [words.topic_words("zh", "memory-order")["check.split-result-not-contiguous"]]
+    assert story.blocks[-1].data["detail"] == "detail"
