@@ -9,8 +9,7 @@ import torch
 from multihead.bench import cli, memory, report
 from multihead.bench.peers import Shape
 from multihead.bench.registry import build, names
-from multihead.bench.suites import padded, roofline, scaling, shootout, small
-from multihead.bench.suites import decode
+from multihead.bench.suites import decode, padded, parallel, roofline, scaling, shootout, small
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare
 
@@ -22,6 +21,7 @@ TINY = {
     small: small.Sizes(Shape(batch=1, length=8, embed=32, heads=4), calls=2),
     decode: decode.Sizes(contexts=(16,), heads=4, kv_heads=2, head_dim=8, ragged_batch=2, ragged_longest=16,
                          window=4, window_length=16, window_heads=2, window_head_dim=8, rotation_mib=1),
+    parallel: parallel.Sizes(32, heads=2, head_dim=8, world_sizes=(1, 2)),
 }
 
 
@@ -49,6 +49,10 @@ def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monke
     assert {r["backend"] for r in ours_padded} == {"sdpa"}  # too small for varlen to pay off
     assert all(r["max |diff| vs dense"] < 1e-5 for r in data["suites"]["padded"]["rows"]
                if r["max |diff| vs dense"] is not None)
+    par = data["suites"]["parallel"]
+    assert {(r["P"], r["method"]) for r in par["rows"]} == {(1, "one process"), (1, "ring"), (1, "ulysses"),
+                                                            (2, "ring"), (2, "ulysses")}
+    assert all(r["counted / model"] == 1.0 for r in par["rows"] if r["P"] == 2)
     assert "### Targets" in (tmp_path / "r.md").read_text()
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(f"{s}.png" for s in cli.SUITES)
 

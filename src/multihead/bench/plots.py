@@ -93,5 +93,11 @@ def _small(plt, r: SuiteResult):
     return _bars(plt, r, lambda row: f"{row['mask']}: {row['implementation']}", "us", "microseconds per call")
 
 
+def _parallel(plt, r: SuiteResult):
+    from multihead.bench.suites.parallel import plot
+
+    return plot(plt, r)
+
+
 DRAWERS = {"shootout": _shootout, "scaling": _scaling, "padded": _padded, "roofline": _roofline,
-           "small": _small}
+           "small": _small, "parallel": _parallel}

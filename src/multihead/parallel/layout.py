@@ -1,0 +1,132 @@
+"""Which positions of a sequence each rank holds: the contiguous split and the zig-zag split.
+
+Shapes: B batch, H heads, N global sequence length, P ranks, L_r the positions rank r holds.
+
+    contiguous (non-causal calls)   rank r holds one run:            [r]
+    zig-zag    (causal calls)       the sequence cut into 2P chunks,  [r, 2P-1-r]
+                                    rank r holds chunk r and its mirror
+
+Under a causal mask the early chunks see few keys and the late ones many; pairing chunk r with
+chunk 2P-1-r gives every rank the same amount of work (a rank holding only the last chunk would
+otherwise do P times the work of rank 0). Chunk sizes follow `torch.tensor_split`: when N does not
+divide evenly, the first chunks are one position longer, so shards may differ by a position or two
+and every rank can still work out every other rank's positions from N alone.
+
+`shard_sequence` cuts a full tensor into this rank's shard; `unshard_sequence` gathers the shards
+back into the full tensor in position order.
+"""
+from __future__ import annotations
+
+import torch
+
+from multihead.errors import AttentionError
+
+Segment = tuple[int, int]  # global positions [start, end)
+MAX_DIMS = 8
+
+
+def chunk_bounds(length: int, chunks: int) -> list[Segment]:
+    """[start, end) of each of `chunks` near-equal chunks of range(length) (torch.tensor_split sizes)."""
+    base, extra = divmod(length, chunks)
+    bounds, start = [], 0
+    for i in range(chunks):
+        end = start + base + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def sequence_segments(length: int, world_size: int, rank: int, causal: bool) -> list[Segment]:
+    """The global positions rank `rank` holds, in the order its shard stores them.
+
+    causal=False: one contiguous run; causal=True: the zig-zag pair of chunks r and 2P-1-r.
+    """
+    if causal:
+        chunks = chunk_bounds(length, 2 * world_size)
+        return [chunks[rank], chunks[2 * world_size - 1 - rank]]
+    return [chunk_bounds(length, world_size)[rank]]
+
+
+def shard_lengths(length: int, world_size: int, causal: bool) -> list[int]:
+    """How many positions each rank holds under the split `causal` selects."""
+    return [sum(e - s for s, e in sequence_segments(length, world_size, r, causal)) for r in range(world_size)]
+
+
+def positions(segments: list[Segment], device=None) -> torch.Tensor:
+    """(L,) int64 global positions of a shard made of `segments`."""
+    return torch.cat([torch.arange(s, e, device=device) for s, e in segments])
+
+
+def gathered_positions(length: int, world_size: int, causal: bool, device=None) -> torch.Tensor:
+    """(N,) the global position at each index of every rank's shard concatenated in rank order."""
+    return torch.cat([positions(sequence_segments(length, world_size, r, causal), device)
+                      for r in range(world_size)])
+
+
+def min_length(world_size: int, causal: bool) -> int:
+    """The shortest sequence every rank gets a position of: P, or 2P for the zig-zag split."""
+    return 2 * world_size if causal else world_size
+
+
+def shard_sequence(x: torch.Tensor, *, causal: bool = False, group=None, dim: int = 2) -> torch.Tensor:
+    """This rank's shard of the full tensor `x` along `dim` (default 2: (B, H, N, D) -> (B, H, L_r, D)).
+
+    causal selects the split ring_attention and ulysses_attention expect for that call: contiguous
+    when False, zig-zag when True. Pass the same `causal` to the attention call. No communication.
+    """
+    from multihead.parallel.comm import group_rank, group_size
+
+    if not isinstance(x, torch.Tensor):
+        raise AttentionError(f"shard_sequence expects a torch.Tensor; got {type(x).__name__}.")
+    dim = _check_dim(x, dim)
+    P, rank = group_size(group), group_rank(group)
+    N = x.shape[dim]
+    if N < min_length(P, causal):
+        raise AttentionError(f"a sequence of {N} positions cannot be split over {P} ranks"
+                             f"{' in 2P zig-zag chunks' if causal else ''}; expected N >= {min_length(P, causal)}.")
+    parts = [x.narrow(dim, s, e - s) for s, e in sequence_segments(N, P, rank, causal)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def unshard_sequence(x: torch.Tensor, *, causal: bool = False, group=None, dim: int = 2) -> torch.Tensor:
+    """The full tensor from every rank's shard along `dim`, in position order (an all_gather).
+
+    The inverse of shard_sequence with the same `causal`. Every rank receives the whole tensor.
+    Not differentiable: use it to inspect or hand results on, not inside a training step.
+    """
+    from multihead.parallel.comm import all_gather_uneven, resolve_group
+    from multihead.parallel.validation import agree, dtype_code
+
+    pg = resolve_group(group)
+
+    def describe() -> list[int]:
+        if not isinstance(x, torch.Tensor):
+            raise AttentionError(f"unshard_sequence expects a torch.Tensor; got {type(x).__name__}.")
+        d = _check_dim(x, dim)
+        if x.dim() > MAX_DIMS:
+            raise AttentionError(f"unshard_sequence takes tensors of up to {MAX_DIMS} dims; got {x.dim()}.")
+        others = [n for i, n in enumerate(x.shape) if i != d]
+        return [x.shape[d], d, dtype_code(x.dtype), *others, *[-1] * (MAX_DIMS - len(others))]
+
+    rows = agree(pg, describe, 3 + MAX_DIMS, "unshard_sequence")
+    if len({tuple(row[1:]) for row in rows}) > 1:
+        raise AttentionError("unshard_sequence: the shards differ in dim, dtype or a size outside `dim` "
+                             f"across ranks: {[row[1:] for row in rows]} (dim, dtype, other sizes) in rank order.")
+    lengths = [row[0] for row in rows]
+    N, P = sum(lengths), len(lengths)
+    expected = shard_lengths(N, P, causal)
+    if lengths != expected:
+        split = "zig-zag" if causal else "contiguous"
+        raise AttentionError(f"unshard_sequence: shard lengths {lengths} are not the {split} split of N={N} over "
+                             f"{P} ranks, which is {expected}; pass the causal used to shard.")
+    d = rows[0][1]
+    gathered = torch.cat(all_gather_uneven(x.detach(), d, pg, lengths), d)
+    order = torch.argsort(gathered_positions(N, P, causal, x.device))  # natural position -> gathered index
+    return gathered.index_select(d, order)
+
+
+def _check_dim(x: torch.Tensor, dim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -x.dim() <= dim < x.dim():
+        raise AttentionError(f"dim must be an int in [-{x.dim()}, {x.dim()}) for a tensor of {x.dim()} dims; "
+                             f"got {dim!r}.")
+    return dim % x.dim()
