@@ -13,7 +13,7 @@ def cell(column: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if column.startswith(("x ", "dense /")) or " x " in column or column in ("ideal",):
+        if column.startswith("x ") or " x " in column or " / " in column or column == "ideal":
             return f"{value:.2f}x"
         if "diff" in column:
             return f"{value:.1e}"

@@ -72,6 +72,14 @@ def ratio(a: Timing, b: Timing) -> float:
     return statistics.median(x / y for x, y in zip(a.samples, b.samples))
 
 
+def ratio_range(a: Timing, b: Timing) -> tuple[float, float]:
+    """(lowest, highest) per-round ratio a / b: how far the rounds spread around `ratio(a, b)`."""
+    if len(a.samples) != len(b.samples):
+        return (min(a.samples) / max(b.samples), max(a.samples) / min(b.samples))
+    per_round = [x / y for x, y in zip(a.samples, b.samples)]
+    return min(per_round), max(per_round)
+
+
 def set_threads(n: int | None) -> int:
     """Use `n` intra-op threads (None: leave torch's choice); returns the count in effect."""
     if n is not None:
