@@ -35,7 +35,7 @@ def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monke
     assert json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1]) == data
     assert set(data["suites"]) == set(cli.SUITES)
     assert "ours[sdpa]" in stdout  # names with brackets are printed as text, not as rich markup
-    assert data["machine"]["threads"] == torch.get_num_threads()
+    assert data["machine"]["threads"] == torch.get_num_threads() and data["machine"]["clock"] == "wall"
     shoot = data["suites"]["shootout"]
     assert {r["implementation"] for r in shoot["rows"]} == set(names())
     assert next(r for r in shoot["rows"] if r["implementation"] == "ours")["forward x ours"] == 1.0
@@ -113,7 +113,7 @@ def test_targets_and_cells_render():
     assert report.target_cells(Target("x", 0.5, ">=", 1.6))[3] == "MISSED"
 
 
-@pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"]))
+@pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"], ["--clock", "gpu"]))
 def test_cli_rejects_bad_arguments(bad):
     parser = __import__("argparse").ArgumentParser()
     cli.configure(parser)
@@ -201,3 +201,39 @@ def test_dense_baselines_compute_what_ours_computes(pad_queries):
     expected = mh.attention(q.double(), k.double(), v.double(), mask, backend="math").float()
     for name, call in padded.dense_baselines(q, k, v, lens, pad_queries).items():
         torch.testing.assert_close(call(), expected, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_the_cpu_clock_does_not_count_time_spent_off_the_cpu():
+    import time
+
+    from multihead.bench.timing import clock, set_clock, time_call
+
+    try:
+        assert set_clock("wall") == "wall" and time_call(lambda: time.sleep(0.05)) >= 0.05
+        assert set_clock("cpu") == clock() == "cpu" and time_call(lambda: time.sleep(0.05)) < 0.05
+        with pytest.raises(ValueError, match="clock must be one of"):
+            set_clock("gpu")
+        assert clock() == "cpu"  # a refused clock leaves the one in use
+    finally:
+        set_clock("wall")
+
+
+def test_probe_runs_with_the_parents_clock_and_threads(monkeypatch):
+    from multihead.bench.timing import set_clock
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(json.loads(cmd[-1]))
+        raise __import__("subprocess").TimeoutExpired(cmd, 1)
+
+    monkeypatch.setattr(memory.subprocess, "run", fake_run)
+    before = torch.get_num_threads()
+    try:
+        set_clock("cpu")
+        torch.set_num_threads(1)
+        assert "error" in memory.probe("ours", Shape(batch=1, length=4, embed=4, heads=1))
+    finally:
+        set_clock("wall")
+        torch.set_num_threads(before)
+    assert seen["clock"] == "cpu" and seen["threads"] == 1

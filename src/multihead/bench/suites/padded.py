@@ -49,7 +49,7 @@ def valid_lengths(sizes: Sizes) -> torch.Tensor:
 def dense_baselines(q, k, v, lens: torch.Tensor, pad_queries: bool) -> dict:
     """{name: call} for plain SDPA on the padded batch, masks built here. q, k, v (B, H, N, D)."""
     B, _, N, _ = q.shape
-    valid = torch.arange(N) < lens[:, None]  # (B, N) True = a real token
+    valid = torch.arange(N, device=q.device) < lens.to(q.device)[:, None]  # (B, N) True = a real token
     key_keep = valid[:, None, None, :]  # (B, 1, 1, N)
     if not pad_queries:
         return {"dense SDPA, key mask": lambda: F.scaled_dot_product_attention(q, k, v, key_keep)}
