@@ -2,6 +2,8 @@
 
 Every implementation in a comparison is timed once per round, round after round, so a burst of load
 from elsewhere hits all of them alike and the ratios of medians stay meaningful on a shared machine.
+Each round starts one implementation later than the one before, so that none of them always runs
+first (after the previous round's last one has left the caches and the allocator in its own state).
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def compare(
     budget_s: float | None = None,
     on_round: Callable[[], None] | None = None,
 ) -> dict[str, Timing]:
-    """Time each of `fns` once per round, interleaved; {name: Timing}.
+    """Time each of `fns` once per round, interleaved, the order rotated by one each round; {name: Timing}.
 
     `warmup` untimed calls each come first. With `budget_s`, fewer rounds are taken when the first
     round shows that `rounds` of them would run past it (never fewer than 3 rounds).
@@ -75,8 +77,9 @@ def compare(
     for r in range(rounds):
         if r >= planned:
             break
-        for name, fn in fns.items():
-            samples[name].append(time_call(fn))
+        names = list(fns)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(time_call(fns[name]))
         if r == 0 and budget_s is not None:
             per_round = sum(s[0] for s in samples.values())
             planned = max(3, min(rounds, int(budget_s / max(per_round, 1e-9))))

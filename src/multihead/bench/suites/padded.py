@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import multihead as mh
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
-from multihead.bench.timing import compare, ratio
+from multihead.bench.timing import compare, ratio, ratio_range
 
 TARGETS = {"keys": 1.6, "both": 2.3}
 
@@ -109,9 +109,11 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
                     "max |diff| vs dense": diffs.get(name),
                     "backend": _backend(name, chosen),
                 })
+            lo, hi = ratio_range(base, t["ours"])
             result.targets.append(Target(f"P4 {label}: strongest dense SDPA / ours", ratio(base, t["ours"]),
                                          ">=", TARGETS[label],
-                                         note=f"strongest dense: {strongest}; ideal {ideal:.2f}, backend {chosen}"))
+                                         note=f"strongest dense: {strongest}; ideal {ideal:.2f}, backend {chosen}; "
+                                              f"per-round ratios {lo:.2f} to {hi:.2f}"))
             steps.describe(f"padded {label} fwd+bwd")
             dense_forward = dense_baselines(*leaves, lens, pad_queries=label == "both")[strongest]
             trained = compare({
