@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = json.loads((ROOT / "benchmarks/results.json").read_text())
 FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(x|×|ms|us|µs|MiB|GiB|GB/s|GFLOP/s|TFLOP/s|%)(?![\w])")
 SAME_UNIT = {"×": "x", "µs": "us"}
+RATIO_RANGE = re.compile(r"ratios (\d+\.\d+) to (\d+\.\d+)")
 
 
 def unit_of(column: str, row: dict) -> str | None:
@@ -75,6 +76,9 @@ def measured() -> dict[str, list[float]]:
         for text in texts:
             for num, unit in figures_in(text):
                 add(unit, num)
+            for lo, hi in RATIO_RANGE.findall(text):  # "per-round ratios 0.98 to 1.05"
+                add("x", lo)
+                add("x", hi)
     return pool
 
 
@@ -134,3 +138,10 @@ def test_the_run_section_names_the_machine_of_the_results():
     for value in (m["cpu"], f"{m['cores']} cores", f"{m['threads']} torch thread", m["torch"], m["python"],
                   m["date"], str(m["load_average_at_start"]), str(m["load_average"])):
         assert value in run, f"the run section does not say {value!r}"
+
+
+def test_the_tables_are_the_ones_the_run_wrote():
+    text = (ROOT / "benchmarks/README.md").read_text()
+    written = (ROOT / "benchmarks/results.md").read_text()
+    tables = [t for t in written.split("### ")[1:] if not t.startswith("Targets")]
+    assert tables and all("### " + t.strip() in text for t in tables)
