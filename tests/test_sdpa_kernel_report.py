@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import multihead as mh
 from multihead.backends import sdpa_kernel as report_module
-from multihead.backends.sdpa_kernel import sdpa_kernel_report
+from multihead.backends.sdpa_kernel import chosen_kernel, kernel_name, sdpa_kernel_report
 from multihead.bench.kernels import kernels_called
 
 CPU_FLASH_OP = "_scaled_dot_product_flash_attention_for_cpu"
@@ -133,3 +133,16 @@ def test_on_cuda_each_fused_kernel_ranked_first_gives_its_reason(monkeypatch):
     order.remove(SDPBackend.CUDNN_ATTENTION)
     order.append(SDPBackend.CUDNN_ATTENTION)  # ranked after math: never tried, so not reported
     assert "cuDNN" not in sdpa_kernel_report(*CASES["plain"])
+
+
+def test_kernel_names_say_cpu_flash_apart_from_cuda_flash():
+    assert kernel_name(SDPBackend.FLASH_ATTENTION, "cpu") == "CPU flash"
+    assert kernel_name(SDPBackend.FLASH_ATTENTION, "cuda") == "flash"
+    assert [kernel_name(b, "cuda") for b in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                                             SDPBackend.MATH)] == ["efficient", "cuDNN", "math"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_chosen_kernel_is_flash_exactly_when_sdpa_runs_cpu_flash(name):
+    args = CASES[name]
+    assert (chosen_kernel(*args) == SDPBackend.FLASH_ATTENTION) == runs_cpu_flash(*args)

@@ -95,7 +95,7 @@ def _cuda_reasons(kernel: SDPBackend, q, k, v, attn_mask, is_causal, dropout, en
 
 
 def _device_type(q: torch.Tensor) -> str:
-    """"cpu", "cuda", ...: where SDPA will run."""
+    """Where SDPA will run: 'cpu', 'cuda', ..."""
     return q.device.type
 
 
