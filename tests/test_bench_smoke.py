@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from multihead.bench import cli, memory, report
-from multihead.bench.peers import Shape
+from multihead.bench.peers import FLOOR_VARIANTS, Shape
 from multihead.bench.registry import build, names
 from multihead.bench.suites import decode, padded, parallel, roofline, scaling, shootout, small
 from multihead.bench.suites.context import Context
@@ -38,13 +38,20 @@ def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monke
     assert json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1]) == data
     assert set(data["suites"]) == set(cli.SUITES)
     assert "ours[sdpa]" in stdout  # names with brackets are printed as text, not as rich markup
-    assert data["machine"]["threads"] == torch.get_num_threads()
+    assert data["machine"]["threads"] == torch.get_num_threads() and data["machine"]["clock"] == "wall"
     shoot = data["suites"]["shootout"]
     assert {r["implementation"] for r in shoot["rows"]} == set(names())
     assert next(r for r in shoot["rows"] if r["implementation"] == "ours")["forward x ours"] == 1.0
+    floor_target = next(t for t in shoot["targets"] if t["name"] == "P1 forward: ours / floor")
+    assert any(f"floor = {v}," in floor_target["note"] for v in FLOOR_VARIANTS)
+    for row in shoot["rows"]:  # the runs column comes from the dispatcher: SDPA inside ours and the floors
+        assert ("SDPA CPU flash" in row["runs"]) == (row["implementation"].startswith(("ours", "floor"))
+                                                     or "need_weights=False" in row["implementation"])
     assert all(t["met"] is None for t in data["suites"]["scaling"]["targets"])  # P2 needs N=32768
     skipped = data["suites"]["scaling"]["rows"][0]
     assert skipped["ours peak MiB"] > 0 and "not run: predicted" in skipped["note"]
+    assert {t["name"] for t in data["suites"]["small"]["targets"]} >= {
+        "small causal: ours attention() / raw SDPA", "small key padding: ours module / floor module"}
     ours_padded = [r for r in data["suites"]["padded"]["rows"] if r["implementation"] == "ours"]
     assert {r["backend"] for r in ours_padded} == {"sdpa"}  # too small for varlen to pay off
     assert all(r["max |diff| vs dense"] < 1e-5 for r in data["suites"]["padded"]["rows"]
@@ -67,16 +74,22 @@ def test_every_peer_computes_the_same_shape_forward_and_backward():
         assert all(p.grad is not None for p in runner.params), name
 
 
-def test_floor_and_ours_agree_given_the_same_weights():
+@pytest.mark.parametrize("variant", FLOOR_VARIANTS)
+def test_every_floor_variant_agrees_with_ours_given_the_same_weights(variant):
     shape = Shape(batch=2, length=8, embed=16, heads=2)
-    ours, floor = build("ours", shape), build("floor", shape)
+    ours, floor = build("ours", shape), build(variant, shape)
+    theirs, mine = floor.module, ours.module
     with torch.no_grad():
-        floor.module.qkv.weight.copy_(torch.cat([ours.module.q_proj.weight, ours.module.k_proj.weight,
-                                                 ours.module.v_proj.weight]))
-        floor.module.qkv.bias.copy_(torch.cat([ours.module.q_proj.bias, ours.module.k_proj.bias,
-                                               ours.module.v_proj.bias]))
-        floor.module.out.load_state_dict(ours.module.out_proj.state_dict())
+        if theirs.fused_qkv:
+            theirs.qkv.weight.copy_(torch.cat([mine.q_proj.weight, mine.k_proj.weight, mine.v_proj.weight]))
+            theirs.qkv.bias.copy_(torch.cat([mine.q_proj.bias, mine.k_proj.bias, mine.v_proj.bias]))
+        else:
+            for name in ("q_proj", "k_proj", "v_proj"):
+                getattr(theirs, name).load_state_dict(getattr(mine, name).state_dict())
+        theirs.out_proj.load_state_dict(mine.out_proj.state_dict())
     torch.testing.assert_close(ours.forward(), floor.forward(), atol=1e-5, rtol=1e-5)
+    q, k, v = theirs.split(shape.input())
+    assert all(t.is_contiguous() == theirs.contiguous for t in (q, k, v))
 
 
 def test_probe_reports_peak_rss_of_a_fresh_process():
@@ -94,7 +107,7 @@ def test_predicted_score_memory_follows_4_n2_h():
 def test_compare_interleaves_and_takes_medians():
     calls = []
     t = compare({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3, warmup=1)
-    assert calls == ["a", "b"] + ["a", "b"] * 3
+    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]  # warm-up, then rounds in rotated order
     assert len(t["a"].samples) == 3 and t["a"].median_s == sorted(t["a"].samples)[1]
 
 
@@ -107,7 +120,7 @@ def test_targets_and_cells_render():
     assert report.target_cells(Target("x", 0.5, ">=", 1.6))[3] == "MISSED"
 
 
-@pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"]))
+@pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"], ["--clock", "gpu"]))
 def test_cli_rejects_bad_arguments(bad):
     parser = __import__("argparse").ArgumentParser()
     cli.configure(parser)
@@ -155,3 +168,79 @@ def test_ratio_pairs_rounds_so_a_slow_round_cancels():
     a, b = Timing(2.0, (1.0, 2.0, 20.0)), Timing(1.0, (0.5, 1.0, 10.0))  # round 3 ran under load
     assert ratio(a, b) == 2.0
     assert ratio(a, Timing(4.0, (4.0,))) == 0.5  # unpaired: ratio of medians
+
+
+def test_fastest_variant_of_each_family_has_the_lowest_median():
+    from multihead.bench.peers import fastest_variants
+    from multihead.bench.timing import Timing
+
+    t = {"ours": Timing(2.0, (2.0,)), "floor[a]": Timing(3.0, (3.0,)), "floor[b]": Timing(1.0, (1.0,)),
+         "nn.MultiheadAttention[x]": Timing(5.0, (5.0,)), "000 Book": Timing(4.0, (4.0,))}
+    assert fastest_variants(t) == {"ours": "ours", "floor": "floor[b]", "nn.MultiheadAttention":
+                                   "nn.MultiheadAttention[x]", "000 Book": "000 Book"}
+
+
+def test_ratio_range_spans_the_per_round_ratios():
+    from multihead.bench.timing import Timing, ratio_range
+
+    assert ratio_range(Timing(2.0, (1.0, 2.0, 6.0)), Timing(1.0, (1.0, 1.0, 2.0))) == (1.0, 3.0)
+
+
+def test_what_runs_reports_the_kernels_the_dispatcher_sees():
+    from multihead.bench.kernels import what_runs
+
+    shape = Shape(batch=2, length=8, embed=16, heads=2)
+    assert what_runs(build("floor[fused QKV, views]", shape).forward) == "2 GEMMs + SDPA CPU flash"
+    assert what_runs(build("002 ClassicTransformerHeads", shape).forward) == "4 GEMMs + N^2 scores (bmm + softmax)"
+    fast_path = build("nn.MultiheadAttention[need_weights=False, eval]", shape).what_runs()
+    assert fast_path.startswith("forward: torch's native MHA kernel; fwd+bwd: ") and "SDPA" in fast_path
+    assert what_runs(lambda: None) == "no attention kernel seen"
+
+
+@pytest.mark.parametrize("pad_queries", (False, True))
+def test_dense_baselines_compute_what_ours_computes(pad_queries):
+    import multihead as mh
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 12, 8, generator=g) for _ in range(3))  # (B, H, N, D)
+    lens = torch.tensor([4, 9, 12])
+    mask = mh.Mask.lengths(lens, query_lens=lens if pad_queries else None)
+    expected = mh.attention(q.double(), k.double(), v.double(), mask, backend="math").float()
+    for name, call in padded.dense_baselines(q, k, v, lens, pad_queries).items():
+        torch.testing.assert_close(call(), expected, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_the_cpu_clock_does_not_count_time_spent_off_the_cpu():
+    import time
+
+    from multihead.bench.timing import clock, set_clock, time_call
+
+    try:
+        assert set_clock("wall") == "wall" and time_call(lambda: time.sleep(0.05)) >= 0.05
+        assert set_clock("cpu") == clock() == "cpu" and time_call(lambda: time.sleep(0.05)) < 0.05
+        with pytest.raises(ValueError, match="clock must be one of"):
+            set_clock("gpu")
+        assert clock() == "cpu"  # a refused clock leaves the one in use
+    finally:
+        set_clock("wall")
+
+
+def test_probe_runs_with_the_parents_clock_and_threads(monkeypatch):
+    from multihead.bench.timing import set_clock
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(json.loads(cmd[-1]))
+        raise __import__("subprocess").TimeoutExpired(cmd, 1)
+
+    monkeypatch.setattr(memory.subprocess, "run", fake_run)
+    before = torch.get_num_threads()
+    try:
+        set_clock("cpu")
+        torch.set_num_threads(1)
+        assert "error" in memory.probe("ours", Shape(batch=1, length=4, embed=4, heads=1))
+    finally:
+        set_clock("wall")
+        torch.set_num_threads(before)
+    assert seen["clock"] == "cpu" and seen["threads"] == 1

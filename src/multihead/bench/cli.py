@@ -1,4 +1,4 @@
-"""`multihead bench [--suite NAME ...] [--quick] [--plot DIR] [--json PATH] [--markdown PATH]`.
+"""`multihead bench [--suite NAME ...] [--quick] [--threads N] [--clock wall|cpu] [--plot DIR] [--json PATH] [--markdown PATH]`.
 
 Runs the chosen CPU suites (all by default) with progress bars on stderr, prints each suite's table
 and the targets, then one JSON line with every number on stdout. Exit code 0 even when a target is
@@ -23,6 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown to PATH")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--rounds", type=int, help="timed rounds per comparison (default 5, quick 3)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: elapsed time (default); cpu: this process's CPU time, steadier on a "
+                             "busy machine (use with --threads 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -30,9 +33,10 @@ def main(args: argparse.Namespace) -> int:
     from multihead.bench import machine, report
     from multihead.bench.progress import Bars
     from multihead.bench.suites.context import Context
-    from multihead.bench.timing import set_threads
+    from multihead.bench.timing import set_clock, set_threads
 
     set_threads(args.threads)
+    set_clock(args.clock)
     rounds = args.rounds or (3 if args.quick else 5)
     ctx_kwargs = {"rounds": rounds, "budget_s": 10.0 if args.quick else 60.0}
     results = []

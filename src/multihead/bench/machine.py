@@ -7,6 +7,8 @@ import platform
 
 import torch
 
+from multihead.bench.timing import clock
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (platform.processor() elsewhere)."""
@@ -39,4 +41,5 @@ def describe() -> dict:
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average": load_average(),
+        "clock": clock(),
     }

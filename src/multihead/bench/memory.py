@@ -10,7 +10,10 @@ import subprocess
 import sys
 from dataclasses import asdict
 
+import torch
+
 from multihead.bench.peers import Shape
+from multihead.bench.timing import clock
 
 GIB = 1024**3
 
@@ -40,7 +43,7 @@ def probe(impl: str, shape: Shape, *, repeats: int = 1, warmup: int = 0,
     module and input were built} or {"error": why} when the process failed or ran out of time.
     """
     spec = {**asdict(shape), "dtype": str(shape.dtype).split(".")[-1]}
-    spec.update(impl=impl, repeats=repeats, warmup=warmup)
+    spec.update(impl=impl, repeats=repeats, warmup=warmup, clock=clock(), threads=torch.get_num_threads())
     cmd = [sys.executable, "-m", "multihead.bench.probe", json.dumps(spec)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

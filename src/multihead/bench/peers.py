@@ -6,12 +6,14 @@ Shapes: x (B, N, E) batch-first; E = H * D.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from multihead.bench.timing import Timing
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,15 @@ class Runner:
     def __post_init__(self):
         self.params = [p for p in self.module.parameters() if p.requires_grad]
 
+    def what_runs(self) -> str:
+        """The kernels each pass calls (forward under no_grad, forward with autograd for training)."""
+        from multihead.bench.kernels import what_runs
+
+        with torch.no_grad():
+            inference = what_runs(self.call)
+        training = what_runs(self.call)
+        return inference if inference == training else f"forward: {inference}; fwd+bwd: {training}"
+
     def forward(self) -> torch.Tensor:
         """Inference: one forward pass without autograd."""
         with torch.no_grad():
@@ -67,23 +78,68 @@ class Runner:
         self.call().float().sum().backward()
 
 
-class FusedFloor(nn.Module):
-    """The floor: one fused QKV GEMM, SDPA with is_causal, one output GEMM. x (B, N, E) -> (B, N, E)."""
+class MinimalAttention(nn.Module):
+    """A plausible minimal self-attention: QKV projection, SDPA, output projection. x (B, N, E) -> (B, N, E).
 
-    def __init__(self, embed: int, heads: int, causal: bool, **factory):
+    fused_qkv: one (3E, E) GEMM (`qkv`), else three (E, E) GEMMs (`q_proj`, `k_proj`, `v_proj`).
+    contiguous: copy q, k, v into contiguous (B, H, N, D) tensors before SDPA, else hand SDPA the
+    strided views of the projection output. No checks and no options: nothing but the work.
+    """
+
+    def __init__(self, embed: int, heads: int, causal: bool, *, fused_qkv: bool, contiguous: bool,
+                 **factory):
         super().__init__()
-        self.heads, self.causal = heads, causal
-        self.qkv = nn.Linear(embed, 3 * embed, **factory)
-        self.out = nn.Linear(embed, embed, **factory)
+        self.heads, self.causal, self.fused_qkv, self.contiguous = heads, causal, fused_qkv, contiguous
+        if fused_qkv:
+            self.qkv = nn.Linear(embed, 3 * embed, **factory)
+        else:
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(embed, embed, **factory) for _ in range(3))
+        self.out_proj = nn.Linear(embed, embed, **factory)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, N, E) -> q, k, v, each (B, H, N, D)."""
+        B, N, E = x.shape
+        H, D = self.heads, E // self.heads
+        if self.fused_qkv:
+            q, k, v = self.qkv(x).view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)  # each (B, H, N, D)
+        else:
+            q, k, v = (proj(x).view(B, N, H, D).transpose(1, 2) for proj in (self.q_proj, self.k_proj,
+                                                                               self.v_proj))
+        if self.contiguous:
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        return q, k, v
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, N, E); keep: an optional bool SDPA mask (True = attend) used instead of causal."""
         B, N, E = x.shape
-        qkv = self.qkv(x).view(B, N, 3, self.heads, E // self.heads)  # (B, N, 3, H, D)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, N, D)
+        q, k, v = self.split(x)
         causal = self.causal and keep is None
         o = F.scaled_dot_product_attention(q, k, v, keep, is_causal=causal)  # (B, H, N, D)
-        return self.out(o.transpose(1, 2).reshape(B, N, E))  # (B, N, E)
+        return self.out_proj(o.transpose(1, 2).reshape(B, N, E))  # (B, N, E)
+
+
+# The floor's candidates: {name: (fused_qkv, contiguous)}. The floor is the fastest of them in each run.
+FLOOR_VARIANTS = {
+    "floor[3 GEMMs, views]": (False, False),
+    "floor[3 GEMMs, contiguous]": (False, True),
+    "floor[fused QKV, views]": (True, False),
+    "floor[fused QKV, contiguous]": (True, True),
+}
+
+
+def family(name: str) -> str:
+    """The implementation a variant belongs to: "floor[3 GEMMs, views]" -> "floor"."""
+    return name.split("[", 1)[0]
+
+
+def fastest_variants(t: Mapping[str, Timing]) -> dict[str, str]:
+    """{family: the name of its variant with the lowest median}, over every timed name."""
+    best: dict[str, str] = {}
+    for name, timing in t.items():
+        fam = family(name)
+        if fam not in best or timing.median_s < t[best[fam]].median_s:
+            best[fam] = name
+    return best
 
 
 def _factory(shape: Shape) -> dict:
@@ -100,30 +156,41 @@ def build_ours(shape: Shape, backend: str = "auto") -> Runner:
     return Runner(name, lambda: mod(x, causal=shape.causal), mod)
 
 
-def build_floor(shape: Shape) -> Runner:
-    """The fused QKV GEMM + SDPA + output GEMM floor nothing else can beat by design."""
-    mod = FusedFloor(shape.embed, shape.heads, shape.causal, **_factory(shape)).eval()
+def build_floor(shape: Shape, name: str = "floor[3 GEMMs, views]") -> Runner:
+    """One minimal implementation of FLOOR_VARIANTS, named `name`."""
+    fused, contiguous = FLOOR_VARIANTS[name]
+    mod = MinimalAttention(shape.embed, shape.heads, shape.causal, fused_qkv=fused, contiguous=contiguous,
+                           **_factory(shape)).eval()
     x = shape.input()
-    return Runner("floor", lambda: mod(x), mod, "fused QKV GEMM + SDPA(is_causal) + out GEMM")
+    return Runner(name, lambda: mod(x), mod)
 
 
-def build_torch_mha(shape: Shape, need_weights: bool = True) -> Runner:
-    """nn.MultiheadAttention with a (N, N) bool causal mask and the is_causal hint."""
-    mod = nn.MultiheadAttention(shape.embed, shape.heads, batch_first=True, **_factory(shape)).eval()
+# nn.MultiheadAttention in each mode a user could pick: {name: (need_weights, training)}. In eval
+# mode under no_grad, torch takes its native fast path; in training mode (dropout 0) it calls SDPA.
+TORCH_MHA_VARIANTS = {
+    "nn.MultiheadAttention[default]": (True, False),
+    "nn.MultiheadAttention[need_weights=False, eval]": (False, False),
+    "nn.MultiheadAttention[need_weights=False, train, dropout 0]": (False, True),
+}
+TORCH_DEFAULT = "nn.MultiheadAttention[default]"
+
+
+def build_torch_mha(shape: Shape, name: str = TORCH_DEFAULT) -> Runner:
+    """nn.MultiheadAttention (dropout 0) with a (N, N) bool causal mask and the is_causal hint."""
+    need_weights, training = TORCH_MHA_VARIANTS[name]
+    mod = nn.MultiheadAttention(shape.embed, shape.heads, batch_first=True, **_factory(shape))
+    mod.train(training)
     x = shape.input()
     mask = shape.causal_block() if shape.causal else None
 
     def call():
         return mod(x, x, x, attn_mask=mask, need_weights=need_weights, is_causal=shape.causal)[0]
 
-    name = "nn.MultiheadAttention" + ("" if need_weights else "(need_weights=False)")
-    note = "averaged weights returned" if need_weights else "SDPA inside"
-    return Runner(name, call, mod, note)
+    return Runner(name, call, mod, "averaged weights returned" if need_weights else "")
 
 
 PEERS: dict[str, Callable[[Shape], Runner]] = {
     "ours": build_ours,
-    "floor": build_floor,
-    "nn.MultiheadAttention": build_torch_mha,
-    "nn.MultiheadAttention(need_weights=False)": lambda s: build_torch_mha(s, need_weights=False),
+    **{name: (lambda s, name=name: build_floor(s, name)) for name in FLOOR_VARIANTS},
+    **{name: (lambda s, name=name: build_torch_mha(s, name)) for name in TORCH_MHA_VARIANTS},
 }

@@ -32,7 +32,7 @@ def save_all(results: list[SuiteResult], directory: str | Path) -> list[Path]:
 
 def _shootout(plt, r: SuiteResult):
     names = [row["implementation"] for row in r.rows]
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 0.4 * len(names) + 1.5))
     ys = range(len(names))
     ax.barh([y - 0.2 for y in ys], [row["forward x ours"] for row in r.rows], 0.4, label="forward")
     ax.barh([y + 0.2 for y in ys], [row["fwd+bwd x ours"] for row in r.rows], 0.4, label="forward+backward")

@@ -14,12 +14,14 @@ import torch
 from multihead.bench.memory import status_bytes
 from multihead.bench.peers import Shape
 from multihead.bench.registry import build
-from multihead.bench.timing import time_call
+from multihead.bench.timing import set_clock, set_threads, time_call
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     impl, repeats, warmup = spec.pop("impl"), spec.pop("repeats"), spec.pop("warmup")
+    set_clock(spec.pop("clock", "wall"))
+    set_threads(spec.pop("threads", None))
     spec["dtype"] = getattr(torch, spec["dtype"])
     runner = build(impl, Shape(**spec))
     setup_rss = status_bytes("VmRSS")

@@ -13,7 +13,7 @@ def cell(column: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if column.startswith(("x ", "dense /")) or " x " in column or column in ("ideal",):
+        if column.startswith("x ") or " x " in column or " / " in column or column == "ideal":
             return f"{value:.2f}x"
         if "diff" in column:
             return f"{value:.1e}"
@@ -37,7 +37,8 @@ def print_rich(results: list[SuiteResult], machine: dict) -> None:
     console = Console()
     if not console.is_terminal:  # piped: wide enough that no column is cut
         console = Console(width=200)
-    console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({machine['threads']} threads), "
+    console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({machine['threads']} threads, "
+                  f"{machine.get('clock', 'wall')} clock), "
                   f"torch {machine['torch']}, {machine['date']}, load average "
                   f"{machine.get('load_average_at_start')} at the start, {machine['load_average']} at the end")
     for r in results:
