@@ -4,7 +4,9 @@ Convention, in README.md and benchmarks/README.md:
 - every ```python block runs, top to bottom, each block in a fresh namespace;
 - a line `print(...)` followed directly by comment lines `# ...` shows the output of that print:
   each comment line, without its leading "# ", is one printed line (a bare "#" is an empty line);
-- the ```python signature block is the module's constructor signature, compared with the code's.
+- the ```python signature block is the module's constructor signature, compared with the code's;
+- a ```python snippet block is an excerpt that needs things from outside (a model path, your own data,
+  helpers defined in a docs page); it is not run here, and its docs page holds the runnable version.
 When the code's output changes on purpose, regenerate the shown output instead of editing it:
     PYTHONPATH=src python tests/test_readme_code.py --write
 """
@@ -96,8 +98,8 @@ def constructor_signature() -> str:
     from multihead import MultiHeadAttention
 
     sig = inspect.signature(MultiHeadAttention.__init__)
-    params = list(sig.parameters.values())[1:]
-    return "mh.MultiHeadAttention" + str(sig.replace(parameters=params)).replace("'", '"')
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in list(sig.parameters.values())[1:]]
+    return "mh.MultiHeadAttention" + str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty)).replace("'", '"')
 
 
 def flatten(text: str) -> str:

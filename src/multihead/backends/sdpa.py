@@ -19,6 +19,7 @@ from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched 
 
 from multihead.backends.problem import Problem
 from multihead.backends.reference import zero_where
+from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
 
 
@@ -90,8 +91,8 @@ def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.T
     return out.view(B, H, 1, v.shape[-1])
 
 
-def describe_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> str:
-    form = sdpa_mask(mask, ix, dtype)
+def describe_mask(form: SdpaMask) -> str:
+    """How the mask reaches SDPA, in words."""
     if form.is_causal:
         return "is_causal=True (the causal structure is kept, no dense mask)"
     if form.attn_mask is None:
@@ -123,8 +124,10 @@ class SdpaBackend:
         return None
 
     def describe(self, p: Problem) -> str:
-        form = describe_mask(p.mask, p.index(rows_may_shift=True), p.q.dtype)
-        return f"F.scaled_dot_product_attention, {form}" + (", enable_gqa=True" if p.gqa else "")
+        form = sdpa_mask(p.mask, p.index(rows_may_shift=True), p.q.dtype)
+        kernel = sdpa_kernel_report(p.q, p.k, p.v, form.attn_mask, form.is_causal, p.dropout, p.scale, p.gqa)
+        return (f"F.scaled_dot_product_attention, {describe_mask(form)}" + (", enable_gqa=True" if p.gqa else "")
+                + f"; torch runs {kernel}")
 
     def run(self, p: Problem) -> torch.Tensor:
         # SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped
