@@ -129,7 +129,8 @@ def test_big_rounds_takes_one_round_past_the_budget_and_more_within_it():
     assert calls == ["a", "b"] and all(len(t.samples) == 1 for t in one.values())
     calls.clear()
     five = decode.big_rounds(fns, Context(rounds=5, budget_s=60.0))
-    assert calls == ["a", "b"] * 5 and all(len(t.samples) == 5 for t in five.values())
+    rounds = [sorted(calls[i:i + 2]) for i in range(0, len(calls), 2)]  # each round calls both, in any order
+    assert rounds == [["a", "b"]] * 5 and all(len(t.samples) == 5 for t in five.values())
     assert all(t.median_s == sorted(t.samples)[2] for t in five.values())
 
 
