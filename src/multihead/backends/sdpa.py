@@ -87,8 +87,8 @@ def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.T
     if attn_mask is not None:
         m = attn_mask.view((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))  # (B or 1, H or 1, 1, Lk)
         attn_mask = m.reshape(m.shape[0], Hkv, H // Hkv, m.shape[-1]) if m.shape[1] == H else m  # (.., Hkv, G, Lk)
-    out = _sdpa(q.view(B, Hkv, H // Hkv, D), k, v, attn_mask, dropout, False, scale=scale)  # (B, Hkv, G, Dv)
-    return out.view(B, H, 1, v.shape[-1])
+    out = _sdpa(q.reshape(B, Hkv, H // Hkv, D), k, v, attn_mask, dropout, False, scale=scale)  # (B, Hkv, G, Dv)
+    return out.reshape(B, H, 1, v.shape[-1])
 
 
 def describe_mask(form: SdpaMask) -> str:
