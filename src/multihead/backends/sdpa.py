@@ -54,13 +54,17 @@ def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> SdpaMask:
     return SdpaMask(keep if bias is None else bias, False, dead, hidden)
 
 
-def run_sdpa(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
-    """SDPA on one grid (the whole batch, or one sequence's slice): inert hidden keys, dead rows exactly 0."""
+def run_sdpa(q, k, v, mask: Mask | None, ix, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
+    """SDPA on one grid (the whole batch, or one sequence's slice): inert hidden keys, dead rows exactly 0.
+
+    ix: the grid's Index, or a function that makes it (the whole grid: its form is remembered per mask,
+    so a call that finds it needs no Index at all).
+    """
     if mask is None:
         form = SdpaMask(None, False, None, None)
-    elif ix.whole:
-        key = (ix.Lq, ix.Lk, q.dtype, q.device, ix.rows_may_shift)
-        form = mask.memoized(key, lambda: sdpa_mask(mask, ix, q.dtype))
+    elif callable(ix):
+        key = (q.shape[2], k.shape[2], q.dtype, q.device)
+        form = mask.memoized(key, lambda: sdpa_mask(mask, ix(), q.dtype))
     else:
         form = sdpa_mask(mask, ix, q.dtype)
     if form.hidden is not None:
@@ -131,4 +135,4 @@ class SdpaBackend:
 
     def run(self, p: Problem) -> torch.Tensor:
         # SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped
-        return run_sdpa(p.q, p.k, p.v, p.mask, p.index(rows_may_shift=True), p.dropout, p.scale, p.gqa)
+        return run_sdpa(p.q, p.k, p.v, p.mask, lambda: p.index(rows_may_shift=True), p.dropout, p.scale, p.gqa)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class Index:
     """Broadcastable index tensors of one evaluation grid; see the module docstring."""
 
