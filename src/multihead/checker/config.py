@@ -9,7 +9,6 @@ which one could not be guessed.
 from __future__ import annotations
 
 import copy
-import json
 
 from multihead.checker.names import guess_value
 
@@ -67,20 +66,11 @@ def _nested(value):
 
 def parse_config(text) -> dict | None:
     """The --config JSON object (or a dict), or None when no config is given."""
-    from multihead.checker.load import LoadError
+    from multihead.checker.load import LoadError, json_object
 
     if text is None or isinstance(text, dict):
         return text
     if not isinstance(text, str):
         raise LoadError(f"config must be a dict of attributes or its JSON text, got {type(text).__name__}",
                         f"config 必须是属性组成的 dict 或其 JSON 文本，实际是 {type(text).__name__}")
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as error:
-        example = '{"n_embd": 16, "n_head": 4}'
-        raise LoadError(f"--config is not valid JSON ({error.msg}); expected e.g. '{example}', got {text!r}",
-                        f"--config 不是合法的 JSON（{error.msg}）；应类似 '{example}'，实际是 {text!r}") from error
-    if not isinstance(values, dict):
-        raise LoadError(f"--config must be a JSON object of attributes, got {text!r}",
-                        f"--config 必须是由属性组成的 JSON 对象，实际是 {text!r}")
-    return values
+    return json_object(text, "--config", '{"n_embd": 16, "n_head": 4}', "attributes", "属性")

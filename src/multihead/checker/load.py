@@ -97,16 +97,20 @@ def parse_init(text: str | None) -> dict:
     """The --init JSON object of keyword arguments."""
     if text is None:
         return {}
+    return json_object(text, "--init", '{"d_model": 16, "num_heads": 4}', "keyword arguments", "关键字参数")
+
+
+def json_object(text: str, option: str, example: str, what: str, what_zh: str) -> dict:
+    """`text` parsed as a JSON object for `option`; LoadError (EN/ZH) saying what was expected otherwise."""
     try:
-        kwargs = json.loads(text)
+        values = json.loads(text)
     except json.JSONDecodeError as error:
-        example = '{"d_model": 16, "num_heads": 4}'
-        raise LoadError(f"--init is not valid JSON ({error.msg}); expected e.g. '{example}', got {text!r}",
-                        f"--init 不是合法的 JSON（{error.msg}）；应类似 '{example}'，实际是 {text!r}") from error
-    if not isinstance(kwargs, dict):
-        raise LoadError(f"--init must be a JSON object of keyword arguments, got {text!r}",
-                        f"--init 必须是由关键字参数组成的 JSON 对象，实际是 {text!r}")
-    return kwargs
+        raise LoadError(f"{option} is not valid JSON ({error.msg}); expected e.g. '{example}', got {text!r}",
+                        f"{option} 不是合法的 JSON（{error.msg}）；应类似 '{example}'，实际是 {text!r}") from error
+    if not isinstance(values, dict):
+        raise LoadError(f"{option} must be a JSON object of {what}, got {text!r}",
+                        f"{option} 必须是由{what_zh}组成的 JSON 对象，实际是 {text!r}")
+    return values
 
 
 def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
