@@ -47,6 +47,9 @@ def figures_in(text: str) -> list[tuple[str, str]]:
     return [(num, SAME_UNIT.get(unit, unit)) for num, unit in FIGURE.findall(text)]
 
 
+GPU_RESULTS = json.loads((ROOT / "benchmarks" / "gpu-results.json").read_text())
+
+
 @cache
 def measured() -> dict[str, list[float]]:
     """{unit: every value of that kind in results.json}."""
@@ -79,6 +82,11 @@ def measured() -> dict[str, list[float]]:
             for lo, hi in RATIO_RANGE.findall(text):  # "per-round ratios 0.98 to 1.05"
                 add("x", lo)
                 add("x", hi)
+    for rows in GPU_RESULTS.values():  # the GPU run: TFLOP/s, ms and ratios, quoted in the GPU section
+        for row in rows if isinstance(rows, list) else ():
+            for column, value in row.items():
+                if isinstance(value, float):
+                    add("TFLOP/s" if "tflops" in column else "ms" if column.endswith("ms") else "x", value)
     return pool
 
 
