@@ -39,7 +39,6 @@ class Index:
     plain: bool = True  # q and k are positions 0..Lq-1 and 0..Lk-1 (the whole grid or one slice)
     satisfied: tuple = ()  # parts that keep every entry of this grid (the parts that cut it out)
     rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
-
     device: torch.device | str | None = None
 
     @classmethod
@@ -79,14 +78,14 @@ class Index:
     def q(self) -> torch.Tensor:
         """Query positions, (1, 1, Lq, 1) on a plain grid."""
         if self.q_pos is None:
-            object.__setattr__(self, "q_pos", torch.arange(self.Lq, device=self.device).view(1, 1, -1, 1))
+            self.q_pos = torch.arange(self.Lq, device=self.device).view(1, 1, -1, 1)
         return self.q_pos
 
     @property
     def k(self) -> torch.Tensor:
         """Key positions, (1, 1, 1, Lk) on a plain grid."""
         if self.k_pos is None:
-            object.__setattr__(self, "k_pos", torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1))
+            self.k_pos = torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1)
         return self.k_pos
 
     def block(self, q_lo: int, q_hi: int, k_lo: int, k_hi: int) -> Index:
