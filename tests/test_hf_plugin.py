@@ -56,6 +56,17 @@ def tiny_model(name: str) -> nn.Module:
     return model
 
 
+def greedy_tokens(model, new: int, **options) -> dict:
+    """{"eager": tokens, "multihead": tokens}: `new` greedy tokens after the left-padded batch, both ways."""
+    ids, mask = left_padded_batch()
+    tokens = {}
+    for implementation in ("eager", "multihead"):
+        model.set_attn_implementation(implementation)
+        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                                                min_new_tokens=new, do_sample=False, pad_token_id=0, **options)
+    return tokens
+
+
 def left_padded_batch(B: int = 3, L: int = 12):
     """(input_ids, attention_mask) with rows 1 and 2 left-padded by 4 and 9 tokens."""
     ids = torch.randint(3, VOCAB, (B, L), generator=torch.Generator().manual_seed(0))
@@ -177,13 +188,7 @@ def test_logits_and_weights_equal_eager_on_left_padded_batches(name):
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_generation_gives_the_same_64_tokens(name):
-    model = tiny_model(name)
-    ids, mask = left_padded_batch()
-    tokens = {}
-    for implementation in ("eager", "multihead"):
-        model.set_attn_implementation(implementation)
-        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=64,
-                                                min_new_tokens=64, do_sample=False, pad_token_id=0)
+    tokens = greedy_tokens(tiny_model(name), 64)
     assert tokens["eager"].shape == (3, 12 + 64)
     assert torch.equal(tokens["multihead"], tokens["eager"])
 
@@ -273,12 +278,5 @@ def test_a_model_compiles_as_one_graph_with_multihead():
 @pytest.mark.parametrize("name", ["llama", "gemma2"])
 def test_generation_with_a_static_cache_gives_the_same_tokens(name):
     """generate prepares the masks ahead for static caches and feeds them back in as attention_mask."""
-    model = tiny_model(name)
-    ids, mask = left_padded_batch()
-    tokens = {}
-    for implementation in ("eager", "multihead"):
-        model.set_attn_implementation(implementation)
-        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=16,
-                                                min_new_tokens=16, do_sample=False, pad_token_id=0,
-                                                cache_implementation="static")
+    tokens = greedy_tokens(tiny_model(name), 16, cache_implementation="static")
     assert torch.equal(tokens["multihead"], tokens["eager"])
