@@ -5,8 +5,16 @@ explain itself.
     out = mh.attention(q, k, v, mh.Mask.key_padding(pad), causal=True)   # (B, H, L, D)
     attn = mh.MultiHeadAttention(embed_dim=64, num_heads=8)
     y = attn(x, mask=mh.Mask.lengths(valid_lens))
+
+`import multihead` loads the core alone (attention, masks, backends, the module, the cache,
+positions). The tools (check, explain, compat, textbook, convert, hf, parallel, bench) load on first
+use, as attributes of this package (`mh.check`, `mh.explain(...)`) or by their own import.
 """
-from multihead import textbook
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from multihead.attention import attention
 from multihead.cache import KVCache
 from multihead.capture import capture_attention
@@ -15,12 +23,37 @@ from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE, alibi_slopes
-from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
-from multihead import explain  # noqa: E402  mh.explain(...): the package is callable (explain/__init__.py)
-from multihead import compat  # noqa: E402  mh.compat.MultiheadAttention, nn.MultiheadAttention's drop-in
+from multihead import doors  # noqa: F401  (wires the tools' services onto the core's classes)
 
+if TYPE_CHECKING:
+    from multihead import compat, explain, textbook
+    from multihead.checker import check
 
 __version__ = "0.1.0"
+
+# name -> (module, attribute or None for the module itself), loaded on first access (PEP 562)
+_LAZY = {
+    "check": ("multihead.checker", "check"),
+    "explain": ("multihead.explain", None),
+    "compat": ("multihead.compat", None),
+    "textbook": ("multihead.textbook", None),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'multihead' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "AttentionError",
     "Decision",

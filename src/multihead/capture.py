@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from multihead.backends.reference import attention_weights
+
 ACTIVE: list[Recorder] = []  # the attention core checks this (one list lookup) before notifying
 
 
@@ -68,11 +70,7 @@ class Recorder:
     def weights(self) -> list[torch.Tensor]:
         return [c.weights for c in self.calls]
 
-    def _repr_html_(self) -> str:
-        """Jupyter draws a record as multihead explain's interactive attention page."""
-        from multihead.explain.notebook import record_html
-
-        return record_html(self)
+    # _repr_html_ (the notebook view) is attached by multihead.doors: drawing is the explain tool's work
 
 
 def notify(problem) -> None:
@@ -85,8 +83,6 @@ def notify(problem) -> None:
 
 def _sdpa_weights(query, key, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """The weights torch's SDPA computes for these arguments, (B, H, Lq, Lk) float32."""
-    from multihead.backends.reference import attention_weights
-
     Lq, Lk = query.shape[-2], key.shape[-2]
     keep = bias = None
     if is_causal:

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from multihead import __version__
+
 SUBCOMMANDS = {
     "explain": ("multihead.explain.cli", "walk through multi-head attention step by step (EN/ZH)"),
     "check": ("multihead.checker.cli", "check your own attention module against the reference"),
@@ -19,8 +21,6 @@ SUBCOMMANDS = {
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The parser; only the `chosen` subcommand's module is imported to add its arguments."""
-    from multihead import __version__
-
     parser = argparse.ArgumentParser(prog="multihead", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"multihead {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -11,14 +11,18 @@ RMSNorm of q and k); `new_cache()` gives a KV cache that `forward(..., cache=cac
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from multihead.attention import attention
 from multihead.cache import KVCache
+from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Mask
+from multihead.positions import alibi_slopes
+from multihead.torch_state import torch_mha_state_to_ours
 
 PROJECTIONS = ("q", "k", "v", "out")
 
@@ -89,8 +93,6 @@ class MultiHeadAttention(nn.Module):
             raise AttentionError(f"rope must be an mh.RoPE or None; got {type(rope).__name__}.")
         if rope is not None and alibi:
             raise AttentionError("rope and alibi are two ways to encode positions; choose one.")
-        from multihead.dispatch import backend_names
-
         if backend != "auto" and backend not in backend_names():
             raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
 
@@ -111,8 +113,6 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(num_heads, **factory)) if sinks else None
         if alibi:
-            from multihead.positions import alibi_slopes
-
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads).to(device=device), persistent=False)
         else:
             self.alibi_slopes = None
@@ -251,22 +251,10 @@ class MultiHeadAttention(nn.Module):
             raise AttentionError(f"query has batch {query.shape[0]} but key/value have batch {key.shape[0]}.")
         return query, key, value
 
-    @classmethod
-    def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention:
-        """A MultiHeadAttention with the weights of `module`, giving the same outputs (same layout).
-
-        Recognises torch.nn.MultiheadAttention, the textbook styles and the common naming conventions;
-        hints such as num_heads=... help where the module does not say.
-        """
-        from multihead.convert.registry import from_module
-
-        return from_module(module, **hints)
-
-    def to_torch(self) -> nn.MultiheadAttention:
-        """An nn.MultiheadAttention with the same weights and outputs (where torch can express it)."""
-        from multihead.convert.to_torch import to_torch
-
-        return to_torch(self)
+    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
+        @classmethod
+        def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention: ...
+        def to_torch(self) -> nn.MultiheadAttention: ...
 
     def extra_repr(self) -> str:
         extra = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"
@@ -286,6 +274,4 @@ class MultiHeadAttention(nn.Module):
 
 def _accept_torch_state(module, state_dict, prefix, *args) -> None:
     """load_state_dict pre-hook: nn.MultiheadAttention's in_proj_weight / q,k,v_proj_weight forms."""
-    from multihead.convert.torch_state import torch_mha_state_to_ours
-
     torch_mha_state_to_ours(module, state_dict, prefix)

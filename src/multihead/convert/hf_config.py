@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from torch import nn
 
 from multihead.errors import AttentionError
+from multihead.positions import RoPE
 
 
 def hf_config(module: nn.Module):
@@ -34,8 +35,6 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, devic
     its cousins read head_dim alone); False where "partial_rotary_factor" sets R < D (GPT-NeoX).
     Raises AttentionError for rope kinds mh.RoPE does not compute (yarn, longrope, ...).
     """
-    from multihead.positions import RoPE
-
     params = getattr(config, "rope_parameters", None)
     if not isinstance(params, Mapping) or "rope_theta" not in _layer_params(params, module):
         raise AttentionError(

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from multihead.errors import AttentionError, shape_str
+from multihead.module import MultiHeadAttention
 
 STYLE_MODULES = [
     "multihead.convert.torch_mha",
@@ -65,8 +66,6 @@ def _load_styles() -> None:
 
 def from_module(module: nn.Module, **hints):
     """Convert `module` with the first converter that recognises it; AttentionError if none does."""
-    from multihead.module import MultiHeadAttention
-
     if isinstance(module, MultiHeadAttention):
         return copy.deepcopy(module)
     if not isinstance(module, nn.Module):
@@ -111,8 +110,6 @@ def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None 
     options: further MultiHeadAttention arguments (rope, window, softcap, scale, qk_norm, ...).
     Weights are copied, so the source module stays independent.
     """
-    from multihead.module import MultiHeadAttention
-
     (wq, bq), (wk, bk), (wv, bv) = q, k, v
     inner = wq.shape[0]
     if inner % num_heads:

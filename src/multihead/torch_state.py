@@ -1,4 +1,4 @@
-"""nn.MultiheadAttention's state dict, read by MultiHeadAttention.load_state_dict.
+"""nn.MultiheadAttention's state dict, read by MultiHeadAttention.load_state_dict (part of the core).
 
 torch stores the input projections packed, `in_proj_weight` (3E, E) and `in_proj_bias` (3E,), or,
 when kdim/vdim differ from E, as `q_proj_weight`, `k_proj_weight`, `v_proj_weight`. Ours are three
