@@ -203,7 +203,7 @@ def edited_zoo_file(folder, zoo_file: str, *edits: tuple[str, str], name: str | 
 # --- one Mask of every kind (torch.compile / export tests) -----------------------------------------
 
 MASK_KINDS = ("keep", "block", "additive", "lengths", "lengths_query", "key_padding", "causal_top_left",
-              "causal_bottom_right", "window", "alibi", "segments")
+              "causal_bottom_right", "window", "alibi", "segments", "chunks")
 
 
 def mask_of_kind(kind: str, B: int, H: int, Lq: int, Lk: int, seed: int = 0):
@@ -230,6 +230,7 @@ def mask_of_kind(kind: str, B: int, H: int, Lq: int, Lk: int, seed: int = 0):
         "causal_bottom_right": lambda: mh.Mask.causal("bottom_right"),
         "window": lambda: mh.Mask.causal() & mh.Mask.window(3),
         "alibi": lambda: mh.Mask.alibi(torch.rand(H, generator=g)),
+        "chunks": lambda: mh.Mask.causal() & mh.Mask.chunks(4),
         "segments": lambda: mh.Mask.segments((torch.arange(Lq) >= Lq // 2).long().expand(B, Lq).contiguous(),
                                              (torch.arange(Lk) >= Lk // 2 + 1).long().expand(B, Lk).contiguous()),
     }

@@ -51,6 +51,8 @@ def _masks(device="cpu"):
         "alibi bottom_right": (mh.Mask.alibi(SLOPES.to(**at), "bottom_right") & mh.Mask.lengths(
             torch.tensor([9, 4], **at), torch.tensor([5, 2], **at)), 5, 9),
         "segments": (mh.Mask.segments(IDS.to(**at)) & mh.Mask.causal(), L, L),
+        "chunks": (mh.Mask.chunks(3) & mh.Mask.causal(), L, L),
+        "chunks bottom_right": (mh.Mask.chunks(3, "bottom_right") & mh.Mask.causal("bottom_right"), 5, 9),
         "no mask": (None, L, L),
     }
 

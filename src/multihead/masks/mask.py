@@ -117,6 +117,7 @@ class Mask:
         Mask.window(size)       key j is kept when i - size < j (a sliding window; combine with causal)
         Mask.alibi(slopes)      adds -slope[h] * (i - j) to the scores (ALiBi), never materialised early
         Mask.segments(ids)      packed sequences: attend only within the same segment id
+        Mask.chunks(size)       key j is kept when it shares query i's chunk: i // size == j // size
     """
 
     __slots__ = ("parts", "_memo", "_tensors", "_extents")
@@ -146,6 +147,8 @@ class Mask:
         def window(cls, size: int, align: str = "top_left") -> Mask: ...
         @classmethod
         def alibi(cls, slopes: torch.Tensor | Sequence[float], align: str = "top_left") -> Mask: ...
+        @classmethod
+        def chunks(cls, size: int, align: str = "top_left") -> Mask: ...
         @classmethod
         def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
 
