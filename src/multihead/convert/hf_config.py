@@ -33,7 +33,7 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, devic
 
     whole_head=True for models whose attention turns all D features whatever the dict says (Llama and
     its cousins read head_dim alone); False where "partial_rotary_factor" sets R < D (GPT-NeoX).
-    Raises AttentionError for rope kinds mh.RoPE does not compute (yarn, longrope, ...).
+    Raises AttentionError for rope kinds mh.RoPE does not compute.
     """
     params = getattr(config, "rope_parameters", None)
     if not isinstance(params, Mapping) or "rope_theta" not in _layer_params(params, module):

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from multihead.errors import AttentionError, shape_str
-from multihead.positions.rope_scaling import RopeScaling, frequencies, grown_frequencies
+from multihead.positions.rope_scaling import RopeScaling, frequencies, grown_frequencies, long_frequencies
 from multihead.positions.rotary import apply_rotary
 
 
@@ -41,7 +41,7 @@ class RoPE(nn.Module):
     head_dim: D, even. base: the wavelength base (HF `rope_theta`). interleaved: False for the GPT-NeoX /
     Llama half-split layout, True for GPT-J's interleaved pairs. rotary_dim: R, the number of leading
     features that turn (default D; even, <= D). scaling: an HF rope_scaling / rope_parameters dict (kinds
-    default, linear, dynamic, llama3), or None. max_position: the model's context length (HF
+    default, linear, dynamic, llama3, yarn, longrope), or None. max_position: the model's context length (HF
     `max_position_embeddings`): the original length N for dynamic NTK, and llama3's N when its dict has
     none. device: where the buffers live. dtype: the default dtype of `cos_sin`; angles and `inv_freq`
     stay float32 whatever `.to()` is asked.
@@ -71,6 +71,9 @@ class RoPE(nn.Module):
         if self.scaling.kind == "dynamic":
             seen = torch.tensor(self.scaling.original_length, dtype=torch.int64, device=device)
             self.register_buffer("seen_length", seen, persistent=False)
+        if self.scaling.kind == "longrope":
+            long = long_frequencies(self.scaling, self.base, self.rotary_dim, device)  # (R/2,) float32
+            self.register_buffer("long_inv_freq", long, persistent=False)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Turn q (B, H, L, D) and k (B, Hkv, L, D) to their positions (L,) or (B, L); shapes unchanged."""
@@ -99,12 +102,17 @@ class RoPE(nn.Module):
         if angles.dim() == 2:
             angles = angles.unsqueeze(0)  # (L, R/2) -> (1, L, R/2)
         cos, sin = angles.cos(), angles.sin()  # (B|1, L, R/2): one value per pair
+        if self.scaling.attention_factor != 1.0:  # yarn, longrope: scores grow by its square
+            cos, sin = cos * self.scaling.attention_factor, sin * self.scaling.attention_factor
         if self.interleaved:  # c0 c0 c1 c1 ...: both features of pair k sit side by side
             return cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (B|1, L, R)
         return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # c0 c1 ... c0 c1 ...: (B|1, L, R)
 
     def _current_frequencies(self, positions: torch.Tensor) -> torch.Tensor:
         """inv_freq for this call; dynamic NTK first updates `seen_length`, on the device, in place."""
+        if self.scaling.kind == "longrope" and positions.numel():  # past N: the long factors, for this call
+            reach = positions.amax() + 1  # 0-dim, on the device
+            return torch.where(reach > self.scaling.original_length, self.long_inv_freq, self.inv_freq)
         if self.scaling.kind != "dynamic" or positions.numel() == 0:
             return self.inv_freq
         original = self.scaling.original_length
@@ -120,6 +128,8 @@ class RoPE(nn.Module):
         super()._apply(fn, recurse)
         if self.inv_freq.dtype != torch.float32:
             self.inv_freq = frequencies(self.scaling, self.base, self.rotary_dim, self.inv_freq.device)
+        if self.scaling.kind == "longrope" and self.long_inv_freq.dtype != torch.float32:
+            self.long_inv_freq = long_frequencies(self.scaling, self.base, self.rotary_dim, self.inv_freq.device)
         return self
 
     def extra_repr(self) -> str:
