@@ -1,4 +1,5 @@
-"""from_module on transformers' own decoder layers: Llama, Mistral, Qwen2, Qwen3, Gemma 2, GPT-2, GPT-NeoX.
+"""from_module on transformers' own decoder layers: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, GPT-2,
+GPT-NeoX.
 
 Each case builds a two-layer model from a tiny random config with transformers' own classes (nothing
 downloads; hidden 64, 4 heads, 2 kv heads where the model has GQA, head dim 16, vocab 100, 128
@@ -63,6 +64,13 @@ CASES = {
     "gemma2": ("Gemma2Config", dict(SMALL, query_pre_attn_scalar=24, sliding_window=WINDOW,
                                     attn_logit_softcapping=3.0),
                {"window": (WINDOW, None), "softcap": 3.0, "scale": (24 ** -0.5,) * 2}),
+    # sliding layer 0 turns with the local base, full layer 1 with the global one; norms scale by 1 + weight
+    "gemma3": ("Gemma3TextConfig", dict(SMALL, query_pre_attn_scalar=24, sliding_window=WINDOW,
+                                        layer_types=["sliding_attention", "full_attention"], rope_parameters={
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+                                            "full_attention": {"rope_type": "default", "rope_theta": 20000.0}}),
+               {"window": (WINDOW, None), "scale": (24 ** -0.5,) * 2, "qk_norm": True,
+                "rope": [("default", 500.0, D), ("default", 20000.0, D)]}),
     "gpt2": ("GPT2Config", GPT2, GPT2_CARRIES),
     # layer i divides the scores by i + 1 as well: layer 0 keeps 1/sqrt(D), layer 1 has half of it
     "gpt2-scaled-by-layer": ("GPT2Config", dict(GPT2, scale_attn_by_inverse_layer_idx=True,
@@ -250,6 +258,8 @@ def test_converted_layers_carry_each_variant_and_each_one_matters(case):
     for index, (layer, (call,)) in enumerate(zip(attention_layers(model), captured)):
         ours = mh.MultiHeadAttention.from_module(layer)
         want = dict(expected, window=expected["window"][index], scale=expected["scale"][index])
+        if isinstance(want["rope"], list):  # one per layer
+            want["rope"] = want["rope"][index]
         got = _carried(ours)
         assert got == want, f"layer {index}"
         assert ours.causal and ours.batch_first and not ours.training
@@ -301,7 +311,7 @@ def test_qk_norms_must_be_a_pair_of_plain_rms_norms():
     from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 
     layer = _one_layer("Qwen3Config", **SMALL)
-    layer.q_norm = Gemma3RMSNorm(D)  # scales by (1 + weight): not nn.RMSNorm's weight
+    layer.q_norm = Gemma3RMSNorm(D)  # scales by (1 + weight): not what Qwen3's norms do
     with pytest.raises(mh.AttentionError, match="q_norm .Gemma3RMSNorm. does not compute"):
         mh.MultiHeadAttention.from_module(layer)
     layer.q_norm = None

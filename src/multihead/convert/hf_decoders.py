@@ -1,10 +1,10 @@
 """Converter for Hugging Face decoder attention with q_proj / k_proj / v_proj / o_proj: Llama, Mistral,
-Qwen2, Qwen3 and Gemma 2 (the module at `model.layers[i].self_attn`).
+Qwen2, Qwen3, Gemma 2 and Gemma 3 (the module at `model.layers[i].self_attn`).
 
 Every one of them computes, for hidden states x (B, L, E):
 
     q = q_proj(x) -> (B, H, L, D)      k, v = k_proj(x), v_proj(x) -> (B, Hkv, L, D)     (GQA: Hkv <= H)
-    q, k = q_norm(q), k_norm(k)        Qwen3 only: RMSNorm over each head's D features, before RoPE
+    q, k = q_norm(q), k_norm(k)        Qwen3, Gemma 3: RMSNorm over each head's D features, before RoPE
     q, k = RoPE(q, k, position_ids)    half-split layout (rotate_half), all D features turn
     scores = q k^T * scaling           scaling = D ** -0.5; Gemma 2: query_pre_attn_scalar ** -0.5
     scores = c * tanh(scores / c)      Gemma 2 only: c = attn_logit_softcapping
@@ -21,14 +21,17 @@ softcap=, scale=, qk_norm=):
     qwen3       config.attention_bias      as qwen2                         qk_norm (q_norm / k_norm weights, eps)
     gemma2      config.attention_bias      module.sliding_window: every     scale, softcap
                                            other layer (layer_types)
+    gemma3_text config.attention_bias      module.sliding_window: the       scale, qk_norm scaled by
+                                           sliding layers (layer_types)     (1 + weight), a RoPE base
+                                                                            per layer type
 
 The rotary embedding lives in the model (its cos/sin reach each layer as `position_embeddings`); the
 converted module rebuilds it from config.rope_parameters and config.max_position_embeddings, and
 turns q and k at `positions=` (default 0 .. L-1, or after the cache). What stays outside attention
 is left out: the layer's norms, residual and MLP, Gemma 2's embedding scale and final logit softcap.
 Padding is the caller's mask: HF's 0/1 `attention_mask` is `Mask.key_padding(attention_mask == 0)`.
-Other model types that also name their projections q_proj ... o_proj (Cohere's interleaved RoPE,
-Gemma 3's (1 + weight) norms, ...) differ in ways the weights do not show, so they are refused.
+Other model types that also name their projections q_proj ... o_proj (Cohere's interleaved RoPE, ...)
+differ in ways the weights do not show, so they are refused.
 """
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text")
+NORM_OFFSET = {"gemma3_text": 1.0}  # q/k norms that scale by (offset + weight); 0 elsewhere
 STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".join(MODEL_TYPES) + ")"
 
 
@@ -70,8 +74,9 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
         qk_norm=_has_qk_norm(module),
     )
     if mod.q_norm is not None:
-        _copy_rms_norm(module.q_norm, mod.q_norm, "q_norm")
-        _copy_rms_norm(module.k_norm, mod.k_norm, "k_norm")
+        offset = NORM_OFFSET.get(config.model_type, 0.0)
+        _copy_rms_norm(module.q_norm, mod.q_norm, "q_norm", offset)
+        _copy_rms_norm(module.k_norm, mod.k_norm, "k_norm", offset)
     return mod
 
 
@@ -83,9 +88,9 @@ def _has_qk_norm(module: nn.Module) -> bool:
     return found[0]
 
 
-def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str) -> None:
-    """Copy weight and eps of an HF RMSNorm over D into `target`, after checking on a probe input
-    that `source` computes x / sqrt(mean(x^2) + eps) * weight, as nn.RMSNorm does."""
+def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str, offset: float = 0.0) -> None:
+    """Copy weight (+ offset) and eps of an HF RMSNorm over D into `target`, after checking on a probe
+    input that `source` computes x / sqrt(mean(x^2) + eps) * (offset + weight), as `target` then does."""
     weight = getattr(source, "weight", None)
     eps = getattr(source, "variance_epsilon", getattr(source, "eps", None))
     D = target.normalized_shape[0]
@@ -94,12 +99,12 @@ def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str) -> None:
         raise AttentionError(f"{name} must be an RMSNorm over the head dim: weight ({D},) and a float eps; "
                              f"got weight {got}, eps {eps!r}.")
     with torch.no_grad():
-        target.weight.copy_(weight)
+        target.weight.copy_(weight + offset)
         target.eps = eps
         probe = torch.randn(3, D, generator=torch.Generator().manual_seed(0)).to(weight)
         same = torch.allclose(source(probe), target(probe), rtol=1e-4, atol=1e-5)
     if not same:
         raise AttentionError(
-            f"{name} ({type(source).__name__}) does not compute x / sqrt(mean(x^2) + eps) * weight over each head "
-            "(Gemma 3's norms scale by 1 + weight, for instance); multihead's qk_norm is that RMSNorm."
+            f"{name} ({type(source).__name__}) does not compute x / sqrt(mean(x^2) + eps) * ({offset} + weight) over "
+            "each head; multihead's qk_norm is that RMSNorm."
         )
