@@ -20,6 +20,7 @@ from multihead.cache import KVCache
 from multihead.capture import capture_attention
 from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
+from multihead.gated import GatedMultiHeadAttention
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE, alibi_slopes
@@ -57,6 +58,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AttentionError",
     "Decision",
+    "GatedMultiHeadAttention",
     "KVCache",
     "Mask",
     "MultiHeadAttention",

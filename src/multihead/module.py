@@ -166,10 +166,18 @@ class MultiHeadAttention(nn.Module):
         out = attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
                         dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, D)
         out = out.transpose(1, 2).reshape(B, Lq, H * D)  # merge heads: (B, Lq, H*D)
+        out = self.gate_heads(out, query)  # (B, Lq, H*D); the identity here
         out = self.out_proj(out)  # (B, Lq, O)
         if unbatched:
             return out[0]
         return out if self.batch_first else out.transpose(0, 1)
+
+    def gate_heads(self, merged: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """The merged heads (B, Lq, H*D) on their way to out_proj, given the query (B, Lq, E): unchanged.
+
+        Variants that gate the heads' output (mh.GatedMultiHeadAttention, Qwen3-Next) override this.
+        """
+        return merged
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
         """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,).

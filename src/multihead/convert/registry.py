@@ -102,12 +102,14 @@ def _in_features(layer: nn.Linear) -> str:
 
 
 def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None = None,
-                      batch_first: bool = True, dropout: float = 0.0, causal: bool = False, **options):
+                      batch_first: bool = True, dropout: float = 0.0, causal: bool = False,
+                      module_class: type[MultiHeadAttention] = MultiHeadAttention, **options):
     """Build a MultiHeadAttention from four (weight, bias-or-None) pairs in nn.Linear layout.
 
     q weight (H*D, E), k (Hkv*D, kdim), v (Hkv*D, vdim), out (O, H*D); out=None means no output
     projection (identity). causal=True when the source masks the future inside its forward.
     options: further MultiHeadAttention arguments (rope, window, softcap, scale, qk_norm, ...).
+    module_class: MultiHeadAttention or a variant taking its arguments (GatedMultiHeadAttention).
     Weights are copied, so the source module stays independent.
     """
     (wq, bq), (wk, bk), (wv, bv) = q, k, v
@@ -130,7 +132,7 @@ def linears_to_module(q, k, v, out, *, num_heads: int, num_kv_heads: int | None 
     if wo.shape[1] != inner:
         raise AttentionError(f"the output projection has shape {shape_str(wo.shape)}; expected {inner} inputs.")
     bias = {"q": bq is not None, "k": bk is not None, "v": bv is not None, "out": bo is not None}
-    mod = MultiHeadAttention(
+    mod = module_class(
         wq.shape[1], num_heads, kdim=wk.shape[1], vdim=wv.shape[1], head_dim=head_dim,
         num_kv_heads=num_kv_heads, out_dim=wo.shape[0], bias=bias, dropout=dropout,
         batch_first=batch_first, causal=causal, device=wq.device, dtype=wq.dtype, **options,

@@ -40,7 +40,8 @@ def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:
         ("rope", mod.rope is not None), ("window", mod.window is not None),
         ("alibi", mod.alibi_slopes is not None), ("softcap", mod.softcap is not None),
         ("sinks", mod.sinks is not None), ("qk_norm", mod.q_norm is not None),
-        ("scale", getattr(mod, "scale", None) is not None)) if on]
+        ("scale", getattr(mod, "scale", None) is not None),
+        ("an output gate", getattr(mod, "gate_proj", None) is not None)) if on]
     if variants:
         reasons.append(f"it uses {', '.join(variants)}, which nn.MultiheadAttention does not compute")
     return reasons
