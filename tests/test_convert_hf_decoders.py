@@ -46,7 +46,7 @@ SLIDING_FROM_LAYER_1 = dict(use_sliding_window=True, sliding_window=WINDOW, max_
 # What a converted layer must carry, unless a case says otherwise. window and scale: per layer (None:
 # none / 1/sqrt(D)); rope: (kind, base, rotary dim) or None; bias: (q, k, v have one, o has one).
 PLAIN = {"kv_heads": HKV, "rope": ("default", 10000.0, D), "window": (None, None), "softcap": None,
-         "scale": (None, None), "qk_norm": False, "bias": (False, False), "gate": False}
+         "scale": (None, None), "qk_norm": False, "bias": (False, False), "gate": False, "differential": False}
 GPT2_CARRIES = {"kv_heads": H, "rope": None, "bias": (True, True)}
 # case -> (config class, its arguments, what differs from PLAIN)
 CASES = {
@@ -76,6 +76,7 @@ CASES = {
                                            num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
                                            shared_expert_intermediate_size=16),
                    {"qk_norm": True, "rope": ("default", 10000.0, D // 2), "gate": True}),
+    "diffllama": ("DiffLlamaConfig", dict(SMALL, lambda_std_dev=0.3), {"differential": True}),
     "gpt2": ("GPT2Config", GPT2, GPT2_CARRIES),
     # layer i divides the scores by i + 1 as well: layer 0 keeps 1/sqrt(D), layer 1 has half of it
     "gpt2-scaled-by-layer": ("GPT2Config", dict(GPT2, scale_attn_by_inverse_layer_idx=True,
@@ -236,7 +237,8 @@ def _carried(mod: mh.MultiHeadAttention) -> dict:
     return {"kv_heads": mod.num_kv_heads, "rope": rope, "window": mod.window, "softcap": mod.softcap,
             "scale": mod.scale, "qk_norm": mod.q_norm is not None,
             "bias": (mod.q_proj.bias is not None, mod.out_proj.bias is not None),
-            "gate": isinstance(mod, mh.GatedMultiHeadAttention)}
+            "gate": isinstance(mod, mh.GatedMultiHeadAttention),
+            "differential": isinstance(mod, mh.DifferentialAttention)}
 
 
 def _without(variant: str, mod: mh.MultiHeadAttention) -> mh.MultiHeadAttention:
@@ -251,6 +253,8 @@ def _without(variant: str, mod: mh.MultiHeadAttention) -> mh.MultiHeadAttention:
             proj.bias = None
     elif variant == "gate":
         mod.gate_heads = lambda merged, query: merged
+    elif variant == "differential":  # lambda 0: the second map of each pair no longer subtracts
+        mod.lambda_full = lambda dtype: torch.zeros((), dtype=dtype)
     else:
         setattr(mod, variant, None)
     return mod
@@ -271,7 +275,8 @@ def test_converted_layers_carry_each_variant_and_each_one_matters(case):
         got = _carried(ours)
         assert got == want, f"layer {index}"
         assert ours.causal and ours.batch_first and not ours.training
-        present = [name for name in ("rope", "window", "softcap", "scale", "qk_norm", "gate") if got[name]]
+        present = [name for name in ("rope", "window", "softcap", "scale", "qk_norm", "gate", "differential")
+                   if got[name]]
         present += ["bias"] if got["bias"][0] else []
         present += ["plain_rope"] if got["rope"] and got["rope"] != ("default", got["rope"][1], D) else []
         for variant in present:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from multihead.attention import attention
 from multihead.cache import KVCache
 from multihead.capture import capture_attention
+from multihead.differential import DifferentialAttention
 from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.gated import GatedMultiHeadAttention
@@ -58,6 +59,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AttentionError",
     "Decision",
+    "DifferentialAttention",
     "GatedMultiHeadAttention",
     "KVCache",
     "Mask",

@@ -163,14 +163,21 @@ class MultiHeadAttention(nn.Module):
             k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D)
             causal, align = False, "bottom_right"
         mask = self._variant_masks(mask, align)
-        out = attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
-                        dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, D)
+        out = self.attend(q, k, v, mask, causal)  # (B, H, Lq, D)
         out = out.transpose(1, 2).reshape(B, Lq, H * D)  # merge heads: (B, Lq, H*D)
         out = self.gate_heads(out, query)  # (B, Lq, H*D); the identity here
         out = self.out_proj(out)  # (B, Lq, O)
         if unbatched:
             return out[0]
         return out if self.batch_first else out.transpose(0, 1)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None, causal: bool) -> torch.Tensor:
+        """Attention over the heads: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> (B, H, Lq, D).
+
+        Variants that combine the heads' attention differently (mh.DifferentialAttention) override this.
+        """
+        return attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
+                         dropout=self.dropout if self.training else 0.0, backend=self.backend)
 
     def gate_heads(self, merged: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """The merged heads (B, Lq, H*D) on their way to out_proj, given the query (B, Lq, E): unchanged.

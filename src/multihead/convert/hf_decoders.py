@@ -1,5 +1,5 @@
 """Converter for Hugging Face decoder attention with q_proj / k_proj / v_proj / o_proj: Llama, Mistral,
-Qwen2, Qwen3, Qwen3-Next's full-attention layers, Gemma 2 and Gemma 3 (the module at
+Qwen2, Qwen3, Qwen3-Next's full-attention layers, Gemma 2, Gemma 3 and DiffLlama (the module at
 `model.layers[i].self_attn`).
 
 Every one of them computes, for hidden states x (B, L, E):
@@ -29,6 +29,8 @@ softcap=, scale=, qk_norm=):
                                                                             are [query | gate] per head),
                                                                             qk_norm scaled by (1 + weight),
                                                                             partial rotary
+    diffllama   config.attention_bias      none                             differential head pairs
+                                                                            (hf_variants)
 
 The rotary embedding lives in the model (its cos/sin reach each layer as `position_embeddings`); the
 converted module rebuilds it from config.rope_parameters and config.max_position_embeddings, and
@@ -44,15 +46,14 @@ import torch
 from torch import nn
 
 from multihead.convert.hf_config import hf_causal, hf_config, hf_dropout, hf_rope, hf_scale, hf_window
+from multihead.convert.hf_variants import decoder_variant
 from multihead.convert.projections import build_attention, check_no_extra_linears, linear_at, require_head_count
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
-from multihead.gated import GatedMultiHeadAttention
 from multihead.module import MultiHeadAttention
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_next", "gemma2", "gemma3_text")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_next", "gemma2", "gemma3_text", "diffllama")
 NORM_OFFSET = {"gemma3_text": 1.0, "qwen3_next": 1.0}  # q/k norms scaling by (offset + weight); 0 elsewhere
-GATED = ("qwen3_next",)  # q_proj gives each head's query and then its output gate
 PARTIAL_ROTARY = ("qwen3_next",)  # RoPE turns the first int(D * partial_rotary_factor) features
 STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".join(MODEL_TYPES) + ")"
 
@@ -72,13 +73,13 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
         )
     check_no_extra_linears(module, (q, k, v, o), STYLE)
     num_heads = require_head_count(module, hints, STYLE)
-    gated = config.model_type in GATED
-    query, gate = split_query_gate(q, num_heads) if gated else (q, None)
-    head_dim = query[0].shape[0] // num_heads if gated else q.out_features // num_heads
+    variant = decoder_variant(module, config.model_type, q, num_heads)
+    head_dim = variant.query_rows // num_heads
     window = hf_window(module, config)
     whole_head = config.model_type not in PARTIAL_ROTARY
     mod = build_attention(
-        query, k, v, o, num_heads, module_class=GatedMultiHeadAttention if gated else MultiHeadAttention, batch_first=hints.get("batch_first", True), dropout=hf_dropout(module),
+        variant.query, k, v, o, num_heads, module_class=variant.module_class, **variant.options,
+        batch_first=hints.get("batch_first", True), dropout=hf_dropout(module),
         causal=hf_causal(module, hints, window), training=module.training,
         rope=hf_rope(module, config, head_dim, whole_head=whole_head, device=q.weight.device), window=window,
         softcap=getattr(module, "attn_logit_softcapping", None), scale=hf_scale(module, head_dim),
@@ -88,25 +89,8 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
         offset = NORM_OFFSET.get(config.model_type, 0.0)
         _copy_rms_norm(module.q_norm, mod.q_norm, "q_norm", offset)
         _copy_rms_norm(module.k_norm, mod.k_norm, "k_norm", offset)
-    if gate is not None:
-        with torch.no_grad():
-            mod.gate_proj.weight.copy_(gate[0])
-            if gate[1] is not None:
-                mod.gate_proj.bias.copy_(gate[1])
+    variant.finish(mod)
     return mod
-
-
-def split_query_gate(q: nn.Linear, num_heads: int):
-    """Qwen3-Next's q_proj (H*2D, E), rows per head [query D | gate D] -> ((wq, bq), (wg, bg)), each (H*D, E)."""
-    rows, E = q.weight.shape
-    if rows % (2 * num_heads):
-        raise AttentionError(f"a gated q_proj has 2 x H x D rows; got {rows} rows for H={num_heads}.")
-    D = rows // (2 * num_heads)
-    weight = q.weight.detach().view(num_heads, 2, D, E)  # (H, query|gate, D, E)
-    bias = None if q.bias is None else q.bias.detach().view(num_heads, 2, D)
-    pick = lambda i: (weight[:, i].reshape(num_heads * D, E),  # noqa: E731
-                      None if bias is None else bias[:, i].reshape(num_heads * D))
-    return pick(0), pick(1)
 
 
 def _has_qk_norm(module: nn.Module) -> bool:

@@ -41,7 +41,8 @@ def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:
         ("alibi", mod.alibi_slopes is not None), ("softcap", mod.softcap is not None),
         ("sinks", mod.sinks is not None), ("qk_norm", mod.q_norm is not None),
         ("scale", getattr(mod, "scale", None) is not None),
-        ("an output gate", getattr(mod, "gate_proj", None) is not None)) if on]
+        ("an output gate", getattr(mod, "gate_proj", None) is not None),
+        ("differential head pairs", getattr(mod, "lambda_q1", None) is not None)) if on]
     if variants:
         reasons.append(f"it uses {', '.join(variants)}, which nn.MultiheadAttention does not compute")
     return reasons
