@@ -21,7 +21,7 @@ from multihead.cache import KVCache
 from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Mask
-from multihead.positions import alibi_slopes
+from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.torch_state import torch_mha_state_to_ours
 
 PROJECTIONS = ("q", "k", "v", "out")
@@ -51,7 +51,9 @@ class MultiHeadAttention(nn.Module):
     scale: the factor on q·k (default 1/sqrt(D); Gemma 2 uses query_pre_attn_scalar ** -0.5).
     Decoder options: rope (an mh.RoPE applied to q and k), window (keys within the last `window`
     positions), alibi (ALiBi biases with mh.alibi_slopes), softcap (Gemma 2), sinks (learned (H,) sink
-    logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3).
+    logits, gpt-oss), qk_norm (RMSNorm of each head's q and k over D, Qwen3), chunk_size (keys in the
+    query's own chunk of positions, Llama 4), temperature (an mh.positions.QueryTemperature scaling
+    queries by position, Llama 4's NoPE layers).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None,
@@ -59,7 +61,8 @@ class MultiHeadAttention(nn.Module):
                  bias: bool | Mapping[str, bool] = True, dropout: float = 0.0, batch_first: bool = True,
                  causal: bool = False, backend: str = "auto", rope: nn.Module | None = None,
                  window: int | None = None, alibi: bool = False, softcap: float | None = None, sinks: bool = False,
-                 qk_norm: bool = False, scale: float | None = None, device: torch.device | str | None = None,
+                 qk_norm: bool = False, scale: float | None = None, chunk_size: int | None = None,
+                 temperature: nn.Module | None = None, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
         for name, value in (("embed_dim", embed_dim), ("num_heads", num_heads)):
@@ -79,7 +82,7 @@ class MultiHeadAttention(nn.Module):
                 f"num_kv_heads={num_kv_heads!r} must be a positive divisor of num_heads={num_heads}."
             )
         for name, value in (("head_dim", head_dim), ("kdim", kdim), ("vdim", vdim), ("out_dim", out_dim),
-                            ("window", window)):
+                            ("window", window), ("chunk_size", chunk_size)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise AttentionError(f"{name} must be a positive int; got {value!r}.")
         check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
@@ -91,6 +94,9 @@ class MultiHeadAttention(nn.Module):
             check_flag(flag, name)
         if rope is not None and not (isinstance(rope, nn.Module) and hasattr(rope, "cos_sin")):
             raise AttentionError(f"rope must be an mh.RoPE or None; got {type(rope).__name__}.")
+        if temperature is not None and not isinstance(temperature, QueryTemperature):
+            raise AttentionError(f"temperature must be an mh.positions.QueryTemperature or None; got "
+                                 f"{type(temperature).__name__}.")
         if rope is not None and alibi:
             raise AttentionError("rope and alibi are two ways to encode positions; choose one.")
         if backend != "auto" and backend not in backend_names():
@@ -100,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self.out_dim = out_dim or embed_dim
         self.dropout, self.batch_first, self.causal, self.backend = float(dropout), batch_first, causal, backend
-        self.window, self.softcap = window, None if softcap is None else float(softcap)
+        self.window, self.chunk_size, self.softcap = window, chunk_size, None if softcap is None else float(softcap)
         self.scale = None if scale is None else float(scale)  # None: 1/sqrt(head_dim)
         biases = resolve_bias(bias)
         factory = {"device": device, "dtype": dtype}
@@ -108,7 +114,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, num_kv_heads * head_dim, bias=biases["k"], **factory)
         self.v_proj = nn.Linear(self.vdim, num_kv_heads * head_dim, bias=biases["v"], **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, self.out_dim, bias=biases["out"], **factory)
-        self.rope = rope
+        self.rope, self.temperature = rope, temperature
         self.q_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
         self.k_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(num_heads, **factory)) if sinks else None
@@ -154,10 +160,12 @@ class MultiHeadAttention(nn.Module):
         v = self.v_proj(value).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # RMSNorm over each head's D features
+        if positions is None and (self.rope is not None or self.temperature is not None):
+            positions = cache.positions(Lq) if cache is not None else torch.arange(Lq, device=q.device)
         if self.rope is not None:
-            if positions is None:
-                positions = cache.positions(Lq) if cache is not None else torch.arange(Lq, device=q.device)
             q, k = self.rope(q, k, positions)
+        if self.temperature is not None:
+            q = self.temperature(q, positions)  # (B, H, Lq, D), each query scaled by its position's factor
         align = "top_left"
         if cache is not None:  # keys: everything cached; mask: causal within each sequence's length
             k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D)
@@ -198,10 +206,12 @@ class MultiHeadAttention(nn.Module):
         return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):
-        """The caller's mask & this module's sliding window and ALiBi parts."""
+        """The caller's mask & this module's sliding window, chunk and ALiBi parts."""
         parts = [] if mask is None else [mask]
         if self.window is not None:
             parts.append(Mask.window(self.window, align))
+        if self.chunk_size is not None:
+            parts.append(Mask.chunks(self.chunk_size, align))
         if self.alibi_slopes is not None:
             parts.append(Mask.alibi(self.alibi_slopes, align))
         if not parts:
@@ -277,10 +287,11 @@ class MultiHeadAttention(nn.Module):
             extra += f", num_kv_heads={self.num_kv_heads}"
         if self.causal:
             extra += ", causal=True"
-        for name in ("window", "softcap", "scale"):
+        for name in ("window", "chunk_size", "softcap", "scale"):
             if getattr(self, name) is not None:
                 extra += f", {name}={getattr(self, name)}"
-        for name, on in (("rope", self.rope is not None), ("alibi", self.alibi_slopes is not None),
+        for name, on in (("rope", self.rope is not None), ("temperature", self.temperature is not None),
+                         ("alibi", self.alibi_slopes is not None),
                          ("sinks", self.sinks is not None), ("qk_norm", self.q_norm is not None)):
             extra += f", {name}=True" if on else ""
         return extra + f", batch_first={self.batch_first}, backend={self.backend!r}"

@@ -28,11 +28,12 @@ def hf_config(module: nn.Module):
     return config if isinstance(getattr(config, "model_type", None), str) else None
 
 
-def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, device=None):
+def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, interleaved: bool = False, device=None):
     """An mh.RoPE equal to the rotary embedding the model computes from `config` for this layer.
 
     whole_head=True for models whose attention turns all D features whatever the dict says (Llama and
     its cousins read head_dim alone); False where "partial_rotary_factor" sets R < D (GPT-NeoX).
+    interleaved: pairs of neighbouring features turn together (Llama 4's complex view), not halves.
     Raises AttentionError for rope kinds mh.RoPE does not compute.
     """
     params = getattr(config, "rope_parameters", None)
@@ -45,7 +46,7 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, devic
     if whole_head:
         params.pop("partial_rotary_factor", None)
     try:
-        return RoPE(head_dim, base=float(params["rope_theta"]), scaling=params,
+        return RoPE(head_dim, base=float(params["rope_theta"]), interleaved=interleaved, scaling=params,
                     max_position=getattr(config, "max_position_embeddings", None), device=device)
     except AttentionError as error:
         raise AttentionError(f"{config.model_type} attention's rope_parameters {params}: {error}") from None

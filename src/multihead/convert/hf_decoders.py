@@ -1,6 +1,6 @@
 """Converter for Hugging Face decoder attention with q_proj / k_proj / v_proj / o_proj: Llama, Mistral,
-Qwen2, Qwen3, Qwen3-Next's full-attention layers, Gemma 2, Gemma 3 and DiffLlama (the module at
-`model.layers[i].self_attn`).
+Qwen2, Qwen3, Qwen3-Next's full-attention layers, Gemma 2, Gemma 3, DiffLlama and Llama 4's text
+layers (the module at `model.layers[i].self_attn`).
 
 Every one of them computes, for hidden states x (B, L, E):
 
@@ -31,6 +31,10 @@ softcap=, scale=, qk_norm=):
                                                                             partial rotary
     diffllama   config.attention_bias      none                             differential head pairs
                                                                             (hf_variants)
+    llama4_text config.attention_bias      chunks on the RoPE layers        interleaved RoPE or none
+                                           (attention_chunk_size)           (NoPE layers, with query
+                                                                            temperature), weightless
+                                                                            qk norm (hf_variants)
 
 The rotary embedding lives in the model (its cos/sin reach each layer as `position_embeddings`); the
 converted module rebuilds it from config.rope_parameters and config.max_position_embeddings, and
@@ -52,7 +56,8 @@ from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_next", "gemma2", "gemma3_text", "diffllama")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_next", "gemma2", "gemma3_text", "diffllama",
+               "llama4_text")
 NORM_OFFSET = {"gemma3_text": 1.0, "qwen3_next": 1.0}  # q/k norms scaling by (offset + weight); 0 elsewhere
 PARTIAL_ROTARY = ("qwen3_next",)  # RoPE turns the first int(D * partial_rotary_factor) features
 STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".join(MODEL_TYPES) + ")"
@@ -73,19 +78,18 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
         )
     check_no_extra_linears(module, (q, k, v, o), STYLE)
     num_heads = require_head_count(module, hints, STYLE)
-    variant = decoder_variant(module, config.model_type, q, num_heads)
+    variant = decoder_variant(module, config, q, num_heads)
     head_dim = variant.query_rows // num_heads
     window = hf_window(module, config)
     whole_head = config.model_type not in PARTIAL_ROTARY
-    mod = build_attention(
-        variant.query, k, v, o, num_heads, module_class=variant.module_class, **variant.options,
-        batch_first=hints.get("batch_first", True), dropout=hf_dropout(module),
-        causal=hf_causal(module, hints, window), training=module.training,
-        rope=hf_rope(module, config, head_dim, whole_head=whole_head, device=q.weight.device), window=window,
-        softcap=getattr(module, "attn_logit_softcapping", None), scale=hf_scale(module, head_dim),
-        qk_norm=_has_qk_norm(module),
-    )
-    if mod.q_norm is not None:
+    options = dict(rope=hf_rope(module, config, head_dim, whole_head=whole_head, device=q.weight.device),
+                   window=window, softcap=getattr(module, "attn_logit_softcapping", None),
+                   scale=hf_scale(module, head_dim), qk_norm=_has_qk_norm(module))
+    options.update(variant.options)  # what the family sets its own way
+    mod = build_attention(variant.query, k, v, o, num_heads, module_class=variant.module_class,
+                          batch_first=hints.get("batch_first", True), dropout=hf_dropout(module),
+                          causal=hf_causal(module, hints, window), training=module.training, **options)
+    if _has_qk_norm(module):
         offset = NORM_OFFSET.get(config.model_type, 0.0)
         _copy_rms_norm(module.q_norm, mod.q_norm, "q_norm", offset)
         _copy_rms_norm(module.k_norm, mod.k_norm, "k_norm", offset)

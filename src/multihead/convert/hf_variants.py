@@ -1,11 +1,15 @@
 """The decoder variants whose layers add weights to Llama's four projections: an output gate
-(Qwen3-Next) and differential attention (DiffLlama). Each one names the class to build, its extra
+(Qwen3-Next) and differential attention (DiffLlama), and the ones whose positions and masks differ per layer (Llama 4). Each one names the class to build, its extra
 arguments, and how to copy its own weights; convert/hf_decoders reads everything else.
 
     qwen3_next  q_proj (H*2D, E), rows per head [query D | gate D]  -> q_proj + gate_proj of
                                                                        mh.GatedMultiHeadAttention
     diffllama   lambda_q1, lambda_k1, lambda_q2, lambda_k2 (D,),     -> mh.DifferentialAttention
                 lambda_init, groupnorm (RMSNorm over 2D, no weight)
+    llama4_text RoPE layers (no_rope_layers[i] = 1): interleaved    -> rope=RoPE(interleaved=True),
+                RoPE, a weightless L2 norm of q and k, chunks of       qk_norm (weight 1), chunk_size
+                attention_chunk_size positions (layer_types)
+                NoPE layers: no RoPE, queries scaled by position      -> temperature=QueryTemperature
 """
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from multihead.convert.hf_config import hf_rope
 from multihead.differential import DifferentialAttention
 from multihead.errors import AttentionError
 from multihead.gated import GatedMultiHeadAttention
 from multihead.module import MultiHeadAttention
+from multihead.positions import QueryTemperature
 
 
 @dataclass
@@ -37,12 +43,14 @@ class Variant:
         return self.query[0].shape[0] if isinstance(self.query, tuple) else self.query.out_features
 
 
-def decoder_variant(module: nn.Module, model_type: str, q: nn.Linear, num_heads: int) -> Variant:
-    """The Variant of `module` (a layer of a `model_type` model); plain attention for the others."""
-    if model_type == "qwen3_next":
+def decoder_variant(module: nn.Module, config, q: nn.Linear, num_heads: int) -> Variant:
+    """The Variant of `module` (a layer of a model with this transformers `config`); plain attention for others."""
+    if config.model_type == "qwen3_next":
         return _gated(q, num_heads)
-    if model_type == "diffllama":
+    if config.model_type == "diffllama":
         return _differential(module, q)
+    if config.model_type == "llama4_text":
+        return _llama4(module, config, q, q.out_features // num_heads)
     return Variant(q)
 
 
@@ -82,3 +90,26 @@ def _differential(module: nn.Module, q: nn.Linear) -> Variant:
 
     options = {"lambda_init": float(module.lambda_init), "norm_eps": norm.eps}
     return Variant(q, DifferentialAttention, options, copy_lambdas)
+
+
+def _llama4(module: nn.Module, config, q: nn.Linear, head_dim: int) -> Variant:
+    """Llama 4's text layers: RoPE + L2-normed q, k + chunks, or NoPE + query temperature."""
+    uses_rope = bool(module.use_rope)
+    layer_type = config.layer_types[module.layer_idx]
+    norm = getattr(module, "qk_norm", None)
+    options = {
+        "rope": hf_rope(module, config, head_dim, whole_head=True, interleaved=True, device=q.weight.device)
+        if uses_rope else None,
+        "qk_norm": norm is not None,
+        "chunk_size": config.attention_chunk_size if layer_type == "chunked_attention" else None,
+        "temperature": QueryTemperature(config.floor_scale, config.attn_scale)
+        if module.attn_temperature_tuning and not uses_rope else None,
+    }
+
+    def copy_norm(mod: MultiHeadAttention) -> None:  # Llama 4 normalises after RoPE: the same, a turn keeps lengths
+        if norm is not None:
+            for target in (mod.q_norm, mod.k_norm):
+                nn.init.ones_(target.weight)
+                target.eps = norm.eps
+
+    return Variant(q, options=options, finish=copy_norm)

@@ -38,6 +38,8 @@ def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:
         )
     variants = [name for name, on in (
         ("rope", mod.rope is not None), ("window", mod.window is not None),
+        ("chunks", getattr(mod, "chunk_size", None) is not None),
+        ("query temperature", getattr(mod, "temperature", None) is not None),
         ("alibi", mod.alibi_slopes is not None), ("softcap", mod.softcap is not None),
         ("sinks", mod.sinks is not None), ("qk_norm", mod.q_norm is not None),
         ("scale", getattr(mod, "scale", None) is not None),
