@@ -32,7 +32,7 @@ def test_pass_panel_and_exit_0(capsys):
 def test_fail_panel_names_the_bug_and_topic(capsys):
     code, out = run_cli(capsys, str(ZOO / "fused_no_scale.py:FusedSelfAttention"))
     assert code == 1
-    assert "FAIL: missing-scale" in out and "multihead explain scale-sqrt-dk" in out
+    assert "FAIL: scores not scaled (missing-scale)" in out and "multihead explain scale-sqrt-dk" in out
 
 
 def test_chinese_report(capsys):

@@ -39,6 +39,7 @@ EXPECTED = {
     "scale_by_model_width.py:WidthScaledAttention": "wrong-scale",
     "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
     "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
+    "mask_sign_flipped.py:FlippedSignAttention": "mask-sign-flipped",
     **{target: None for target in CORRECT if " " not in target},  # every correct module
 }
 
@@ -133,7 +134,7 @@ def test_input_width_is_not_taken_from_a_context_length(tmp_path):
 def test_exceptions_are_diagnosed_with_the_learner_line():
     report = check(str(ZOO / "view_after_transpose.py:ViewMHA"))
     assert report.exception.startswith("RuntimeError: view size is not compatible")
-    assert "view_after_transpose.py:27" in report.exception
+    assert report.where.startswith("view_after_transpose.py:27: ")
     assert "Traceback" not in str(report)
 
 
@@ -172,7 +173,7 @@ def test_module_without_linear_layers_cannot_be_checked(tmp_path):
 def test_missing_key_transpose_is_named_with_the_line_that_raised():
     report = check(str(ZOO / "scores_q_times_k.py:ScoresNoT"))
     assert report.bug == "scores-without-key-transpose"
-    assert "scores_q_times_k.py:21: scores = torch.matmul(q, k)" in report.exception
+    assert report.where.startswith("scores_q_times_k.py:21: scores = torch.matmul(q, k)")
 
 
 def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
@@ -182,10 +183,19 @@ def test_forward_that_cuts_the_graph_fails_on_gradients(tmp_path):
 
 
 def test_a_required_mask_that_cannot_be_none_is_explained(tmp_path):
+    """No convention's all-keep mask runs either (it raises on any mask): the report says None must mean no mask."""
+    learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("mask=None", "mask"), ("if mask is not None:", "if True:"),
+                              ("s.masked_fill(", "s.masked_fil("))
+    report = check(f"{learner}:LazyAttention")
+    assert report.verdict == "fail" and report.exception.startswith("AttributeError")
+    assert any("called without a mask (mask=None)" in note for note in report.notes), report.notes
+
+
+def test_a_required_mask_is_given_an_all_keep_mask_in_its_own_convention(tmp_path):
     learner = edited_zoo_file(tmp_path, "ok_lazy.py", ("mask=None", "mask"), ("if mask is not None:", "if True:"))
     report = check(f"{learner}:LazyAttention")
-    assert report.verdict == "fail" and report.exception.startswith("TypeError")
-    assert any("called without a mask (mask=None)" in note for note in report.notes), report.notes
+    assert report.passed, str(report)
+    assert any("is required (it raises on None)" in note for note in report.notes), report.notes
 
 
 def test_other_exceptions_are_reported_with_their_line(tmp_path):
@@ -194,5 +204,5 @@ def test_other_exceptions_are_reported_with_their_line(tmp_path):
     report = check(f"{learner}:LazyAttention")
     assert report.verdict == "fail" and report.exit_code == 1 and report.bug is None
     assert report.exception.startswith("AttributeError")
-    assert f"typo_attr.py:{line}: return self.p0(y)" in report.exception
+    assert report.where == f"typo_attr.py:{line}: return self.p0(y)"
     assert "raises AttributeError" in report.headline()

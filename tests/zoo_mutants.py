@@ -53,6 +53,8 @@ CORRECT = {
     "ok_mask_switches_causal.py:DecoderAttention": {},
     "ok_gpt2_scale_switch.py:GPT2Attention": {},
     "ok_key_value_query_order.py:MultiHeadedAttention": {},
+    "ok_required_padding_mask.py:PaddedEncoderAttention": {},
+    "ok_functional_mha_weights.py:FunctionalWeightsAttention": {},
 }
 
 

@@ -49,6 +49,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
     Bug("forward-misspelled", "farward-typo", ()),
     Bug("mask-ignored", "masked-fill", ("ignore-mask",)),
+    Bug("mask-sign-flipped", "mask-fill-value", ()),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}

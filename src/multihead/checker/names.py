@@ -1,7 +1,8 @@
 """Constructor arguments (and config attributes) the checker fills in by name.
 
 When the learner gives no ``--init`` / ``--config``, ``guess_value("n_embd")`` says what to pass: 16
-features, 4 heads of 4, 16 positions, dropout 0, biases on. ``tried_text()`` lists every name it knows,
+features, 4 heads of 4, 64 positions (the longest probe), dropout 0, biases on. ``tried_text()`` lists
+every name it knows,
 for the message shown when a name is not among them.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from multihead.convert.projections import HEAD_COUNT_NAMES
 
-EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
+EMBED, HEADS, LENGTH = 16, 4, 64  # sizes used when the learner gives none
 HEAD_DIM = EMBED // HEADS
 
 QUERY_SIZE_NAMES = ("query_size", "query_dim", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
