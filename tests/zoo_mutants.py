@@ -103,8 +103,19 @@ _PRENORM = "ok_prenorm_inside.py:PreNormAttention"
 _SWITCH = "ok_mask_switches_causal.py:DecoderAttention"
 _GPT2_SWITCH = "ok_gpt2_scale_switch.py:GPT2Attention"
 _KVQ = "ok_key_value_query_order.py:MultiHeadedAttention"
+_REQUIRED = "ok_required_padding_mask.py:PaddedEncoderAttention"
+_FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
 
 MUTANTS = [
+    _m(_REQUIRED, "missing-scale", (" / math.sqrt(c // self.n_heads)", "")),
+    _m(_REQUIRED, "softmax-wrong-axis", ("scores.softmax(-1)", "scores.softmax(-2)")),
+    _m(_REQUIRED, "merge-without-transpose", ("y.transpose(1, 2).reshape(b, t, c)", "y.reshape(b, t, c)")),
+    _m(_REQUIRED, "keys-used-as-values", ("scores.softmax(-1) @ v", "scores.softmax(-1) @ k")),
+    _m(_REQUIRED, "mask-filled-with-zero", ('== 0, float("-inf"))', "== 0, 0.0)")),
+    _m(_REQUIRED, "mask-ignored", ("scores = scores.masked_fill(", "scores.masked_fill(")),
+    _m(_FUNCTIONAL, "no-output-projection", ("self.out_proj.weight, self.out_proj.bias,",
+                                             "torch.eye(self.embed_dim), None,")),
+
     _m(_ANNOTATED, "missing-scale", (" / math.sqrt(d_k)", "")),
     _m(_ANNOTATED, "scale-by-embed-dim", ("/ math.sqrt(d_k)", "/ math.sqrt(d_k * query.size(1))")),
     _m(_ANNOTATED, "softmax-wrong-axis", ("scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),

@@ -2,8 +2,7 @@
 
 When the learner gives no ``--init`` / ``--config``, ``guess_value("n_embd")`` says what to pass: 16
 features, 4 heads of 4, 64 positions (the longest probe), dropout 0, biases on. ``tried_text()`` lists
-every name it knows,
-for the message shown when a name is not among them.
+every name it knows, for the message shown when a name is not among them.
 """
 
 from __future__ import annotations
