@@ -9,39 +9,14 @@ import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import BUGS, check
-from zoo_mutants import CORRECT, target_path
+from zoo_mutants import BUGGY, CORRECT, target_path
 from multihead.checker.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 
 # file:Class -> the bug id it has (None = correct)
-EXPECTED = {
-    "split_by_reshape.py:TinyAttn": "reshape-without-transpose",
-    "merge_by_reshape.py:CrossAttention": "merge-without-transpose",
-    "softmax_over_heads.py:MyMHA": "softmax-wrong-axis",
-    "einsum_softmax_queries.py:SeqAttention": "softmax-wrong-axis",
-    "einsum_softmax_batch.py:LabmlLike": "softmax-wrong-axis",
-    "fused_no_scale.py:FusedSelfAttention": "missing-scale",
-    "folded_scale_by_embed.py:FoldedAttention": "scale-by-embed-dim",
-    "per_head_scale_after.py:PerHeadAttention": "scale-after-softmax",
-    "padding_mask_after_softmax.py:BertishSelfAttention": "mask-after-softmax",
-    "lazy_forgot_output.py:LazyHeads": "no-output-projection",
-    "causal_sees_next.py:CausalSelfAttention": "causal-off-by-one",
-    "causal_blocks_self.py:MaskedHeads": "causal-off-by-one",
-    "weights_times_keys.py:Attention": "keys-used-as-values",
-    "context_keys_as_values.py:ContextAttention": "keys-used-as-values",
-    "scores_q_times_k.py:ScoresNoT": "scores-without-key-transpose",
-    "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
-    "capital_forward.py:SelfAttentionBlock": "forward-misspelled",
-    "masked_fill_discarded.py:SelfAttn": "mask-ignored",
-    "scale_halved.py:HalfScaleAttention": "scale-halved",
-    "scale_twice_split.py:SplitScaleTwice": "scale-by-head-dim",
-    "scale_by_model_width.py:WidthScaledAttention": "wrong-scale",
-    "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
-    "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
-    "mask_sign_flipped.py:FlippedSignAttention": "mask-sign-flipped",
-    **{target: None for target in CORRECT if " " not in target},  # every correct module
-}
+EXPECTED = {**{target: bug for target, bug in BUGGY.items() if bug},
+            **{target: None for target in CORRECT if " " not in target}}
 
 
 @pytest.mark.parametrize("target", sorted(EXPECTED))
@@ -54,6 +29,12 @@ def test_zoo_module_gets_its_verdict(target):
 
 
 @pytest.mark.parametrize("target", [target for target in CORRECT if " " in target])
+@pytest.mark.parametrize("target", [target for target, bug in BUGGY.items() if not bug])
+def test_zoo_module_without_a_catalogue_id_fails(target):
+    report = check(str(ZOO / target))
+    assert report.verdict == "fail" and report.bug is None and report.exit_code == 1, str(report)
+
+
 def test_zoo_module_built_another_way_passes(target):
     assert check(target_path(target), **CORRECT[target]).passed
 
