@@ -108,3 +108,15 @@ def test_wrap_breaks_between_chinese_characters_and_spaces_never_inside_code():
         assert not any(line.startswith(("，", "）", "。")) for line in lines)
     assert wrap("a/very/long/path/to/attention.py:Attention", 14) == ["a/very/long/", "path/to/", "attention.py:",
                                                                      "Attention"]
+
+
+def test_grouped_kv_heads_copied_per_group_pass_and_tiled_ones_are_named(tmp_path):
+    text = (ZOO / "gqa_kv_tiled.py").read_text()
+    grouped = text.replace("k[:, None].expand(B, group, self.h_kv, L, self.d)", "k[:, :, None].expand(B, self.h_kv, group, L, self.d)")
+    grouped = grouped.replace("v[:, None].expand(B, group, self.h_kv, L, self.d)", "v[:, :, None].expand(B, self.h_kv, group, L, self.d)")
+    assert grouped.count("[:, :, None]") == 2
+    (tmp_path / "grouped.py").write_text(grouped)
+    report = check(f"{tmp_path / 'grouped.py'}:SharedKVAttention")
+    assert report.passed, str(report)
+    tiled = check(str(ZOO / "gqa_kv_tiled.py:SharedKVAttention"), lang="zh")
+    assert tiled.bug == "kv-heads-tiled" and "repeat_interleave(H // Hkv, dim=1)" in tiled.explanation()

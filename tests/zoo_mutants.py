@@ -86,6 +86,7 @@ BUGGY = {
     "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
     "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
     "mask_sign_flipped.py:FlippedSignAttention": "mask-sign-flipped",
+    "gqa_kv_tiled.py:SharedKVAttention": "kv-heads-tiled",
     "raises_mask_fill_typo.py:TypoMaskAttention": "",
     "short_range_only.py:LocalWhenLongAttention": "",
 }
@@ -137,9 +138,12 @@ _SWITCH = "ok_mask_switches_causal.py:DecoderAttention"
 _GPT2_SWITCH = "ok_gpt2_scale_switch.py:GPT2Attention"
 _KVQ = "ok_key_value_query_order.py:MultiHeadedAttention"
 _REQUIRED = "ok_required_padding_mask.py:PaddedEncoderAttention"
+_GQA = "ok_grouped_kv_heads.py:GroupedQueryAttention"
 _FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
 
 MUTANTS = [
+    _m(_GQA, "kv-heads-tiled", ("torch.repeat_interleave(xk, group, dim=2)", "xk.repeat(1, 1, group, 1)"),
+       ("torch.repeat_interleave(xv, group, dim=2)", "xv.repeat(1, 1, group, 1)")),
     _m(_REQUIRED, "missing-scale", (" / math.sqrt(c // self.n_heads)", "")),
     _m(_REQUIRED, "softmax-wrong-axis", ("scores.softmax(-1)", "scores.softmax(-2)")),
     _m(_REQUIRED, "merge-without-transpose", ("y.transpose(1, 2).reshape(b, t, c)", "y.reshape(b, t, c)")),

@@ -28,6 +28,7 @@ BUG_TITLE = {
     "forward-misspelled": ("forward misspelled", "forward 方法名拼错了"),
     "mask-ignored": ("mask has no effect", "掩码没有起作用"),
     "mask-sign-flipped": ("mask added with the wrong sign", "掩码加到分数上时符号反了"),
+    "kv-heads-tiled": ("key/value heads tiled, not grouped", "键/值头按整体平铺复制，而不是按组复制"),
 }
 
 
@@ -131,6 +132,13 @@ BUG_TEXT = {
         "可这样写会让被屏蔽的键拿走全部权重。只有调用者反过来传 1 = 可以关注（例如 1 - padding）时结果才对，"
         "而且即便如此，每个保留的分数都被加上了 1e9，在 float32 下分数之间的差别会被舍入掉。"
         "应写成 scores += {param} * -1e9（1 = 屏蔽），或者用 masked_fill。"),
+    "kv-heads-tiled": (
+        "The key/value heads are copied with repeat (kv head j serves query heads j, j + Hkv, ...); each kv head "
+        "belongs to a group of neighbouring query heads: repeat_interleave(H // Hkv, dim=1), so query head h "
+        "reads kv head h // (H // Hkv).",
+        "键/值头是用 repeat 复制的（第 j 个键/值头被分给了第 j、j + Hkv……个查询头）；"
+        "而每个键/值头应属于一组相邻的查询头：应写 repeat_interleave(H // Hkv, dim=1)，"
+        "让第 h 个查询头读取第 h // (H // Hkv) 个键/值头。"),
     "mask-ignored": (
         "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
         "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
