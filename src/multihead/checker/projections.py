@@ -5,6 +5,8 @@
   x @ W + b (checked by calling it once, not by its name);
 * ``nn.MultiheadAttention`` inside the learner's module: its in-projection rows (or q/k/v_proj_weight)
   are three projections, fed by the query, key and value arguments of that call; its out_proj is a Linear;
+* Linear layers never called because ``F.multi_head_attention_forward`` is handed their weights (the
+  style of fairseq's fast path): the call's query, key and value arguments are what they project;
 * one ``Linear(D, D)`` shared by all H heads after the split (found later, in ``roles``): the same as a
   block-diagonal Linear(H*D, H*D), see ``shared_across_heads``.
 
