@@ -65,7 +65,7 @@ BUG_TEXT = {
         "注意力分数没有缩放：softmax 之前要把 q @ k^T 除以 sqrt(head_dim)。"),
     "scale-by-embed-dim": (
         "The scores are divided by sqrt(embed_dim); the scale is 1 / sqrt(head_dim), the size of one head.",
-        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，即单个头的维度。"),
+        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，其中 head_dim 是单个头的维度。"),
     "scale-halved": (
         "The scores are divided by 2 * sqrt(head_dim): the scale is half of 1 / sqrt(head_dim). "
         "Divide by sqrt(head_dim) exactly once.",
