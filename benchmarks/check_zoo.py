@@ -41,7 +41,8 @@ def run() -> dict:
                      "ok": report.passed, "exit": report.exit_code, "seconds": seconds})
     for target, bug in BUGGY.items():  # "" = must fail without a catalogue id
         report, seconds = _timed(target_path(target), {})
-        rows.append({"kind": "buggy", "name": target, "want": bug or "FAIL", "got": report.bug or report.verdict.upper(),
+        rows.append({"kind": "buggy", "name": target, "want": bug or "FAIL",
+                     "got": report.bug or report.verdict.upper(),
                      "ok": report.verdict == "fail" and (report.bug or "") == bug, "exit": report.exit_code,
                      "seconds": seconds, "passed": report.passed})
     with tempfile.TemporaryDirectory() as folder:

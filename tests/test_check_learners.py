@@ -112,8 +112,10 @@ def test_wrap_breaks_between_chinese_characters_and_spaces_never_inside_code():
 
 def test_grouped_kv_heads_copied_per_group_pass_and_tiled_ones_are_named(tmp_path):
     text = (ZOO / "gqa_kv_tiled.py").read_text()
-    grouped = text.replace("k[:, None].expand(B, group, self.h_kv, L, self.d)", "k[:, :, None].expand(B, self.h_kv, group, L, self.d)")
-    grouped = grouped.replace("v[:, None].expand(B, group, self.h_kv, L, self.d)", "v[:, :, None].expand(B, self.h_kv, group, L, self.d)")
+    grouped = text
+    for t in "kv":  # each kv head copied for its own group of neighbouring query heads
+        grouped = grouped.replace(f"{t}[:, None].expand(B, group, self.h_kv, L, self.d)",
+                                  f"{t}[:, :, None].expand(B, self.h_kv, group, L, self.d)")
     assert grouped.count("[:, :, None]") == 2
     (tmp_path / "grouped.py").write_text(grouped)
     report = check(f"{tmp_path / 'grouped.py'}:SharedKVAttention")

@@ -36,8 +36,9 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    name the bug (the order of those tries is in ``verdict.py``), and the mask convention is re-read
    under that bug. A mask that could not be verified never passes.
 9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, the bug in words with its id, its
-   explain topic, the conventions and roles found, in English or Chinese. An exception is matched against the catalogue and shown with the
-   learner's line (``run.py`` retries once with Lq = Lk = head_dim, where ``q @ k`` still runs).
+   explain topic, the conventions and roles found, in English or Chinese. An exception is matched
+   against the catalogue and shown with the learner's line (``run.py`` retries once with
+   Lq = Lk = head_dim, where ``q @ k`` still runs).
 """
 
 from multihead.checker.catalogue import BUGS

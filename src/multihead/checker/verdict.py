@@ -26,8 +26,8 @@ from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
-from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding, encoding_by_agreement, keep_shifts_scores,
-                                     tried_text)
+from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding,
+                                     encoding_by_agreement, keep_shifts_scores, tried_text)
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs, describe_seen
@@ -202,7 +202,8 @@ def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float
         scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
         if scale is not None:
             match = Match(form, scale.roles, fills[0], scale.error)
-            report.notes.append(say("also-scale", report.lang, bug=bug_name(scale.bug, report.lang), measured=scale.scale, right=scale.right))
+            report.notes.append(say("also-scale", report.lang, bug=bug_name(scale.bug, report.lang),
+                                    measured=scale.scale, right=scale.right))
             return _named(match, report)
     unmasked = [i for i, case in enumerate(cases) if case[3] is None]
     if len(unmasked) == len(cases):
