@@ -1,4 +1,4 @@
-"""`multihead check` against its goal metrics on the zoo (tests/check_zoo) and its mutants.
+"""`multihead check` against its goal metrics on the zoo (tests/check_zoo), its buggy modules and its mutants.
 
 Every correct module must PASS, at least 95% of the mutants must get the right bug id, no mutant may
 PASS, at most one check may fail to run (exit 2), and one check takes at most 2 s on this machine.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from zoo_mutants import CORRECT, MUTANTS, target_path, write_mutant  # noqa: E402
+from zoo_mutants import BUGGY, CORRECT, MUTANTS, target_path, write_mutant  # noqa: E402
 
 from multihead.checker import check  # noqa: E402
 
@@ -39,6 +39,12 @@ def run() -> dict:
         report, seconds = _timed(target_path(target), options)
         rows.append({"kind": "correct", "name": target, "want": "PASS", "got": report.bug or report.verdict.upper(),
                      "ok": report.passed, "exit": report.exit_code, "seconds": seconds})
+    for target, bug in BUGGY.items():  # "" = must fail without a catalogue id
+        report, seconds = _timed(target_path(target), {})
+        rows.append({"kind": "buggy", "name": target, "want": bug or "FAIL",
+                     "got": report.bug or report.verdict.upper(),
+                     "ok": report.verdict == "fail" and (report.bug or "") == bug, "exit": report.exit_code,
+                     "seconds": seconds, "passed": report.passed})
     with tempfile.TemporaryDirectory() as folder:
         for mutant in MUTANTS:
             report, seconds = _timed(write_mutant(Path(folder), mutant), mutant.options)
@@ -47,11 +53,14 @@ def run() -> dict:
                          "exit": report.exit_code, "seconds": seconds, "passed": report.passed})
     correct = [r for r in rows if r["kind"] == "correct"]
     mutants = [r for r in rows if r["kind"] == "mutant"]
+    buggy = [r for r in rows if r["kind"] == "buggy"]
     times = [r["seconds"] for r in rows]
     totals = {
         "correct modules": len(correct), "correct that PASS": sum(r["ok"] for r in correct),
         "mutants": len(mutants), "mutants named right": sum(r["ok"] for r in mutants),
+        "buggy zoo modules": len(buggy), "buggy zoo modules judged right": sum(r["ok"] for r in buggy),
         "mutants that PASS (false PASS)": sum(r["passed"] for r in mutants),
+        "buggy zoo modules that PASS (false PASS)": sum(r["passed"] for r in buggy),
         "could not run (exit 2)": sum(r["exit"] == 2 for r in rows),
         "median s per check": round(statistics.median(times), 3),
         "95th percentile s per check": round(sorted(times)[int(0.95 * (len(times) - 1))], 3),

@@ -21,9 +21,9 @@ from zoo_mutants import target_path
     ("n_state, n_head", {"n_state": 16, "n_head": 4}),
     ("n_head, d_model, d_k, d_v", {"n_head": 4, "d_model": 16, "d_k": 4, "d_v": 4}),
     ("hidden_size, num_attention_heads", {"hidden_size": 16, "num_attention_heads": 4}),
-    ("n_embd, n_head, block_size", {"n_embd": 16, "n_head": 4, "block_size": 16}),
+    ("n_embd, n_head, block_size", {"n_embd": 16, "n_head": 4, "block_size": 64}),
     ("dim, heads, dim_head", {"dim": 16, "heads": 4, "dim_head": 4}),
-    ("num_heads, head_size, n_embd, block_size", {"num_heads": 4, "head_size": 4, "n_embd": 16, "block_size": 16}),
+    ("num_heads, head_size, n_embd, block_size", {"num_heads": 4, "head_size": 4, "n_embd": 16, "block_size": 64}),
     ("embed_size, heads", {"embed_size": 16, "heads": 4}),
 ])
 def test_constructor_names_people_use_are_guessed(params, expected):
@@ -136,7 +136,7 @@ def test_check_accepts_config_as_dict_or_text():
 
 
 @pytest.mark.parametrize("name, value", [("head_count", 4), ("nb_heads", 4), ("dim_per_head", 4), ("model_dim", 16),
-                                         ("d_hid", 16), ("context_len", 16), ("flavour", None)])
+                                         ("d_hid", 16), ("context_len", 64), ("flavour", None)])
 def test_names_not_listed_are_read_by_their_words(name, value):
     assert guess_value(name) == ((True, value) if value is not None else (False, None))
 

@@ -32,7 +32,7 @@ def test_pass_panel_and_exit_0(capsys):
 def test_fail_panel_names_the_bug_and_topic(capsys):
     code, out = run_cli(capsys, str(ZOO / "fused_no_scale.py:FusedSelfAttention"))
     assert code == 1
-    assert "FAIL: missing-scale" in out and "multihead explain scale-sqrt-dk" in out
+    assert "FAIL: scores not scaled (missing-scale)" in out and "multihead explain scale-sqrt-dk" in out
 
 
 def test_chinese_report(capsys):
@@ -98,3 +98,31 @@ def test_sessions_in_the_docs_are_real(capsys):
         got_code, out = run_cli(capsys, *shlex.split(argv))
         assert got_code == int(code), argv
         assert out.startswith(headline) or headline in out, (argv, headline)
+
+
+def test_the_report_follows_a_chinese_locale(capsys, monkeypatch):
+    for var in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    code, out = run_cli(capsys, str(ZOO / "split_by_reshape.py:TinyAttn"))
+    assert code == 1
+    assert out.startswith("未通过：拆分多头时缺少 transpose（reshape-without-transpose）")
+    assert "详细讲解：multihead explain reshape-then-transpose" in out
+    code, out = run_cli(capsys, str(ZOO / "split_by_reshape.py:TinyAttn"), "--lang", "en")
+    assert out.startswith("FAIL: heads split without a transpose (reshape-without-transpose)")
+
+
+@pytest.mark.parametrize("target", ["mask_sign_flipped.py:FlippedSignAttention",
+                                    "raises_mask_fill_typo.py:TypoMaskAttention"])
+def test_chinese_lines_fit_80_columns_without_cutting_code(capsys, monkeypatch, target):
+    from rich.cells import cell_len
+    from multihead.checker import check
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["check", str(ZOO / target), "--lang", "zh"])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(cell_len(line) <= 80 for line in lines) and "…" not in "".join(lines)
+    report = check(str(ZOO / target), lang="zh")
+    whole = "\n".join([report.headline(), *report.detail_lines(), *report.convention_lines()])
+    code = set(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", whole))  # every identifier, call and number
+    shown = {word for line in lines for word in re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", line)}
+    assert code <= shown, code - shown

@@ -33,13 +33,23 @@ def test_a_wrong_output_shape_is_a_verdict_not_a_crash(tmp_path):
 
 
 def test_a_mask_convention_that_cannot_be_verified_never_passes(tmp_path):
-    """A mask read as (B, Lk, Lq): no convention the checker knows makes blocked keys inert."""
+    """A mask read with its keys reversed: no convention the checker knows makes blocked keys inert."""
     learner = edited_zoo_file(tmp_path, "ok_annotated_mask_unsqueeze.py",
-                              ("mask = mask.unsqueeze(1)", "mask = mask.transpose(-1, -2).unsqueeze(1)"))
+                              ("mask = mask.unsqueeze(1)", "mask = mask.flip(-1).unsqueeze(1)"))
     report = check(f"{learner}:MultiHeadedAttention")
     assert report.verdict == "fail" and not report.passed and report.exit_code == 1
     assert "mask argument 'mask' could not be verified" in report.headline()
     assert "(B, 1, Lq, Lk)" in report.headline() and "valid lengths (B,)" in report.headline()
+
+
+def test_a_mask_that_raises_under_every_convention_leads_with_the_exception(tmp_path):
+    """A mask read as (B, Lk, Lq) raises whenever Lq != Lk: the exception and its line lead the report."""
+    learner = edited_zoo_file(tmp_path, "ok_annotated_mask_unsqueeze.py",
+                              ("mask = mask.unsqueeze(1)", "mask = mask.transpose(-1, -2).unsqueeze(1)"))
+    report = check(f"{learner}:MultiHeadedAttention")
+    assert report.verdict == "fail" and report.exit_code == 1
+    assert "raises RuntimeError: The size of tensor a" in report.headline()
+    assert report.where == "ok_annotated_mask_unsqueeze.py:18: scores = scores.masked_fill(mask == 0, -1e9)"
 
 
 def test_a_mask_applied_to_one_row_for_all_is_not_passed(tmp_path):
@@ -61,7 +71,7 @@ def test_gpt2_conv1d_projections_are_recognised():
     assert report.passed, str(report)
     assert report.roles == {"q": "c_attn rows 0:16", "k": "c_attn rows 16:32", "v": "c_attn rows 32:48",
                             "o": "c_proj"}
-    assert "causal inside the module (it masks future tokens) (buffer 'bias')" in report.convention_lines()
+    assert "causal inside the module (it masks future tokens; buffer 'bias')" in report.convention_lines()
 
 
 def test_transformers_own_conv1d_is_recognised():
@@ -114,7 +124,7 @@ def test_arguments_named_v_k_q_are_found_by_behaviour_with_a_required_mask():
     report = check(target_path("ok_tf_port_v_k_q.py:TFStyleMultiHeadAttention"))
     assert report.passed, str(report)
     assert "arguments told apart by behaviour: query 'q', key 'k', value 'v'" in report.convention_lines()
-    assert "mask 'mask' (B, 1, Lq, Lk): 0/1 floats, 1 = blocked (times a large negative number)" \
+    assert "mask 'mask' (B, 1, Lq, Lk): 0/1 floats, 1 = blocked" \
         in report.convention_lines()
     assert report.roles == {"q": "wq", "k": "wk", "v": "wv", "o": "dense"}
 
@@ -227,7 +237,8 @@ def test_two_mistakes_a_form_and_a_wrong_scale(tmp_path):
                               ("energy / (self.head_dim ** (1 / 2))", "energy / (self.embed_size ** (1 / 2))"))
     report = check(f"{learner}:SelfAttention")
     assert report.bug == "keys-used-as-values", str(report)
-    assert any(note.startswith("and a second mistake: the scores are scaled by 0.25") for note in report.notes)
+    assert any(note.startswith("and a second mistake, scaled by the model width, not the head size "
+                               "(scale-by-embed-dim): the scores are scaled by 0.25") for note in report.notes)
 
 
 def test_a_causal_fill_and_a_mask_fill_that_differ_are_named_without_the_mask(tmp_path):

@@ -89,7 +89,7 @@ def test_init_keywords_are_used():
     ("key_size, query_size, value_size, num_hiddens, num_heads, dropout, bias=False",
      {"key_size": 16, "query_size": 16, "value_size": 16, "num_hiddens": 16, "num_heads": 4, "dropout": 0.0}),
     ("dim_in, dim_out, context_length, dropout_rate, num_heads, qkv_bias=False",
-     {"dim_in": 16, "dim_out": 16, "context_length": 16, "dropout_rate": 0.0, "num_heads": 4}),
+     {"dim_in": 16, "dim_out": 16, "context_length": 64, "dropout_rate": 0.0, "num_heads": 4}),
 ])
 def test_common_signatures_are_guessed(params, expected):
     namespace = {}

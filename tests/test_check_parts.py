@@ -244,7 +244,7 @@ def test_report_object():
     assert report.exit_code == 1 and not report.passed and report.topic == "scale-sqrt-dk"
     data = report.to_dict()
     assert data["bug"] == "missing-scale" and "sqrt(head_dim)" in data["explanation"]
-    assert str(report).startswith("未通过：a.py:A：missing-scale")
+    assert str(report).startswith("未通过：a.py:A：注意力分数没有缩放（missing-scale）")
     assert CheckReport(target="a", reason="x").exit_code == 2
     assert say("pass", "en", target="t", error=0.0).startswith("PASS")
     assert check_lang("zh") == "zh"

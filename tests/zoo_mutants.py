@@ -2,7 +2,8 @@
 bug injected by textual edits, written next to the test as its own file and checked like a learner's.
 
 ``CORRECT`` lists every correct zoo module (file:Class) with the constructor options the check needs
-(none: names are guessed); ``MUTANTS`` the mutants, each with the bug id the checker must name.
+(none: names are guessed); ``BUGGY`` the zoo's buggy modules with the bug id each must get; ``MUTANTS``
+the mutants, each with the bug id the checker must name.
 ``write_mutant`` applies a mutant's edits and refuses an edit that would do nothing.
 """
 from __future__ import annotations
@@ -53,6 +54,41 @@ CORRECT = {
     "ok_mask_switches_causal.py:DecoderAttention": {},
     "ok_gpt2_scale_switch.py:GPT2Attention": {},
     "ok_key_value_query_order.py:MultiHeadedAttention": {},
+    "ok_required_padding_mask.py:PaddedEncoderAttention": {},
+    "ok_functional_mha_weights.py:FunctionalWeightsAttention": {},
+}
+
+
+# file:Class -> the bug id the check must name for every buggy zoo module; "" = it must fail without a
+# catalogue id (an exception under a mask, an approximation exact only on short inputs)
+BUGGY = {
+    "split_by_reshape.py:TinyAttn": "reshape-without-transpose",
+    "merge_by_reshape.py:CrossAttention": "merge-without-transpose",
+    "softmax_over_heads.py:MyMHA": "softmax-wrong-axis",
+    "einsum_softmax_queries.py:SeqAttention": "softmax-wrong-axis",
+    "einsum_softmax_batch.py:LabmlLike": "softmax-wrong-axis",
+    "fused_no_scale.py:FusedSelfAttention": "missing-scale",
+    "folded_scale_by_embed.py:FoldedAttention": "scale-by-embed-dim",
+    "per_head_scale_after.py:PerHeadAttention": "scale-after-softmax",
+    "padding_mask_after_softmax.py:BertishSelfAttention": "mask-after-softmax",
+    "lazy_forgot_output.py:LazyHeads": "no-output-projection",
+    "causal_sees_next.py:CausalSelfAttention": "causal-off-by-one",
+    "causal_blocks_self.py:MaskedHeads": "causal-off-by-one",
+    "weights_times_keys.py:Attention": "keys-used-as-values",
+    "context_keys_as_values.py:ContextAttention": "keys-used-as-values",
+    "scores_q_times_k.py:ScoresNoT": "scores-without-key-transpose",
+    "view_after_transpose.py:ViewMHA": "view-on-non-contiguous",
+    "capital_forward.py:SelfAttentionBlock": "forward-misspelled",
+    "masked_fill_discarded.py:SelfAttn": "mask-ignored",
+    "scale_halved.py:HalfScaleAttention": "scale-halved",
+    "scale_twice_split.py:SplitScaleTwice": "scale-by-head-dim",
+    "scale_by_model_width.py:WidthScaledAttention": "wrong-scale",
+    "mask_rows_repeated.py:FoldedCrossAttention": "mask-wrong-rows",
+    "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
+    "mask_sign_flipped.py:FlippedSignAttention": "mask-sign-flipped",
+    "gqa_kv_tiled.py:SharedKVAttention": "kv-heads-tiled",
+    "raises_mask_fill_typo.py:TypoMaskAttention": "",
+    "short_range_only.py:LocalWhenLongAttention": "",
 }
 
 
@@ -101,8 +137,22 @@ _PRENORM = "ok_prenorm_inside.py:PreNormAttention"
 _SWITCH = "ok_mask_switches_causal.py:DecoderAttention"
 _GPT2_SWITCH = "ok_gpt2_scale_switch.py:GPT2Attention"
 _KVQ = "ok_key_value_query_order.py:MultiHeadedAttention"
+_REQUIRED = "ok_required_padding_mask.py:PaddedEncoderAttention"
+_GQA = "ok_grouped_kv_heads.py:GroupedQueryAttention"
+_FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
 
 MUTANTS = [
+    _m(_GQA, "kv-heads-tiled", ("torch.repeat_interleave(xk, group, dim=2)", "xk.repeat(1, 1, group, 1)"),
+       ("torch.repeat_interleave(xv, group, dim=2)", "xv.repeat(1, 1, group, 1)")),
+    _m(_REQUIRED, "missing-scale", (" / math.sqrt(c // self.n_heads)", "")),
+    _m(_REQUIRED, "softmax-wrong-axis", ("scores.softmax(-1)", "scores.softmax(-2)")),
+    _m(_REQUIRED, "merge-without-transpose", ("y.transpose(1, 2).reshape(b, t, c)", "y.reshape(b, t, c)")),
+    _m(_REQUIRED, "keys-used-as-values", ("scores.softmax(-1) @ v", "scores.softmax(-1) @ k")),
+    _m(_REQUIRED, "mask-filled-with-zero", ('== 0, float("-inf"))', "== 0, 0.0)")),
+    _m(_REQUIRED, "mask-ignored", ("scores = scores.masked_fill(", "scores.masked_fill(")),
+    _m(_FUNCTIONAL, "no-output-projection", ("self.out_proj.weight, self.out_proj.bias,",
+                                             "torch.eye(self.embed_dim), None,")),
+
     _m(_ANNOTATED, "missing-scale", (" / math.sqrt(d_k)", "")),
     _m(_ANNOTATED, "scale-by-embed-dim", ("/ math.sqrt(d_k)", "/ math.sqrt(d_k * query.size(1))")),
     _m(_ANNOTATED, "softmax-wrong-axis", ("scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),

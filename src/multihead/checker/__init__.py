@@ -14,25 +14,31 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    object whose attributes are given (``--config``) or guessed by name and recorded. Eval mode, dropout
    off, fresh random projection weights (``probes.randomise_projections``), float64 when it runs so.
 2. Read ``forward``'s signature (``calling.py``): how many tensor inputs, which parameter is the mask.
+   A mask the module requires (it raises on None) is given an all-keep mask in its own convention
+   wherever the checker calls without one (``masks.all_keep_encoding``).
 3. Layout (``conventions.py``): change batch row 0 and see which dimension keeps its other outputs.
 4. Argument order (``order.py``): the query is the argument whose token 0 moves output row 0 only;
    the values are the argument the output is affine in: ``forward(values, keys, query, mask)`` works.
 5. Causality and cross lengths (``conventions.py``): change the last token; try Lq != Lk.
 6. Mask convention (``masks.py``): every encoding (keep/block, bool/0-1/additive, each shape, valid
    lengths) is tried with a different mask per batch row; the right one makes blocked keys inert. A
-   mask whose mere presence makes the module causal (values unread) is recognised first.
+   mask whose mere presence makes the module causal (values unread) is recognised first. A module that
+   raises under every convention is reported by that exception (run.py).
 7. Roles (``projections.py``, ``roles.py``): hooks record which projection (nn.Linear, a GPT-2 Conv1D,
    an inner nn.MultiheadAttention's in-projection, one Linear shared by all heads) sees the query, key
-   or value input, or the output of a layer applied to it first (a LayerNorm inside the module); the
-   few assignments that fit (orders, fused thirds, head counts) are candidates.
+   or value input, or the output of a layer applied to it first (a LayerNorm inside the module), or
+   which argument of ``F.multi_head_attention_forward`` a Linear's weight is handed to; the few
+   assignments that fit (orders, fused thirds, head counts) are candidates.
 8. Verdict (``verdict.py``): the candidate that reproduces the outputs with the correct maths is
-   compared with ``MultiHeadAttention`` on outputs and gradients (``compare.py``) -> PASS; otherwise
+   compared with ``MultiHeadAttention`` on outputs and gradients (``compare.py``), then at longer
+   lengths up to 64 tokens, and a keep mask added times +1e9 is ruled out -> PASS; otherwise
    the catalogue's variants (``catalogue.py``, ``diagnose.py``) and the measured scale (``scale.py``)
-   name the bug (the order of those tries is in ``verdict.py``). A mask that could not be verified
-   never passes.
-9. Report (``report.py``, ``text.py``): the verdict, the bug's explain topic, the conventions and roles
-   found, in English or Chinese. An exception is matched against the catalogue and shown with the
-   learner's line (``run.py`` retries once with Lq = Lk = head_dim, where ``q @ k`` still runs).
+   name the bug (the order of those tries is in ``verdict.py``), and the mask convention is re-read
+   under that bug. A mask that could not be verified never passes.
+9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, the bug in words with its id, its
+   explain topic, the conventions and roles found, in English or Chinese. An exception is matched
+   against the catalogue and shown with the learner's line (``run.py`` retries once with
+   Lq = Lk = head_dim, where ``q @ k`` still runs).
 """
 
 from multihead.checker.catalogue import BUGS

@@ -21,13 +21,15 @@ _LENGTH_WORDS = ("valid_len", "lens", "length", "seq_len")
 
 class LearnerError(Exception):
     """The learner's forward raised; ``error`` is the original exception, ``where`` its source line,
-    ``mask_none`` the required mask parameter that was given None in that call (or None)."""
+    ``mask_none`` the required mask parameter that was given None in that call (or None), ``with_mask``
+    whether that call was given a mask."""
 
-    def __init__(self, error: BaseException, where: str, mask_none: str | None = None):
+    def __init__(self, error: BaseException, where: str, mask_none: str | None = None, with_mask: bool = False):
         super().__init__(f"{type(error).__name__}: {error}")
         self.error = error
         self.where = where
         self.mask_none = mask_none
+        self.with_mask = with_mask  # raised in a call given a mask
 
 
 @dataclass
@@ -45,6 +47,7 @@ class CallSpec:
     causal: bool = False
     causal_buffer: str | None = None
     encoding: object = None  # masks.Encoding once detected
+    none_mask: object = None  # a required mask: the masks.Encoding whose all-keep mask stands for "no mask"
     mask_ignored: bool = False  # the mask argument changes nothing
     cross_lengths: bool = True  # accepts Lq != Lk
     order: tuple[int, ...] | None = None  # role (0 query, 1 key, 2 value) of each tensor argument; None = in order
@@ -129,6 +132,11 @@ def first_tensor(output):
     return output
 
 
+def all_keep(xq: torch.Tensor, xk: torch.Tensor) -> torch.Tensor:
+    """The keep pattern (B, Lq, Lk) that blocks nothing, for batch-first xq (B, Lq, .) and xk (B, Lk, .)."""
+    return torch.ones(xq.shape[0], xq.shape[1], xk.shape[1], dtype=torch.bool)
+
+
 def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     """Call the module on batch-first inputs (and keep pattern (B, Lq, Lk)); output (B, Lq, O) batch first.
 
@@ -146,12 +154,15 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
         else:
             args.append(to_layout(t, spec.layout))
     if spec.mask_param is not None:
-        kwargs[spec.mask_param] = None if keep is None else spec.encoding.encode(keep, xq.dtype)
+        if keep is None and spec.none_mask is not None:  # a required mask: all-keep in its own convention
+            kwargs[spec.mask_param] = spec.none_mask.encode(all_keep(xq, xk), xq.dtype)
+        else:
+            kwargs[spec.mask_param] = None if keep is None else spec.encoding.encode(keep, xq.dtype)
     try:
         out = first_tensor(module(*args, **kwargs))
     except Exception as error:
-        mask_none = spec.mask_param if spec.mask_required and keep is None else None
-        raise LearnerError(error, learner_frame(error), mask_none) from error
+        mask_none = spec.mask_param if spec.mask_required and keep is None and spec.none_mask is None else None
+        raise LearnerError(error, learner_frame(error), mask_none, keep is not None) from error
     B, Lq = xq.shape[:2]
     wanted = (B, Lq) if spec.layout == "batch" else (Lq, B)
     if out.dim() != 3 or tuple(out.shape[:2]) != wanted:

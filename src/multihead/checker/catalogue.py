@@ -49,6 +49,8 @@ BUGS: tuple[Bug, ...] = (
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
     Bug("forward-misspelled", "farward-typo", ()),
     Bug("mask-ignored", "masked-fill", ("ignore-mask",)),
+    Bug("mask-sign-flipped", "mask-fill-value", ()),
+    Bug("kv-heads-tiled", "gqa-memory", ("kv-heads-tiled",)),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
@@ -115,7 +117,9 @@ def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = Fals
     q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
     k = _split(_project(xk, weights.k), kv_heads, mistake)  # (B, Hkv, Lk, D)
     v = _split(_project(xv, weights.v), kv_heads, mistake)  # (B, Hkv, Lk, D)
-    if kv_heads != num_heads:  # query head h reads kv head h // (H / Hkv)
+    if kv_heads != num_heads and mistake == "kv-heads-tiled":  # query head h reads kv head h % Hkv
+        k, v = (t.repeat(1, num_heads // kv_heads, 1, 1) for t in (k, v))  # (B, H, Lk, D)
+    elif kv_heads != num_heads:  # query head h reads kv head h // (H / Hkv)
         k, v = (t.repeat_interleave(num_heads // kv_heads, dim=1) for t in (k, v))  # (B, H, Lk, D)
     D, Lq, Lk = q.shape[-1], q.shape[-2], k.shape[-2]
 

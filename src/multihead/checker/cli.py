@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -15,7 +16,9 @@ from rich.text import Text
 
 from multihead.checker.report import CheckReport
 from multihead.checker.run import check
-from multihead.checker.text import LANGS, say
+from multihead.checker.text import LANGS, bug_name, say
+from multihead.checker.wrap import wrap
+from multihead.explain.lang import resolve_lang
 
 STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
 TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("ERROR", "错误")}
@@ -36,35 +39,49 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--call", metavar="HINTS", default=None,
                         help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "
                              "causal=yes|no, inputs=x|qkv|q_kv (comma separated)")
-    parser.add_argument("--lang", choices=LANGS, default="en", help="language of the report (default: en)")
+    parser.add_argument("--lang", choices=LANGS, default=None,
+                        help="language of the report (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
 
 
 def render(report: CheckReport, console: Console) -> None:
-    """Print the report as a PASS / FAIL / ERROR panel with the conventions and roles found."""
-    body = Text(report.headline(), style=STYLE[report.verdict])
-    for line in report.detail_lines():
-        body.append("\n" + line)
+    """Print the report as a PASS / FAIL / ERROR panel with the conventions and roles found, its lines
+    broken by ``wrap`` (never inside code, never cut off with an ellipsis)."""
+    inner = max(console.width - 4, 20)  # the panel's border and padding take 4 columns
+    body = Text(_wrapped([report.headline()], inner), style=STYLE[report.verdict], no_wrap=True)
+    details = report.detail_lines()
+    if details:
+        body.append("\n" + _wrapped(details, inner))
     content = body
     if report.verdict != "error" and (report.conventions or report.roles):
+        sections = [(say("conventions", report.lang), report.convention_lines()),
+                    (say("roles", report.lang), report.role_lines())]
+        label_width = max(cell_len(label) for label, lines in sections if lines)
+        text_width = inner - label_width - 2
         table = Table.grid(padding=(0, 2))
-        table.add_column(style="bold")
-        table.add_column()
-        for index, line in enumerate(report.convention_lines()):
-            table.add_row(say("conventions", report.lang) if index == 0 else "", line)
-        for index, line in enumerate(report.role_lines()):
-            table.add_row(say("roles", report.lang) if index == 0 else "", line)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(no_wrap=True)
+        for label, lines in sections:
+            for index, line in enumerate(lines):
+                if text_width >= 20:
+                    table.add_row(label if index == 0 else "", Text(_wrapped([line], text_width), no_wrap=True))
+                else:  # too narrow for two columns: the label on its own line
+                    table.add_row(Text(_wrapped(([label] if index == 0 else []) + [line], inner), no_wrap=True))
         content = Table.grid()
         content.add_row(body)
         content.add_row("")
         content.add_row(table)
     colon = "：" if report.lang == "zh" else ": "
-    title = Text(TITLE[report.verdict][report.lang == "zh"] + (colon + report.bug if report.bug else ""),
-                 style=STYLE[report.verdict])
+    title = Text(TITLE[report.verdict][report.lang == "zh"] + (colon + bug_name(report.bug, report.lang)
+                                                                if report.bug else ""), style=STYLE[report.verdict])
     console.print(Panel(content, title=title, title_align="left", border_style=STYLE[report.verdict]))
+
+
+def _wrapped(lines: list[str], width: int) -> str:
+    return "\n".join(piece for line in lines for piece in wrap(line, width, cell_len))
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the check and print it; the return value is the exit code."""
-    report = check(args.target, init=args.init, config=args.config, call=args.call, lang=args.lang)
+    report = check(args.target, init=args.init, config=args.config, call=args.call, lang=resolve_lang(args.lang))
     render(report, Console(soft_wrap=False))
     return report.exit_code

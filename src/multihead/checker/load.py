@@ -152,7 +152,7 @@ def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
         raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
                         f"pass them with --init, e.g. {example} (names it recognises: {tried_text()})",
                         f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}"
-                        f"（能识别的参数名：{tried_text()}）")
+                        f"（能识别的参数名：{tried_text('zh')}）")
     return kwargs
 
 
@@ -218,7 +218,7 @@ def build(cls: type, init: dict | None = None, config: dict | None = None) -> tu
             raise LoadError(f"{cls.__name__}'s constructor reads config.{unknown[0]}, which the checker cannot "
                             f"guess; pass it with {example} (names it recognises: {tried_text()})",
                             f"{cls.__name__} 的构造函数读取了 config.{unknown[0]}，检查器猜不出它；请用 {example} 传入"
-                            f"（能识别的名字：{tried_text()}）") from error
+                            f"（能识别的名字：{tried_text('zh')}）") from error
         why = f"{type(error).__name__}: {error}"
         raise LoadError(f"{cls.__name__}(**{kwargs}) failed: {why}",
                         f"构造 {cls.__name__}(**{kwargs}) 时出错：{why}") from error

@@ -14,6 +14,8 @@ per-row masks but is inert only for a shared one mixes up its rows.
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,6 +28,7 @@ MASK_FORMS = [*sorted(NEEDS_MASK), "mask-rows-tiled", *FILLS_BLOCKED]  # mistake
 from multihead.checker.compare import agree
 from multihead.checker.conventions import nudge
 from multihead.checker.diagnose import closest
+from multihead.checker.text import say
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ def _encodings() -> list[Encoding]:
 
 
 ENCODINGS = _encodings()
+MASK_KINDS = {"keep", "block", "block01", "additive", "lengths", "causal-switch"}  # Encoding.kind values
 LENGTHS = [
     Encoding("lengths", "(B,)", "lengths", lambda m, dt: m[:, 0].sum(-1)),
     Encoding("lengths", "(B, Lq)", "lengths", lambda m, dt: m.sum(-1)),
@@ -97,7 +101,7 @@ def probe_pattern(family: str, B: int, Lq: int, Lk: int) -> torch.Tensor:
     return (torch.arange(Lk) < lens[:, None, None]).expand(B, Lq, Lk).clone()
 
 
-def try_encoding(module, spec: CallSpec, encoding: Encoding, inputs, tol: float) -> str:
+def try_encoding(module, spec: CallSpec, encoding: Encoding, inputs, tol: float, raised: list | None = None) -> str:
     """"inert" when, with this encoding, changing the blocked keys (and values) leaves the outputs alone;
     "moved" when it runs but they change something; "failed" when the call raises or its shape is wrong.
 
@@ -121,7 +125,9 @@ def try_encoding(module, spec: CallSpec, encoding: Encoding, inputs, tol: float)
             rows &= keep[:, 0, :Lq]  # blocked positions are queries too: compare the kept ones
         else:
             after = invoke(module, trial, xq, xk + 3.0 * blocked * nudge(xk), xv + 3.0 * blocked * nudge(xv, 1), keep)
-    except LearnerError:
+    except LearnerError as error:
+        if raised is not None:
+            raised.append(error)
         return "failed"
     before, after = before[rows], after[rows]
     if not torch.isfinite(before).all():
@@ -135,17 +141,25 @@ def blocked_keys_are_inert(module, spec: CallSpec, encoding: Encoding, inputs, t
 
 def detect_encoding(module, spec: CallSpec, inputs, tol: float) -> Encoding | None:
     """The first convention under which blocked keys are inert, trying the parameter name's kind first;
-    a shared (Lq, Lk) one only when no per-row convention ran (see the module docstring)."""
+    a shared (Lq, Lk) one only when no per-row convention ran (see the module docstring).
+
+    When the module raises under every convention, its own code fails as soon as it is given a mask (a
+    typo such as ``mask_fill``): the exception it raised most often is raised again, to lead the report."""
     order = LENGTHS + ENCODINGS if spec.mask_kind == "lengths" else ENCODINGS + LENGTHS
-    per_row_ran, shared = False, None
+    per_row_ran, any_ran, shared, raised = False, False, None, []
     for encoding in order:
-        outcome = try_encoding(module, spec, encoding, inputs, tol)
+        outcome = try_encoding(module, spec, encoding, inputs, tol, raised)
+        any_ran = any_ran or outcome != "failed"
         if encoding.family == "shared":
             shared = shared or (encoding if outcome == "inert" else None)
             continue
         if outcome == "inert":
             return encoding
         per_row_ran = per_row_ran or outcome == "moved"
+    own = [error for error in raised if error.where]  # the learner's own line raised (not a wrong shape)
+    if not any_ran and own:
+        counts = Counter((type(error.error), error.where) for error in own)
+        raise next(error for error in own if (type(error.error), error.where) == counts.most_common(1)[0][0])
     return None if per_row_ran else shared
 
 
@@ -171,11 +185,60 @@ def causal_switch(module, spec: CallSpec, inputs, tol: float) -> Encoding | None
     return None
 
 
-def tried_text() -> str:
+def all_keep_encoding(module, spec: CallSpec, inputs) -> Encoding | None:
+    """For a mask argument the module requires: the first convention whose all-keep mask gives finite
+    outputs that differ between queries (an all-blocked mask gives NaN, or the same mean of the values for
+    every query), to stand for "no mask" in every unmasked call. None when no convention runs so."""
+    xq, xk, xv = inputs
+    keep = torch.ones(xq.shape[0], xq.shape[1], xk.shape[1], dtype=torch.bool)
+    for encoding in [e for e in ENCODINGS + LENGTHS if e.family != "shared"]:
+        trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+        try:
+            with torch.no_grad():
+                out = invoke(module, trial, xq, xk, xv, keep)
+        except LearnerError:
+            continue
+        if torch.isfinite(out).all() and not torch.allclose(out, out[:, :1].expand_as(out)):
+            return encoding
+    return None
+
+
+def keep_shifts_scores(module, spec: CallSpec, inputs) -> bool:
+    """A 1 = may-attend mask that is *added* times a large positive number (``scores += mask * 1e9``, a
+    1 = blocked mask with its sign flipped): kept scores move by 1e9, which float32 cannot add to a score
+    without losing it. Seen as an all-keep mask that changes the float32 output, unlike no mask at all."""
+    if spec.encoding is None or spec.encoding.kind != "keep" or spec.none_mask is not None:
+        return False
+    xq, xk, xv = (t.float() for t in inputs)
+    keep = torch.ones(xq.shape[0], xq.shape[1], xk.shape[1], dtype=torch.bool)
+    with in_float32(module):
+        try:
+            with torch.no_grad():
+                masked, plain = invoke(module, spec, xq, xk, xv, keep), invoke(module, spec, xq, xk, xv)
+        except LearnerError:
+            return False
+    return not agree(masked, plain, 1e-3)
+
+
+@contextlib.contextmanager
+def in_float32(module):
+    """The module in float32 for a while, then its own parameters and buffers back, exactly."""
+    params = [(p, p.data) for p in module.parameters()]
+    buffers = [(m, dict(m._buffers)) for m in module.modules()]
+    module.float()
+    try:
+        yield module
+    finally:
+        for param, data in params:
+            param.data = data
+        for layer, saved in buffers:
+            layer._buffers.update(saved)
+
+
+def tried_text(lang: str = "en") -> str:
     """The conventions tried, for the report of a mask that could not be verified."""
     shapes = ", ".join(dict.fromkeys(e.shape for e in ENCODINGS))
-    lengths = ", ".join(e.shape for e in LENGTHS)
-    return f"keep or block as bool or 0/1, or additive -inf, shaped {shapes}; valid lengths {lengths}"
+    return say("tried", lang, shapes=shapes, lengths=", ".join(e.shape for e in LENGTHS))
 
 
 def encoding_by_agreement(module, spec: CallSpec, assignments, plain_cases, make_cases, tol: float):

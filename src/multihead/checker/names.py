@@ -1,15 +1,15 @@
 """Constructor arguments (and config attributes) the checker fills in by name.
 
 When the learner gives no ``--init`` / ``--config``, ``guess_value("n_embd")`` says what to pass: 16
-features, 4 heads of 4, 16 positions, dropout 0, biases on. ``tried_text()`` lists every name it knows,
-for the message shown when a name is not among them.
+features, 4 heads of 4, 64 positions (the longest probe), dropout 0, biases on. ``tried_text()`` lists
+every name it knows, for the message shown when a name is not among them.
 """
 
 from __future__ import annotations
 
 from multihead.convert.projections import HEAD_COUNT_NAMES
 
-EMBED, HEADS, LENGTH = 16, 4, 16  # sizes used when the learner gives none
+EMBED, HEADS, LENGTH = 16, 4, 64  # sizes used when the learner gives none
 HEAD_DIM = EMBED // HEADS
 
 QUERY_SIZE_NAMES = ("query_size", "query_dim", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
@@ -89,11 +89,16 @@ def is_config_name(name: str, annotation: object = None) -> bool:
     return low in CONFIG_NAMES or low.endswith(("config", "cfg")) or "Config" in str(annotation or "")
 
 
-def tried_text() -> str:
-    """The names the checker recognises, grouped, for messages."""
-    groups = [("sizes", QUERY_SIZE_NAMES + EMBED_NAMES), ("key/value sizes", KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
-              ("heads", HEAD_NAMES), ("head sizes", HEAD_DIM_NAMES), ("lengths", LENGTH_NAMES),
-              ("flags", FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
-    listed = "; ".join(f"{label}: {', '.join(dict.fromkeys(names))}" for label, names in groups)
-    words = "; ".join(f"{'/'.join(w)} -> {v}" for w, v in PATTERNS)
+def tried_text(lang: str = "en") -> str:
+    """The names the checker recognises, grouped, for messages (``lang``: "en" or "zh")."""
+    zh = lang == "zh"
+    groups = [(("sizes", "宽度"), QUERY_SIZE_NAMES + EMBED_NAMES),
+              (("key/value sizes", "键/值宽度"), KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
+              (("heads", "头数"), HEAD_NAMES), (("head sizes", "每个头的维度"), HEAD_DIM_NAMES),
+              (("lengths", "长度"), LENGTH_NAMES), (("flags", "开关"), FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
+    sep, colon = ("；", "：") if zh else ("; ", ": ")
+    listed = sep.join(f"{label[zh]}{colon}{', '.join(dict.fromkeys(names))}" for label, names in groups)
+    words = sep.join(f"{'/'.join(w)} -> {v}" for w, v in PATTERNS)
+    if zh:
+        return f"{listed}；dropout：名字里含 {'/'.join(DROPOUT_HINTS)} 的都算；其他名字按所含的词猜：{words}"
     return f"{listed}; dropout: any name with {'/'.join(DROPOUT_HINTS)}; other names containing {words}"

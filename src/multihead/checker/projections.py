@@ -5,6 +5,8 @@
   x @ W + b (checked by calling it once, not by its name);
 * ``nn.MultiheadAttention`` inside the learner's module: its in-projection rows (or q/k/v_proj_weight)
   are three projections, fed by the query, key and value arguments of that call; its out_proj is a Linear;
+* Linear layers never called because ``F.multi_head_attention_forward`` is handed their weights (the
+  style of fairseq's fast path): the call's query, key and value arguments are what they project;
 * one ``Linear(D, D)`` shared by all H heads after the split (found later, in ``roles``): the same as a
   block-diagonal Linear(H*D, H*D), see ``shared_across_heads``.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -86,6 +89,11 @@ def _is_conv1d(layer: nn.Module) -> bool:
         return False
     want = x @ weight.detach() + (0 if bias is None else bias.detach())
     return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4)
+
+
+def _same(given, weight: torch.Tensor) -> bool:
+    """Is ``given`` (an argument of the functional attention call) this layer's weight?"""
+    return isinstance(given, torch.Tensor) and given.shape == weight.shape and torch.equal(given.detach(), weight)
 
 
 def find_projections(module: nn.Module) -> dict[str, Projection]:
@@ -166,11 +174,36 @@ class ProjectionInputs:
                     self._record(name, given[self.projections[name].role])
             self._handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
         self._watch_leaves()
+        self._watch_functional()
         return self
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
+        F.multi_head_attention_forward = self._functional
+
+    def _watch_functional(self) -> None:
+        """``F.multi_head_attention_forward`` given Linear layers' weights (fairseq's fast path): those
+        Linears are never called, so each is recorded as reading the argument its weight projects."""
+        self._functional = original = F.multi_head_attention_forward
+        inner = {id(m.out_proj) for m in self.module.modules() if isinstance(m, nn.MultiheadAttention)}
+        linears = {name: p for name, p in self.projections.items() if p.kind == "linear" and id(p.layer) not in inner}
+
+        def watched(query, key, value, embed_dim, num_heads, in_proj_weight, *args, **kwargs):
+            by_role = [kwargs.get(f"{r}_proj_weight") for r in "qkv"]
+            if not kwargs.get("use_separate_proj_weight") and isinstance(in_proj_weight, torch.Tensor):
+                by_role = list(in_proj_weight.chunk(3)) if in_proj_weight.numel() else by_role
+            out_weight = kwargs.get("out_proj_weight", args[5] if len(args) > 5 else None)
+            for name, proj in linears.items():
+                weight = proj.layer.weight.detach()
+                for given, tensor in zip(by_role, (query, key, value)):
+                    if _same(given, weight):
+                        self._record(name, tensor)
+                if _same(out_weight, weight):
+                    self._record(name, None)
+            return original(query, key, value, embed_dim, num_heads, in_proj_weight, *args, **kwargs)
+
+        F.multi_head_attention_forward = watched
 
     def transformed_inputs(self) -> dict[str, str]:
         """Tag -> the leaf layer whose output the projections read instead of that input (e.g. a

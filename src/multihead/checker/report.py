@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from multihead.checker.catalogue import BUG_BY_ID
-from multihead.checker.text import say
+from multihead.checker.text import bug_name, say
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
 
@@ -26,7 +26,8 @@ class CheckReport:
     bug_values: dict = field(default_factory=dict)  # fills the bug text (e.g. the misspelled name)
     error: float | None = None  # max relative forward error against the reference
     grad_error: float | None = None  # max relative gradient error (when the outputs matched)
-    exception: str | None = None  # what the learner's code raised, and where
+    exception: str | None = None  # what the learner's code raised ("AttributeError: ...")
+    where: str = ""  # the learner's line that raised it ("file.py:24: scores = ..."), when known
     conventions: list[tuple[str, dict]] = field(default_factory=list)  # (text key, values)
     roles: dict[str, str] = field(default_factory=dict)  # role -> where it lives
     notes: list[str] = field(default_factory=list)
@@ -57,7 +58,7 @@ class CheckReport:
         if self.verdict == "pass":
             return say("pass", lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
         if self.bug:
-            return say("fail-bug", lang, target=target, bug=self.bug)
+            return say("fail-bug", lang, target=target, bug=bug_name(self.bug, lang))
         if self.exception and self.exception.startswith("WrongOutputShape: "):
             return say("fail-shape", lang, target=target, shape=self.exception.split(": ", 1)[1])
         if self.exception:
@@ -72,7 +73,8 @@ class CheckReport:
         return [say(key, self.lang, **values) for key, values in self.conventions]
 
     def role_lines(self) -> list[str]:
-        return [f"{say(role, self.lang)}: {where if where != '(none)' else say('no-out', self.lang)}"
+        colon = "：" if self.lang == "zh" else ": "
+        return [f"{say(role, self.lang)}{colon}{where if where != '(none)' else say('no-out', self.lang)}"
                 for role, where in self.roles.items()]
 
     def detail_lines(self) -> list[str]:
@@ -83,6 +85,8 @@ class CheckReport:
             lines.append(say("explain", self.lang, topic=self.topic))
         if self.exception and self.bug:
             lines.append(self.exception)
+        if self.exception and self.where:
+            lines.append(say("raised-at", self.lang, where=self.where))
         return lines + list(self.notes)
 
     def to_dict(self) -> dict:
@@ -90,6 +94,7 @@ class CheckReport:
         return {"target": self.target, "verdict": self.verdict, "exit_code": self.exit_code,
                 "bug": self.bug, "topic": self.topic, "explanation": self.explanation(),
                 "error": self.error, "grad_error": self.grad_error, "exception": self.exception,
+                "where": self.where or None,
                 "reason": self.reason or None, "conventions": self.convention_lines(),
                 "roles": dict(self.roles), "notes": list(self.notes)}
 

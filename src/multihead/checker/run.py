@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import io
 import math
 from collections.abc import Mapping
@@ -27,12 +28,13 @@ from multihead.checker.diagnose import match_exception, random_weights
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (LoadError, build, load_class, misspelled_forward, parse_init, size_values,
                                     switched_on, with_head_count)
+from multihead.checker.masks import all_keep_encoding
 from multihead.checker.names import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
                                      VALUE_SIZE_NAMES, is_head_count_name)
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
-from multihead.checker.text import check_lang, say
+from multihead.checker.text import bug_name, bug_names, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
 
 
@@ -105,11 +107,11 @@ def _tell_scales_apart(report: CheckReport, rebuild, hints: Hints) -> None:
                              CheckReport(target=report.target, lang=report.lang))
         if other.bug in report.ambiguous and not other.ambiguous:
             report.bug = other.bug
-            report.notes.append(say("scale-rebuilt", report.lang, heads=heads, bug=other.bug,
-                                    bugs=", ".join(report.ambiguous)))
+            report.notes.append(say("scale-rebuilt", report.lang, heads=heads, bug=bug_name(other.bug, report.lang),
+                                    bugs=bug_names(report.ambiguous, report.lang)))
             report.ambiguous = []
             return
-    report.notes.append(say("scale-ambiguous", report.lang, bugs=", ".join(report.ambiguous)))
+    report.notes.append(say("scale-ambiguous", report.lang, bugs=bug_names(report.ambiguous, report.lang)))
 
 
 def _say_after_rename(method: str, inner: CheckReport) -> str:
@@ -117,7 +119,7 @@ def _say_after_rename(method: str, inner: CheckReport) -> str:
     if inner.passed:
         return say("after-rename-pass", inner.lang, method=method)
     if inner.bug:
-        return say("after-rename-bug", inner.lang, method=method, bug=inner.bug)
+        return say("after-rename-bug", inner.lang, method=method, bug=bug_name(inner.bug, inner.lang))
     return say("after-rename", inner.lang, method=method, verdict=inner.headline())
 
 
@@ -201,6 +203,8 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
             pass
     if square is None:
         randomise_projections(linear_layers(module))
+    if spec.mask_required:
+        _stand_in_for_no_mask(module, spec, setup, report)
     try:
         return _check_running(module, spec, setup, report)
     except LearnerError as raised:
@@ -210,9 +214,25 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
             retry = _check_module(module, kwargs, hints, CheckReport(target=report.target, lang=report.lang),
                                   square=head_dim)
             if retry.verdict == "fail" and retry.bug:  # e.g. q @ k, which only runs when L == D
-                retry.exception = report.exception
+                retry.exception, retry.where = report.exception, report.where
                 return retry
         return report
+
+
+def _stand_in_for_no_mask(module, spec: CallSpec, setup: Setup, report) -> None:
+    """A mask the module requires (it raises on None): unmasked calls pass an all-keep mask in its own
+    convention instead (``spec.none_mask``), and the report says so."""
+    probe = inputs(setup.dims, PROBE_BATCH, setup.length, setup.length, next(
+        (p.dtype for p in module.parameters()), torch.float32), 0)
+    try:
+        invoke(module, spec, *probe)
+        return
+    except LearnerError as raised:
+        if not raised.mask_none:
+            return
+    spec.none_mask = all_keep_encoding(module, spec, probe)
+    if spec.none_mask is not None:
+        report.notes.append(say("mask-filled-in", report.lang, param=spec.mask_param))
 
 
 def _dtype(module, spec, dims) -> torch.dtype:
@@ -254,12 +274,25 @@ def _check_running(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
     return best
 
 
+def meant_attribute(error: BaseException) -> tuple[str, str] | None:
+    """(the missing name, the tensor method it is closest to) for ``'Tensor' object has no attribute 'mask_fill'``."""
+    if not isinstance(error, AttributeError) or not str(error).startswith("'Tensor' object has no attribute"):
+        return None
+    name = getattr(error, "name", None) or str(error).rsplit("'", 2)[-2]
+    close = difflib.get_close_matches(name, [n for n in dir(torch.Tensor) if not n.startswith("_")], n=1)
+    return (name, close[0]) if close else None
+
+
 def _diagnose_exception(raised: LearnerError, module, spec, setup: Setup, report) -> None:
     """Name the bug behind an exception, or report the exception and where it happened."""
     report.verdict = "fail"
-    report.exception = f"{type(raised.error).__name__}: {str(raised.error).splitlines()[0]}"
-    if raised.where:
-        report.exception += f" ({raised.where})"
+    report.exception = f"{type(raised.error).__name__}: {(str(raised.error).splitlines() or [''])[0]}"
+    report.where = raised.where
+    meant = meant_attribute(raised.error)
+    if meant:
+        report.notes.append(say("did-you-mean", report.lang, name=meant[0], meant=meant[1]))
+    if raised.with_mask:
+        report.notes.append(say("raises-with-mask", report.lang, param=spec.mask_param))
     report.conventions = conventions(spec, torch.float32)[:1]  # only the signature is known for sure
     dtype = next((p.dtype for p in module.parameters()), torch.float32)
     case = (*inputs(setup.dims, PROBE_BATCH, 5, 7 if spec.inputs != "x" else 5, dtype, 10), None)

@@ -6,6 +6,43 @@ from multihead.errors import AttentionError
 
 LANGS = ("en", "zh")
 
+# bug id -> (English, Chinese): the bug's short name, shown with its id in parentheses
+BUG_TITLE = {
+    "reshape-without-transpose": ("heads split without a transpose", "拆分多头时缺少 transpose"),
+    "merge-without-transpose": ("heads merged without a transpose", "合并多头时缺少 transpose"),
+    "softmax-wrong-axis": ("softmax over the wrong axis", "softmax 的维度不对"),
+    "missing-scale": ("scores not scaled", "注意力分数没有缩放"),
+    "scale-by-embed-dim": ("scaled by the model width, not the head size", "按模型宽度而不是单头维度缩放"),
+    "scale-halved": ("half the right scale", "缩放因子只有应有值的一半"),
+    "scale-by-head-dim": ("divided by head_dim, not its square root", "除以了 head_dim 而不是它的平方根"),
+    "wrong-scale": ("wrong scale", "缩放因子不对"),
+    "scale-after-softmax": ("scaled after the softmax", "在 softmax 之后才缩放"),
+    "mask-after-softmax": ("mask applied after the softmax", "在 softmax 之后才加掩码"),
+    "mask-filled-with-zero": ("blocked scores filled with 0", "被屏蔽的分数填成了 0"),
+    "mask-wrong-rows": ("mask sent to the wrong batch rows", "掩码作用到了错误的批次行"),
+    "no-output-projection": ("output projection never applied", "没有使用输出投影层"),
+    "causal-off-by-one": ("causal mask off by one", "因果掩码错了一位"),
+    "keys-used-as-values": ("weights multiply the keys, not the values", "注意力权重乘的是键而不是值"),
+    "scores-without-key-transpose": ("scores without transposing the keys", "计算分数时没有转置 K"),
+    "view-on-non-contiguous": ("view() on a non-contiguous tensor", "在内存不连续的张量上调用 view()"),
+    "forward-misspelled": ("forward misspelled", "forward 方法名拼错了"),
+    "mask-ignored": ("mask has no effect", "掩码没有起作用"),
+    "mask-sign-flipped": ("mask added with the wrong sign", "掩码加到分数上时符号反了"),
+    "kv-heads-tiled": ("key/value heads tiled, not grouped", "键/值头按整体平铺复制，而不是按组复制"),
+}
+
+
+def bug_name(bug_id: str, lang: str) -> str:
+    """The bug's short name with its id: ``heads split without a transpose (reshape-without-transpose)``."""
+    title = BUG_TITLE[bug_id][LANGS.index(lang)]
+    return f"{title}（{bug_id}）" if lang == "zh" else f"{title} ({bug_id})"
+
+
+def bug_names(bug_ids, lang: str) -> str:
+    """Several bugs' names, joined in the language's way."""
+    return ("、" if lang == "zh" else ", ").join(bug_name(bug_id, lang) for bug_id in bug_ids)
+
+
 # bug id -> (English, Chinese): one line saying what the code does wrong and what it should do
 BUG_TEXT = {
     "reshape-without-transpose": (
@@ -28,7 +65,7 @@ BUG_TEXT = {
         "注意力分数没有缩放：softmax 之前要把 q @ k^T 除以 sqrt(head_dim)。"),
     "scale-by-embed-dim": (
         "The scores are divided by sqrt(embed_dim); the scale is 1 / sqrt(head_dim), the size of one head.",
-        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，即单个头的维度。"),
+        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，其中 head_dim 是单个头的维度。"),
     "scale-halved": (
         "The scores are divided by 2 * sqrt(head_dim): the scale is half of 1 / sqrt(head_dim). "
         "Divide by sqrt(head_dim) exactly once.",
@@ -85,6 +122,23 @@ BUG_TEXT = {
         "The class has no forward method (nn.Module calls forward); '{method}' looks like a misspelling "
         "of it.",
         "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
+    "mask-sign-flipped": (
+        "The mask is added to the scores times a large positive number (scores += {param} * 1e9): a mask "
+        "multiplied by a large number conventionally marks 1 = blocked, and that mask would give the blocked "
+        "keys all the weight. It only works if a caller passes the reverse, 1 = may attend (e.g. 1 - padding), "
+        "and even then every kept score is shifted by 1e9, which float32 rounds away. Use "
+        "scores += {param} * -1e9 (1 = blocked) or masked_fill.",
+        "掩码乘以一个很大的正数后加到了分数上（scores += {param} * 1e9）：按惯例，乘以大数的掩码用 1 表示屏蔽，"
+        "可这样写会让被屏蔽的键拿走全部权重。只有调用者反过来传 1 = 可以关注（例如 1 - padding）时结果才对，"
+        "而且即便如此，每个保留的分数都被加上了 1e9，在 float32 下分数之间的差别会被舍入掉。"
+        "应写成 scores += {param} * -1e9（1 = 屏蔽），或者用 masked_fill。"),
+    "kv-heads-tiled": (
+        "The key/value heads are copied with repeat (kv head j serves query heads j, j + Hkv, ...); each kv head "
+        "belongs to a group of neighbouring query heads: repeat_interleave(H // Hkv, dim=1), so query head h "
+        "reads kv head h // (H // Hkv).",
+        "键/值头是用 repeat 复制的（第 j 个键/值头被分给了第 j、j + Hkv……个查询头）；"
+        "而每个键/值头应属于一组相邻的查询头：应写 repeat_interleave(H // Hkv, dim=1)，"
+        "让第 h 个查询头读取第 h // (H // Hkv) 个键/值头。"),
     "mask-ignored": (
         "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
         "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
@@ -94,117 +148,148 @@ BUG_TEXT = {
 
 # convention key -> (English, Chinese)
 CONVENTION_TEXT = {
-    "inputs:x": ("forward({args}): self-attention on one input", "forward({args})：单输入自注意力"),
-    "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别输入"),
+    "inputs:x": ("forward({args}): self-attention on one input", "forward({args})：只有一个输入的自注意力"),
+    "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别传入"),
     "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
-                    "forward({args})：查询，以及键值共用的一个输入"),
+                    "forward({args})：传入查询，键和值共用另一个输入"),
     "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
-                  "从行为判断出的参数：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
+                  "根据行为判断出各参数的角色：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
-                   "从行为判断出的参数：查询是 '{q}'，键和值都来自 '{k}'"),
+                   "根据行为判断出各参数的角色：查询是 '{q}'，键和值都来自 '{k}'"),
     "pre": ("its projections read the output of '{name}' ({kind}, inside the module): the attention is "
-            "checked on that", "它的投影层读的是模块内部 '{name}'（{kind}）的输出：注意力按这个输入来检查"),
-    "layout:batch": ("batch first (B, L, E)", "批量在前 (B, L, E)"),
-    "layout:seq": ("sequence first (L, B, E)", "序列在前 (L, B, E)"),
-    "causal:yes": ("causal inside the module (it masks future tokens){buffer}",
-                   "模块内部带因果掩码（屏蔽后面的词）{buffer}"),
-    "causal:no": ("not causal", "非因果"),
+            "checked on that", "它的投影层读取的是模块内部 '{name}'（{kind}）的输出，所以注意力按这个输出来检查"),
+    "layout:batch": ("batch first (B, L, E)", "批量维在前 (B, L, E)"),
+    "layout:seq": ("sequence first (L, B, E)", "序列维在前 (L, B, E)"),
+    "causal:yes": ("causal inside the module (it masks future tokens)", "模块内部带因果掩码（屏蔽后面的词）"),
+    "causal:yes-buffer": ("causal inside the module (it masks future tokens; buffer '{buffer}')",
+                          "模块内部带因果掩码（屏蔽后面的词；缓冲区 '{buffer}'）"),
+    "causal:no": ("not causal", "不带因果掩码"),
     "causal:after-softmax": ("causal through buffer '{buffer}', applied after the softmax",
-                             "通过缓冲区 '{buffer}' 实现因果，但放在了 softmax 之后"),
+                             "通过缓冲区 '{buffer}' 实现因果屏蔽，但放在了 softmax 之后"),
     "mask:none": ("no mask argument", "没有掩码参数"),
     "mask:ignored": ("mask argument '{param}': has no effect on the outputs",
                      "掩码参数 '{param}'：对输出没有任何影响"),
     "mask:unknown": ("mask argument '{param}': convention not recognised, compared without masks",
-                     "掩码参数 '{param}'：无法识别其约定，只比较了不带掩码的情况"),
-    "cross-lengths": ("Lq != Lk accepted", "支持 Lq != Lk"),
-    "cross-lengths:equal": ("needs Lq == Lk (compared with equal lengths)", "要求 Lq == Lk（只用等长输入比较）"),
+                     "掩码参数 '{param}'：无法识别它的约定，因此只比较了不带掩码的情况"),
+    "mask:unconfirmed": ("mask argument '{param}': its convention could not be confirmed (with this bug, blocked "
+                         "keys still change the outputs)",
+                         "掩码参数 '{param}'：无法确认它的约定（有这个错误时，被屏蔽的键仍会影响输出）"),
+    "cross-lengths": ("Lq != Lk accepted", "查询和键的长度可以不同（Lq != Lk）"),
+    "cross-lengths:equal": ("needs Lq == Lk (compared with equal lengths)",
+                            "要求查询和键等长（Lq == Lk），因此只用等长的输入比较"),
     "heads": ("{heads} heads of size {head_dim}", "{heads} 个头，每个头 {head_dim} 维"),
     "kv-heads": ("key/value heads: {kv_heads}, each shared by a group of query heads (GQA)",
-                 "键/值头：{kv_heads} 个，每个由一组查询头共享（GQA）"),
-    "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（按 float32 比较）"),
+                 "键/值头有 {kv_heads} 个，每个由一组查询头共享（GQA）"),
+    "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（因此按 float32 比较）"),
 }
 
 # mask encoding name -> (English, Chinese)
 MASK_TEXT = {
-    "keep": ("mask '{param}' {shape}: True/1 = may attend", "掩码 '{param}' {shape}：True/1 = 可以关注"),
-    "block": ("mask '{param}' {shape}: True/1 = blocked", "掩码 '{param}' {shape}：True/1 = 被屏蔽"),
-    "block01": ("mask '{param}' {shape}: 0/1 floats, 1 = blocked (times a large negative number)",
-                "掩码 '{param}' {shape}：0/1 浮点数，1 = 被屏蔽（乘以一个很大的负数）"),
+    "keep": ("mask '{param}' {shape}: True/1 = may attend", "掩码 '{param}' {shape}：True 或 1 表示可以关注"),
+    "block": ("mask '{param}' {shape}: True/1 = blocked", "掩码 '{param}' {shape}：True 或 1 表示屏蔽"),
+    "block01": ("mask '{param}' {shape}: 0/1 floats, 1 = blocked", "掩码 '{param}' {shape}：0/1 浮点数，1 表示屏蔽"),
+    "keep-shifted": ("mask '{param}' {shape}: fits only as 1 = may attend, added to the scores times +1e9 (the "
+                     "reverse of the usual 1 = blocked)",
+                     "掩码 '{param}' {shape}：只有按“1 表示可以关注”来传才对得上；它乘以 +1e9 后加到分数上，"
+                     "与常见的“1 表示屏蔽”正好相反"),
     "additive": ("mask '{param}' {shape}: added to the scores, -inf = blocked",
-                 "掩码 '{param}' {shape}：加到注意力分数上，-inf = 被屏蔽"),
+                 "掩码 '{param}' {shape}：加到注意力分数上，-inf 表示屏蔽"),
     "causal-switch": ("mask '{param}': any mask switches causal masking on (its values are not read); checked "
-                      "with the causal pattern", "掩码 '{param}'：只要传入掩码就会启用因果屏蔽（不读取掩码的值）；"
-                      "按因果模式检查"),
+                      "with the causal pattern", "掩码 '{param}'：只要传入掩码就会打开因果屏蔽（掩码的值并不读取），"
+                      "因此按因果模式检查"),
     "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
-                "有效长度 '{param}' {shape}：只保留 j < len 的键"),
+                "有效长度 '{param}' {shape}：只保留下标 j < len 的键"),
 }
 
 ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出")}
 
 MESSAGES = {
     "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
-             "通过：{target} 与 multihead.MultiHeadAttention 一致（前向和梯度，最大误差 {error:.1e}）"),
+             "通过：{target} 与 multihead.MultiHeadAttention 一致（前向输出和梯度都一致，最大误差 {error:.1e}）"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
-                     "不属于已知错误"),
+                     "不属于错误目录里已知的任何一种"),
     "fail-grad": ("FAIL: {target}: outputs match but gradients differ (max error {error:.2e})",
-                  "未通过：{target}：输出一致但梯度不一致（最大误差 {error:.2e}）"),
+                  "未通过：{target}：输出一致，但梯度不一致（最大误差 {error:.2e}）"),
     "fail-reason": ("FAIL: {target}: {reason}", "未通过：{target}：{reason}"),
     "fail-shape": ("FAIL: {target}: {shape}", "未通过：{target}：输出形状不对：{shape}"),
-    "fail-raises": ("FAIL: {target} raises {exception}", "未通过：{target} 运行时报错 {exception}"),
+    "fail-raises": ("FAIL: {target} raises {exception}", "未通过：{target} 运行时抛出异常：{exception}"),
     "error": ("ERROR: could not check {target}: {reason}", "错误：无法检查 {target}：{reason}"),
     "explain": ("learn more: multihead explain {topic}", "详细讲解：multihead explain {topic}"),
     "conventions": ("Conventions found", "检测到的约定"),
     "roles": ("Roles of its Linear layers", "各线性层的角色"),
-    "no-out": ("(none: heads are concatenated)", "（无：各头直接拼接）"),
+    "no-out": ("(none: heads are concatenated)", "（无：各头的输出直接拼接）"),
     "after-rename-pass": ("with '{method}' renamed to forward, it matches the reference",
                           "把 '{method}' 改名为 forward 后，它与参考实现一致"),
     "after-rename-bug": ("with '{method}' renamed to forward, it still has a bug: {bug}",
-                         "把 '{method}' 改名为 forward 后，仍有错误：{bug}"),
+                         "把 '{method}' 改名为 forward 后，仍然有错：{bug}"),
     "after-rename": ("with '{method}' used as forward, the rest of the check says: {verdict}",
-                     "把 '{method}' 当作 forward 后，其余检查结果：{verdict}"),
+                     "把 '{method}' 当作 forward 后，其余的检查结果是：{verdict}"),
     "random": ("two identical calls in eval mode give different outputs: is dropout applied with "
                "training=True (F.dropout(x, p) defaults to it)? Use nn.Dropout or pass training=self.training",
-               "eval 模式下两次相同的调用得到不同输出：是否用了 training=True 的 dropout（F.dropout(x, p) "
-               "默认如此）？请用 nn.Dropout，或传入 training=self.training"),
+               "在 eval 模式下，两次相同的调用得到了不同的输出：是不是 dropout 用了 training=True"
+               "（F.dropout(x, p) 默认就是这样）？请改用 nn.Dropout，或者传入 training=self.training。"),
     "no-roles": ("could not tell which layers project queries, keys and values. What each projection read "
                  "(x/q/k/v: an input, mid: an intermediate tensor, -: never called): {seen}. Projections it "
                  "recognises: nn.Linear, GPT-2-style Conv1D (x @ W + b), nn.MultiheadAttention inside the "
-                 "module; raw nn.Parameter matrices are not",
-                 "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v：输入，mid：中间张量，-：没有被调用）："
-                 "{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、模块内部的 "
-                 "nn.MultiheadAttention；直接用 nn.Parameter 矩阵做投影的写法无法识别"),
+                 "module, Linear weights handed to F.multi_head_attention_forward; raw nn.Parameter matrices are not",
+                 "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v 表示输入，mid 表示中间张量，"
+                 "- 表示没有被调用）：{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、"
+                 "模块内部的 nn.MultiheadAttention，以及交给 F.multi_head_attention_forward 的 Linear 权重；"
+                 "直接用 nn.Parameter 矩阵做投影的写法无法识别。"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
-                     "the outputs best", "批量中的样本相互影响，因此按哪种排列最符合输出来选择布局"),
+                     "the outputs best", "批量中的各个样本会相互影响，所以选用了与输出最吻合的那种布局"),
     "mask-required": ("it raised when called without a mask ({param}=None), which the checker does to compare "
                       "unmasked outputs: let None mean no mask (`if {param} is not None:`)",
-                      "不带掩码调用时（{param}=None）它报错了，而检查器需要这样调用来比较不加掩码的输出："
-                      "请让 None 表示不加掩码（`if {param} is not None:`）"),
+                      "不传掩码调用时（{param}=None）它报错了，而检查器要这样调用才能比较不加掩码的输出："
+                      "请让 None 表示不加掩码（`if {param} is not None:`）。"),
+    "raised-at": ("raised at {where}", "出错的代码：{where}"),
+    "raises-with-mask": ("it runs without a mask and raises as soon as '{param}' is given one, under every "
+                         "mask convention tried", "不传掩码时能运行，但只要给 '{param}' 传入掩码就会报错，"
+                         "试过的各种掩码约定都是如此"),
+    "did-you-mean": ("tensors have no method '{name}': did you mean '{meant}'?",
+                     "张量没有 '{name}' 这个方法：是不是想写 '{meant}'？"),
+    "mask-filled-in": ("its mask argument '{param}' is required (it raises on None): every call without a "
+                       "mask passed a mask that keeps every key, in the module's own convention",
+                       "掩码参数 '{param}' 是必填的（传 None 会报错）：凡是不加掩码的调用，"
+                       "都按这个模块自己的约定传入了一个不屏蔽任何键的掩码"),
+    "wrong-when-longer": ("it matches the reference on sequences of up to {shorter} tokens but not on {length} "
+                          "tokens (max error {error:.2e}): something in it depends on the length (an approximation "
+                          "or a window that only starts on long sequences?)",
+                          "在不超过 {shorter} 个词的序列上与参考实现一致，到 {length} 个词时就不一致了"
+                          "（最大误差 {error:.2e}）：其中有随长度变化的部分（是否有只在长序列上才启用的近似或窗口？）"),
     "mask-unverified": ("its mask argument '{param}' could not be verified: under none of the conventions tried "
                         "({tried}) do blocked keys stop mattering, and no known mistake explains the masked "
-                        "outputs", "无法验证掩码参数 '{param}'：试过的各种约定（{tried}）都没能让被屏蔽的键不起作用，"
+                        "outputs", "无法验证掩码参数 '{param}'：试过的各种约定（{tried}）都没能让被屏蔽的键失去作用，"
                         "已知的错误也解释不了带掩码时的输出"),
+    "tried": ("keep or block as bool or 0/1, or additive -inf, shaped {shapes}; valid lengths {lengths}",
+              "用 bool 或 0/1 表示保留或屏蔽，或者加性的 -inf，形状为 {shapes}；有效长度，形状为 {lengths}"),
     "scale-measured": ("measured scale of the scores: {measured:.6g} (1/sqrt(head_dim) = {right:.6g})",
                        "实测的分数缩放因子：{measured:.6g}（1/sqrt(head_dim) = {right:.6g}）"),
     "scale-rebuilt": ("at this head count {bugs} give the same scale; rebuilt with {heads} heads, the module "
-                      "shows {bug}", "在这个头数下 {bugs} 的缩放因子相同；改用 {heads} 个头重新构建后，它表现为 {bug}"),
+                      "shows {bug}", "在这个头数下，{bugs} 的缩放因子相同；改用 {heads} 个头重新构建后，"
+                      "可以确定是{bug}"),
     "scale-ambiguous": ("at this head count these mistakes give the same scale: {bugs}; build it with another "
-                        "number of heads (--init) to tell them apart", "在这个头数下这些错误的缩放因子相同：{bugs}；"
-                        "请用 --init 换一个头数来区分"),
+                        "number of heads (--init) to tell them apart", "在这个头数下，这几种错误的缩放因子相同："
+                        "{bugs}；请用 --init 换一个头数来区分"),
     "config-read": ("built with a config object; the attributes its constructor read: {values}",
-                    "用配置对象构造；构造函数读取的属性：{values}"),
+                    "用配置对象构造；构造函数读取了这些属性：{values}"),
     "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
-                    "it on (pass --init to choose)", "构造时使用了 {name}=True：它的默认值是 False，而用这个类搭建"
-                    "的模型会打开它（可用 --init 指定）"),
-    "also-scale": ("and a second mistake: the scores are scaled by {measured:.6g}, not 1/sqrt(head_dim) = {right:.6g} "
-                   "({bug})", "还有第二个错误：分数的缩放因子是 {measured:.6g}，而不是 1/sqrt(head_dim) = {right:.6g}（{bug}）"),
-    "named-without-mask": ("named from the outputs without a mask: with a mask they differ from this variant too "
-                           "(a causal fill and a mask fill that are not the same number?)",
-                           "依据不带掩码的输出判断：带掩码时输出与这个变体也不一致（因果屏蔽和掩码用的填充值不同？）"),
+                    "it on (pass --init to choose)", "构造时设置了 {name}=True：它的默认值是 False，"
+                    "但用这个类搭建的模型会把它打开（可以用 --init 指定）"),
+    "also-scale": ("and a second mistake, {bug}: the scores are scaled by {measured:.6g}, not 1/sqrt(head_dim) = "
+                   "{right:.6g}", "还有第二个错误，{bug}：分数的缩放因子是 {measured:.6g}，"
+                   "而不是 1/sqrt(head_dim) = {right:.6g}"),
+    "named-without-mask": ("named from the outputs without a mask: with a mask they differ from this variant too",
+                           "这是根据不带掩码的输出判断的：带掩码时，输出与这种错误写法也对不上"),
+    "named-without-mask-causal": ("named from the outputs without a mask: with a mask they differ from this variant "
+                                  "too (a causal fill and a mask fill that are not the same number?)",
+                                  "这是根据不带掩码的输出判断的：带掩码时，输出与这种错误写法也对不上"
+                                  "（因果屏蔽和掩码用的填充值是否不一样？）"),
     "printed": ("its forward prints; that output was hidden during the check",
-                "它的 forward 会打印内容；检查期间这些输出已被隐藏"),
+                "它的 forward 会打印内容；检查期间这些输出都被隐藏了"),
 }
 
 

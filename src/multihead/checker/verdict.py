@@ -21,18 +21,19 @@ from dataclasses import dataclass
 import torch
 
 from multihead.checker import conventions as conv
-from multihead.checker.calling import CallSpec, invoke
+from multihead.checker.calling import CallSpec, LearnerError, invoke
 from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
-from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
+from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding,
+                                     encoding_by_agreement, keep_shifts_scores, tried_text)
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs, describe_seen
 from multihead.checker.roles import candidate_roles
 from multihead.checker.scale import measure_scale
-from multihead.checker.text import say
+from multihead.checker.text import bug_name, say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
 
@@ -90,6 +91,8 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
         probe = inputs(dims, PROBE_BATCH, L, Lk, dtype, 4)
         # a mask whose presence alone makes it causal (its values unread) first: its blocked keys can look inert
         spec.encoding = causal_switch(module, spec, probe, tol) or detect_encoding(module, spec, probe, tol)
+        if spec.none_mask is not None and spec.encoding is not None and spec.encoding.family != "causal":
+            spec.none_mask = spec.encoding  # "no mask" from now on in the convention the masked probes found
     return Lk
 
 
@@ -127,11 +130,20 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             report.verdict = "pass"
     else:
         match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
+        if report.bug and spec.mask_param and spec.encoding is not None and spec.encoding.family != "causal":
+            _mask_under_bug(module, spec, match, plain, make_masked, tol, report)
+    if report.verdict == "pass" and spec.mask_param and keep_shifts_scores(module, spec, plain[0][:3]):
+        report.verdict, report.bug = "fail", "mask-sign-flipped"
+        report.bug_values = {"param": spec.mask_param}
+        report.conventions = [("keep-shifted", values) if key == "keep" else (key, values)
+                              for key, values in report.conventions]
+    if report.verdict == "pass":
+        _check_longer(module, spec, match.roles, plain, tol, report)
     if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
         report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
-                                                    tried=tried_text())
+                                                    tried=tried_text(report.lang))
     elif spec.mask_param and spec.encoding is None:
-        report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text()))
+        report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text(report.lang)))
     if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
         match = Match(match.form, _by_names(assignments, match.roles), match.fill, match.error)
     report.roles = match.roles.describe()
@@ -140,6 +152,30 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     if weights.num_kv_heads != weights.num_heads:
         report.conventions.append(("kv-heads", {"kv_heads": weights.num_kv_heads}))
     return report
+
+
+LONGER = (12, 16, 24, 40, 64)  # probe lengths after a PASS at short ones: approximations exact only when short
+
+
+def _check_longer(module, spec: CallSpec, roles, plain, tol: float, report) -> None:
+    """A module that matched on short probes must match at every longer length it runs at (one that
+    raises there, e.g. past its context length, is not probed further); the first that differs fails it."""
+    dims = tuple(t.shape[-1] for t in plain[0][:3])
+    extra = plain[0][1].shape[1] - plain[0][0].shape[1]  # Lk - Lq of the probes
+    matched = max(case[0].shape[1] for case in plain)  # the longest length it matched at so far
+    for length in LONGER:
+        case = [(*inputs(dims, 2, length, length + extra, plain[0][0].dtype, 20 + length), None)]
+        try:
+            with torch.no_grad():
+                wanted = [invoke(module, spec, *case[0])]
+        except LearnerError:
+            return
+        error = closest(module, spec, [roles], case, wanted, [None]).error
+        if error > tol:
+            report.verdict, report.error = "fail", error
+            report.reason = say("wrong-when-longer", report.lang, length=length, shorter=matched, error=error)
+            return
+        matched = length
 
 
 def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float, report):
@@ -166,7 +202,8 @@ def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float
         scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
         if scale is not None:
             match = Match(form, scale.roles, fills[0], scale.error)
-            report.notes.append(say("also-scale", report.lang, bug=scale.bug, measured=scale.scale, right=scale.right))
+            report.notes.append(say("also-scale", report.lang, bug=bug_name(scale.bug, report.lang),
+                                    measured=scale.scale, right=scale.right))
             return _named(match, report)
     unmasked = [i for i, case in enumerate(cases) if case[3] is None]
     if len(unmasked) == len(cases):
@@ -176,9 +213,37 @@ def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float
     for trial in [spec] + ([causal] if not spec.causal and spec.causal_buffer else []):
         bug = closest(module, trial, assignments, plain, plain_wanted, forms_to_try(False, trial.causal))
         if bug.error <= tol:
-            report.notes.append(say("named-without-mask", report.lang))
+            causal = spec.causal or bool(spec.causal_buffer)  # only a causal module has a causal fill to ask about
+            report.notes.append(say("named-without-mask-causal" if causal else "named-without-mask", report.lang))
             return _named_through_buffer(bug, spec, report) if trial is causal else _named(bug, report)
     return None
+
+
+def _mask_under_bug(module, spec: CallSpec, match, plain, make_masked, tol: float, report) -> None:
+    """A bug that mixes tokens or positions (a split without transpose, the wrong softmax axis) keeps
+    blocked keys from being inert, so the convention found first may be wrong: keep the one under which
+    the named bug reproduces the masked outputs too (finite ones), and describe that one; none fits: say
+    the convention is unconfirmed rather than describe a guess."""
+    found = None
+    for encoding in [spec.encoding] + [e for e in ENCODINGS + LENGTHS if e is not spec.encoding]:
+        trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
+        try:
+            cases = make_masked(trial)
+            with torch.no_grad():
+                got = [invoke(module, trial, *case) for case in cases]
+        except LearnerError:
+            continue
+        if all(torch.isfinite(g).all() for g in got) and \
+                closest(module, trial, [match.roles], cases, got, [match.form]).error <= tol:
+            found = encoding
+            break
+    report.notes = [note for note in report.notes if note not in (say("named-without-mask", report.lang),
+                                                                  say("named-without-mask-causal", report.lang))
+                    or found is None]
+    spec.encoding = found or spec.encoding
+    line = (found.kind, {"param": spec.mask_param, "shape": found.shape}) if found else \
+        ("mask:unconfirmed", {"param": spec.mask_param})
+    report.conventions = [line if key in MASK_KINDS else (key, values) for key, values in report.conventions]
 
 
 def _named(bug, report):
@@ -190,7 +255,7 @@ def _named_through_buffer(bug, spec: CallSpec, report):
     """The bug, found with the causal buffer applied: the report says how the buffer is used."""
     after = bug.form in NEEDS_MASK
     report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
-                           ("causal:yes", {"buffer": f" (buffer '{spec.causal_buffer}')"}))
+                           ("causal:yes-buffer", {"buffer": spec.causal_buffer}))
                           if key == "causal:no" else (key, values) for key, values in report.conventions]
     return _named(bug, report)
 
@@ -230,8 +295,8 @@ def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     for name, layer in dict(spec.pre.values()).items():
         found.append(("pre", {"name": name, "kind": type(layer).__name__}))
     found.append((f"layout:{spec.layout}", {}))
-    buffer = f" (buffer '{spec.causal_buffer}')" if spec.causal_buffer else ""
-    found.append(("causal:yes" if spec.causal else "causal:no", {"buffer": buffer}))
+    causal = ("causal:yes-buffer" if spec.causal_buffer else "causal:yes") if spec.causal else "causal:no"
+    found.append((causal, {"buffer": spec.causal_buffer}))
     if spec.mask_param is None:
         found.append(("mask:none", {}))
     elif spec.encoding is None:
