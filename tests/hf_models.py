@@ -52,7 +52,8 @@ FAMILIES = {  # name: () -> (model class, config); what the family adds to atten
         vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2, pad_token_id=0,
         initializer_range=0.3)),
     "mpt": lambda: (tf.MptForCausalLM, tf.MptConfig(  # ALiBi; the mask as a bool through masked_fill
-        vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=128, expansion_ratio=2, initializer_range=0.3)),
+        vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=128, expansion_ratio=2,
+        initializer_range=0.3)),
     "deepseek_v3": _deepseek_v3,
     "qwen3_next": _qwen3_next,
     "diffllama": lambda: (tf.DiffLlamaForCausalLM, tf.DiffLlamaConfig(  # differential: two softmaxes subtracted

@@ -65,14 +65,16 @@ def test_masks_arrive_as_structure():
     padded = real.clone()
     padded[1, :4] = False
     describe = lambda mask: [p.describe() for p in mask.parts]  # noqa: E731
-    assert describe(create_causal_mask(config, embeds, real, None)) == ["causal(top_left)"]
-    assert describe(create_causal_mask(config, embeds, padded, None)) == ["causal(top_left)", "keep(2, 1, 1, 12)"]
-    assert describe(create_sliding_window_causal_mask(config, embeds, padded, None)) == [
+    assert describe(create_causal_mask(config, embeds, real, past_key_values=None)) == ["causal(top_left)"]
+    assert describe(create_causal_mask(config, embeds, padded, past_key_values=None)) == [
+        "causal(top_left)", "keep(2, 1, 1, 12)"]
+    assert describe(create_sliding_window_causal_mask(config, embeds, padded, past_key_values=None)) == [
         "window(5, top_left)", "causal(top_left)", "keep(2, 1, 1, 12)"]
     assert describe(create_bidirectional_mask(config, embeds, real)) == []  # an empty Mask, never None
     cache = DynamicCache(config=config)
     cache.update(torch.zeros(2, 2, 12, 8), torch.zeros(2, 2, 12, 8), 0)
-    step = create_sliding_window_causal_mask(config, torch.zeros(2, 1, 32), torch.cat([padded, real[:, :1]], 1), cache)
+    step = create_sliding_window_causal_mask(config, torch.zeros(2, 1, 32), torch.cat([padded, real[:, :1]], 1),
+                                             past_key_values=cache)
     assert describe(step) == ["window(5, bottom_right)", "causal(bottom_right)"]  # the padding left the window
 
 
@@ -111,10 +113,10 @@ def test_the_mask_acts_as_hfs_eager_tensor_for_models_that_do_arithmetic_on_it(d
     config = mask_config()
     padded = torch.ones(2, 12, dtype=torch.bool)
     padded[1, :4] = False
-    inputs = (torch.zeros(2, 12, 32, dtype=dtype), padded, None)
-    ours = create_sliding_window_causal_mask(config, *inputs)
+    inputs = (torch.zeros(2, 12, 32, dtype=dtype), padded)
+    ours = create_sliding_window_causal_mask(config, *inputs, past_key_values=None)
     config._attn_implementation = "eager"
-    theirs = create_sliding_window_causal_mask(config, *inputs)  # (B, 1, Lq, Lk) dtype: 0 or dtype min
+    theirs = create_sliding_window_causal_mask(config, *inputs, past_key_values=None)  # (B, 1, Lq, Lk): 0 or min
     assert (ours.shape, ours.dtype, ours.device, ours.ndim) == (theirs.shape, theirs.dtype, theirs.device, 4)
     scores = torch.randn(2, 4, 12, 12).to(dtype)
     assert torch.equal(scores + ours, scores + theirs) and torch.equal(ours + scores, theirs + scores)

@@ -66,7 +66,8 @@ def test_a_rank_outside_the_group_is_told_and_the_members_run(world_size):
 def test_without_an_initialised_process_group_every_entry_point_says_so():
     q = torch.randn(1, 2, 4, 8)
     calls = [lambda: par.ring_attention(q, q, q, layout="zigzag"),
-             lambda: par.ulysses_attention(q, q, q, layout="zigzag"), lambda: par.shard_sequence(q, layout="zigzag"), lambda: par.unshard_sequence(q, layout="zigzag"),
+             lambda: par.ulysses_attention(q, q, q, layout="zigzag"), lambda: par.shard_sequence(q, layout="zigzag"),
+             lambda: par.unshard_sequence(q, layout="zigzag"),
              lambda: par.shard_heads(mh.MultiHeadAttention(8, 2), mesh=None)]
     for call in calls:
         with pytest.raises(mh.AttentionError, match="not initialised"):

@@ -9,9 +9,10 @@ The layout is always named by the caller (shard_sequence, unshard_sequence, ring
 ulysses_attention take the same required `layout=`); it never follows from `causal`. Both layouts
 give exact results for every mask; they differ in balance. Under a causal mask the early chunks
 see few keys and the late ones many; pairing chunk r with chunk 2P-1-r gives every rank the same
-amount of work (with the contiguous layout the last rank does nearly 2P-1 times the work of rank 0). Chunk sizes follow `torch.tensor_split`: when N does not
-divide evenly, the first chunks are one position longer, so shards may differ by a position or two
-and every rank can still work out every other rank's positions from N alone.
+amount of work (with the contiguous layout the last rank does nearly 2P-1 times the work of rank 0).
+Chunk sizes follow `torch.tensor_split`: when N does not divide evenly, the first chunks are one
+position longer, so shards may differ by a position or two, and every rank can still work out
+every other rank's positions from N alone.
 
 `shard_sequence` cuts a full tensor into this rank's shard; `unshard_sequence` gathers the shards
 back into the full tensor in position order.
