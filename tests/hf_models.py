@@ -77,11 +77,13 @@ ENCODERS = {"bert"}
 MASK_ONLY = {"bloom", "mpt"}  # attention written in the model, not through the interface: only the mask is ours
 
 
-def tiny_model(name: str) -> nn.Module:
-    """The family's model, eval mode, seeded; sink logits (zero at init) drawn so that they matter."""
+def tiny_model(name: str, implementation: str = "eager") -> nn.Module:
+    """The family's model built with `implementation`, eval mode, seeded (the same weights whatever the
+    implementation); sink logits (zero at init) drawn so that they matter."""
     model_class, config = FAMILIES[name]()
     torch.manual_seed(0)
-    model = model_class(config).eval()
+    model = model_class._from_config(config, attn_implementation=implementation).eval()
+    assert model.config._attn_implementation == implementation
     with torch.no_grad():
         for module in model.modules():
             if isinstance(getattr(module, "sinks", None), nn.Parameter):
@@ -98,21 +100,35 @@ def left_padded_batch(B: int = 3, L: int = 12):
     return ids, mask
 
 
-def run(model, implementation: str, **inputs):
-    """model(**inputs) under `implementation`, without grad."""
+def switch(model, implementation: str) -> None:
+    """model.set_attn_implementation(implementation), checked: models that write their attention
+    themselves (Bloom, MPT) refuse to switch with a warning, and a silent refusal would compare eager
+    with itself. Build those with tiny_model(name, implementation) instead."""
     model.set_attn_implementation(implementation)
+    assert model.config._attn_implementation == implementation, f"{type(model).__name__} did not switch"
+
+
+def run(model, implementation: str | None = None, **inputs):
+    """model(**inputs) without grad, after switching to `implementation` (None: as built)."""
+    if implementation is not None:
+        switch(model, implementation)
     with torch.no_grad():
         return model(**inputs)
 
 
+def generate(model, new: int, **options) -> torch.Tensor:
+    """(B, L + new): `new` greedy tokens after the left-padded batch."""
+    ids, mask = left_padded_batch()
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                          do_sample=False, pad_token_id=0, **options)
+
+
 def greedy_tokens(model, new: int, **options) -> dict:
     """{"eager": tokens, "multihead": tokens}: `new` greedy tokens after the left-padded batch, both ways."""
-    ids, mask = left_padded_batch()
     tokens = {}
     for implementation in ("eager", "multihead"):
-        model.set_attn_implementation(implementation)
-        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                                                min_new_tokens=new, do_sample=False, pad_token_id=0, **options)
+        switch(model, implementation)
+        tokens[implementation] = generate(model, new, **options)
     return tokens
 
 

@@ -16,7 +16,10 @@ pytest.importorskip("transformers")
 
 import multihead as mh  # noqa: E402
 import multihead.hf  # noqa: E402, F401  (registers "multihead")
-from hf_models import (ENCODERS, FAMILIES, MASK_ONLY, greedy_tokens, left_padded_batch, one_thread,  # noqa: E402, F401
+from multihead.hf import hf_mask  # noqa: E402
+from multihead.hf.prepared_mask import PreparedMask  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface  # noqa: E402
+from hf_models import (ENCODERS, FAMILIES, MASK_ONLY, generate, left_padded_batch, one_thread,  # noqa: E402, F401
                        run, tiny_model)
 
 NEW_TOKENS = 16
@@ -28,20 +31,29 @@ def output(result, name: str) -> torch.Tensor:
     return result.last_hidden_state if name in ENCODERS else result.logits
 
 
+def twins(name: str) -> dict:
+    """{implementation: the family's model built with it}, the same weights (some models cannot switch)."""
+    return {implementation: tiny_model(name, implementation) for implementation in ("eager", "multihead")}
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_outputs_and_attention_weights_equal_eager_on_a_left_padded_batch(name):
-    model = tiny_model(name)
+def test_outputs_and_attention_weights_equal_eager_on_a_left_padded_batch(name, monkeypatch):
+    models = twins(name)
     ids, mask = left_padded_batch()
     real = mask.bool()  # padding positions attend to nothing: eager gives them arbitrary rows, ours zeros
-    eager = run(model, "eager", input_ids=ids, attention_mask=mask, output_attentions=True)
+    eager = run(models["eager"], input_ids=ids, attention_mask=mask, output_attentions=True)
+    masks = []  # what multihead's mask function returned during the call
+    monkeypatch.setitem(AttentionMaskInterface._global_mapping, "multihead",
+                        lambda *args, **kwargs: masks.append(hf_mask(*args, **kwargs)) or masks[-1])
     with mh.capture_attention() as record:
-        fast = run(model, "multihead", input_ids=ids, attention_mask=mask)
+        fast = run(models["multihead"], input_ids=ids, attention_mask=mask)
+    assert masks and all(isinstance(m, PreparedMask) for m in masks)
     if name in MASK_ONLY:
-        assert len(record) == 0  # the model's own attention code ran, with the mask multihead built
+        assert len(record) == 0  # the model's own attention code ran, on the mask multihead built
     else:
         assert len(record) >= 1  # multihead ran (Qwen3-Next: its one full-attention layer)
     assert (output(fast, name) - output(eager, name))[real].abs().max() <= OUTPUT_TOLERANCE
-    ours = run(model, "multihead", input_ids=ids, attention_mask=mask, output_attentions=True)
+    ours = run(models["multihead"], input_ids=ids, attention_mask=mask, output_attentions=True)
     assert (output(ours, name) - output(eager, name))[real].abs().max() <= OUTPUT_TOLERANCE
     pairs = [(got, expected) for got, expected in zip(ours.attentions, eager.attentions) if expected is not None]
     assert len(ours.attentions) == len(eager.attentions) and pairs
@@ -52,6 +64,6 @@ def test_outputs_and_attention_weights_equal_eager_on_a_left_padded_batch(name):
 
 @pytest.mark.parametrize("name", [name for name in FAMILIES if name not in ENCODERS])
 def test_greedy_generation_gives_the_same_tokens(name):
-    tokens = greedy_tokens(tiny_model(name), NEW_TOKENS)
+    tokens = {implementation: generate(model, NEW_TOKENS) for implementation, model in twins(name).items()}
     assert tokens["eager"].shape == (3, 12 + NEW_TOKENS)
     assert torch.equal(tokens["multihead"], tokens["eager"])
