@@ -18,7 +18,7 @@ RUNS = [(f"{name}: {case.name}", case) for case in CASES for name in case.only]
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("label, case", RUNS, ids=[label for label, _ in RUNS])
+@pytest.mark.parametrize("label, case", RUNS, ids=[f"{label} [{case.shards}]" for label, case in RUNS])
 def test_equal_to_one_process_forward_and_backward(world_size, label, case):
     per_rank = group_results(world_size)[label]
     for rank, result in enumerate(per_rank):
