@@ -54,12 +54,12 @@ def equality(device) -> dict:
     ref.backward(dout)
     found = {}
     for name, fn in (("ring", parallel.ring_attention), ("ulysses", parallel.ulysses_attention)):
-        local = [parallel.shard_sequence(t, causal=True).detach().requires_grad_() for t in (q, k, v)]
-        out = fn(*local, mask, causal=True)
-        out.backward(parallel.shard_sequence(dout, causal=True))
+        local = [parallel.shard_sequence(t, layout="zigzag").detach().requires_grad_() for t in (q, k, v)]
+        out = fn(*local, mask, causal=True, layout="zigzag")
+        out.backward(parallel.shard_sequence(dout, layout="zigzag"))
         for label, mine, theirs in (("out", out, ref), ("dq", local[0].grad, full[0].grad),
                                     ("dk", local[1].grad, full[1].grad), ("dv", local[2].grad, full[2].grad)):
-            diff = (mine.detach() - parallel.shard_sequence(theirs.detach(), causal=True)).abs().max()
+            diff = (mine.detach() - parallel.shard_sequence(theirs.detach(), layout="zigzag")).abs().max()
             found[f"{name} {label}"] = largest(float(diff))
     found.update(heads_equality(device))
     return found
@@ -116,12 +116,12 @@ def long_context(args, device) -> list[dict]:
     B, H, Hkv, N, D = 1, args.heads, args.kv_heads, args.length, args.head_dim
     dtype = getattr(torch, args.dtype)
     g = torch.Generator(device=device).manual_seed(rank)
-    L = parallel.layout.shard_lengths(N, P, True)[rank]
+    L = parallel.layout.shard_lengths(N, P, "zigzag")[rank]
     q = torch.randn(B, H, L, D, generator=g, device=device, dtype=dtype)
     k, v = (torch.randn(B, Hkv, L, D, generator=g, device=device, dtype=dtype) for _ in range(2))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     item = torch.finfo(dtype).bits // 8
-    shape = dict(B=B, Hkv=Hkv, D=D, Dv=D, N=N, P=P, rank=rank, causal=True, item=item)
+    shape = dict(B=B, Hkv=Hkv, D=D, Dv=D, N=N, P=P, rank=rank, layout="zigzag", item=item)
     rows = []
     for name, fn, model in (("ring", parallel.ring_attention, lambda bwd: cost.ring_bytes(**shape, backward=bwd)),
                             ("ulysses", parallel.ulysses_attention,
@@ -131,10 +131,10 @@ def long_context(args, device) -> list[dict]:
 
         def forward(fn=fn):
             with torch.no_grad():
-                fn(q, k, v, causal=True)
+                fn(q, k, v, causal=True, layout="zigzag")
 
         def step(fn=fn):
-            torch.autograd.grad(fn(*leaves, causal=True).sum(), leaves)
+            torch.autograd.grad(fn(*leaves, causal=True, layout="zigzag").sum(), leaves)
 
         for pass_, call in (("forward", forward), ("forward+backward", step)):
             with count_traffic() as traffic:

@@ -52,6 +52,12 @@ class Case:
     nan_in_padding: bool = False
     only: tuple = ("ring", "ulysses")
     extra: dict = field(default_factory=dict)
+    layout: str = ""  # "contiguous" or "zigzag"; "" = the balanced choice: zig-zag when the call is causal
+
+    @property
+    def shards(self) -> str:
+        causal = self.causal or self.mask in ("bottom_right", "causal_part")
+        return self.layout or ("zigzag" if causal else "contiguous")
 
 
 def _masks(B: int, Nq: int, Nk: int) -> dict:
@@ -86,6 +92,16 @@ CASES = [
     Case("mqa", causal=True, Hkv=1, mask="lengths"),
     Case("small tiles", causal=True, Nq=37, Hkv=2, mask="key_padding", tile=3, only=("ring",)),
     Case("float64", causal=True, Nq=14, Hkv=2, mask="lengths", dtype=torch.float64),
+    # the other layout than the balanced one: exact as well
+    Case("causal gqa, contiguous", causal=True, Hkv=2, layout="contiguous"),
+    Case("causal uneven lengths+queries, contiguous", causal=True, Nq=19, Hkv=2, mask="lengths+queries",
+         layout="contiguous"),
+    Case("causal cross attention, contiguous", causal=True, Nq=12, Nk=21, layout="contiguous"),
+    Case("bottom-right lengths, contiguous", Nq=17, mask="bottom_right", layout="contiguous"),
+    Case("small tiles, contiguous", causal=True, Nq=37, Hkv=2, mask="key_padding", tile=3, only=("ring",),
+         layout="contiguous"),
+    Case("key padding uneven, zigzag", Nq=13, mask="key_padding", layout="zigzag"),
+    Case("float64, contiguous", causal=True, Nq=14, Hkv=2, mask="lengths", dtype=torch.float64, layout="contiguous"),
 ]
 
 
@@ -111,20 +127,20 @@ def _run_sequence_case(case: Case, name: str) -> dict:
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = mh.attention(*full, mask, causal=case.causal)
     ref.backward(dout)
-    zig = case.causal or case.mask in ("bottom_right", "causal_part")
-    local = [par.shard_sequence(t, causal=zig).detach().requires_grad_() for t in (q, k, v)]
+    shards = case.shards
+    local = [par.shard_sequence(t, layout=shards).detach().requires_grad_() for t in (q, k, v)]
     before = ring.TILE
     ring.TILE = case.tile or before
     try:
-        got = fn(*local, mask, causal=case.causal)
+        got = fn(*local, mask, causal=case.causal, layout=shards)
     finally:
         ring.TILE = before
-    got.backward(par.shard_sequence(dout, causal=zig))
+    got.backward(par.shard_sequence(dout, layout=shards))
     result = {"dtype": str(case.dtype), "shape": tuple(got.shape)}
     for label, mine, theirs in (("out", got, ref), ("dq", local[0].grad, full[0].grad),
                                 ("dk", local[1].grad, full[1].grad), ("dv", local[2].grad, full[2].grad)):
-        result[label] = _max_diff(mine.detach(), par.shard_sequence(theirs.detach(), causal=zig))
-    result["gathered out"] = _max_diff(par.unshard_sequence(got.detach(), causal=zig), ref.detach())
+        result[label] = _max_diff(mine.detach(), par.shard_sequence(theirs.detach(), layout=shards))
+    result["gathered out"] = _max_diff(par.unshard_sequence(got.detach(), layout=shards), ref.detach())
     if case.mask == "lengths":  # batch row 1 keeps no key at all: its outputs and gradients are exact zeros
         result["masked row largest"] = max(float(t[1].abs().max()) for t in (got.detach(), local[0].grad))
     return result
@@ -188,7 +204,8 @@ def error_cases() -> dict:
     g = torch.Generator().manual_seed(0)
     N = 16
     q, k, v = (torch.randn(2, 4, N, 8, generator=g) for _ in range(3))
-    ql, kl, vl = (par.shard_sequence(t) for t in (q, k, v))
+    ql, kl, vl = (par.shard_sequence(t, layout="contiguous") for t in (q, k, v))
+    q7, k7, v7 = (par.shard_sequence(t[:, :, :7], layout="contiguous") for t in (q, k, v))  # N=7: no zig-zag split
     one_row_more = lambda t: torch.cat([t, t[:, :, :1]], 2) if rank == 1 else t  # noqa: E731
     lens = torch.tensor([N, N - rank])  # every rank a different mask
     pad_local = torch.zeros(2, ql.shape[2], dtype=torch.bool)
@@ -204,22 +221,33 @@ def error_cases() -> dict:
                                                          vl[:, :2] if rank == 1 else vl),
         "a mask kind that cannot shard": lambda f: f(ql, kl, vl, mh.Mask.additive(torch.zeros(N, N))),
         "key padding of the local shard": lambda f: f(ql, kl, vl, mh.Mask.key_padding(pad_local)),
-        "too short for the zig-zag split": lambda f: f(*(t[:, :, :1] for t in (ql, kl, vl)), causal=True),
+        "too short for the zig-zag split": lambda f: f(*(t[:, :, :1] for t in (ql, kl, vl)), causal=True,
+                                                       layout="zigzag"),
+        "contiguous shards called as zig-zag": lambda f: f(q7, k7, v7, causal=True, layout="zigzag"),
+        "an unknown layout": lambda f: f(ql, kl, vl, layout="zig-zag"),
+        "ranks disagree on layout": lambda f: f(ql, kl, vl, layout="zigzag" if rank == 1 else "contiguous"),
         "a 2-D mesh as the group": lambda f: f(ql, kl, vl, group=mesh_2d),
     }
     out = {}
     for label, run in cases.items():
         for name, fn in (("ring", par.ring_attention), ("ulysses", par.ulysses_attention)):
-            out[f"error {name}: {label}"] = _outcome(lambda: run(fn))
-    out["error ulysses: heads not divisible"] = _outcome(lambda: par.ulysses_attention(ql[:, :3], kl[:, :3], vl[:, :3]))
+            out[f"error {name}: {label}"] = _outcome(lambda: run(functools.partial(fn, layout="contiguous")))
+    out["error ulysses: heads not divisible"] = _outcome(
+        lambda: par.ulysses_attention(ql[:, :3], kl[:, :3], vl[:, :3], layout="contiguous"))
     out["error shard_heads: heads not divisible"] = _outcome(
         lambda: par.shard_heads(mh.MultiHeadAttention(24, 6, num_kv_heads=3), mesh_1d))
     out["error shard_heads: 2-D mesh"] = _outcome(lambda: par.shard_heads(mh.MultiHeadAttention(16, 4), mesh_2d))
     out["error shard_heads: sinks on one rank"] = _outcome(
         lambda: par.shard_heads(mh.MultiHeadAttention(16, 4, sinks=rank == 1), mesh_1d))
     out["error shard_heads: module state unchanged"] = _unchanged_after_error(mesh_1d)
-    out["error unshard_sequence: dims differ"] = _outcome(lambda: par.unshard_sequence(ql[:, :2] if rank == 1 else ql))
-    out["error ring: not a member of the group"] = _outcome(lambda: par.ring_attention(ql, kl, vl, group=only_rank0))
+    out["error unshard_sequence: dims differ"] = _outcome(
+        lambda: par.unshard_sequence(ql[:, :2] if rank == 1 else ql, layout="contiguous"))
+    out["error unshard_sequence: contiguous shards gathered as zig-zag"] = _outcome(
+        lambda: par.unshard_sequence(q7, layout="zigzag"))
+    out["error unshard_sequence: ranks disagree on layout"] = _outcome(
+        lambda: par.unshard_sequence(ql, layout="zigzag" if rank == 1 else "contiguous"))
+    out["error ring: not a member of the group"] = _outcome(
+        lambda: par.ring_attention(ql, kl, vl, group=only_rank0, layout="contiguous"))
     return out
 
 
@@ -256,15 +284,16 @@ def traffic_cases() -> dict:
         g = torch.Generator().manual_seed(0)
         q = torch.randn(2, H, N, 8, generator=g)
         k, v = (torch.randn(2, Hkv, N, 8, generator=g) for _ in range(2))
-        local = [par.shard_sequence(t, causal=causal).detach().requires_grad_() for t in (q, k, v)]
-        shapes = dict(B=2, Hkv=Hkv, D=8, Dv=8, N=N, P=P, rank=rank, causal=causal, item=4)
+        shards = "zigzag" if causal else "contiguous"
+        local = [par.shard_sequence(t, layout=shards).detach().requires_grad_() for t in (q, k, v)]
+        shapes = dict(B=2, Hkv=Hkv, D=8, Dv=8, N=N, P=P, rank=rank, layout=shards, item=4)
         for name, fn, kind, model in (("ring", par.ring_attention, "p2p", cost.ring_bytes),
                                       ("ulysses", par.ulysses_attention, "all_to_all", cost.ulysses_bytes)):
             extra = {} if name == "ring" else {"H": H}
             with count_traffic() as fwd:
-                y = fn(*local, causal=causal)
+                y = fn(*local, causal=causal, layout=shards)
             with count_traffic() as both:
-                fn(*local, causal=causal).sum().backward()
+                fn(*local, causal=causal, layout=shards).sum().backward()
             out[f"traffic {name}: {label}"] = {
                 "forward": (fwd.sent[kind], model(**shapes, **extra)),
                 "forward+backward": (both.sent[kind], model(**shapes, **extra, backward=True)),

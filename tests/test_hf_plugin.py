@@ -2,6 +2,8 @@
 downloaded) and the packaged all-MiniLM-L6-v2, against each model's own "eager" attention."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -12,74 +14,11 @@ tf = pytest.importorskip("transformers")
 import multihead as mh  # noqa: E402
 import multihead.hf  # noqa: E402  (registers "multihead")
 from multihead.hf import hf_attention  # noqa: E402
+from hf_models import FAMILIES, greedy_tokens, left_padded_batch, one_thread, run, tiny_model  # noqa: E402, F401
 from transformers import AttentionInterface  # noqa: E402
 from transformers.cache_utils import DynamicCache  # noqa: E402
 from transformers.masking_utils import (AttentionMaskInterface, create_bidirectional_mask,  # noqa: E402
                                         create_causal_mask, create_sliding_window_causal_mask)
-
-VOCAB = 97
-SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-CONFIGS = {  # name: (model class, config), each exercising what its family adds
-    "llama": lambda: (tf.LlamaForCausalLM, tf.LlamaConfig(**SMALL, num_key_value_heads=4)),
-    "mistral": lambda: (tf.MistralForCausalLM, tf.MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=5)),
-    "qwen2": lambda: (tf.Qwen2ForCausalLM, tf.Qwen2Config(**SMALL, num_key_value_heads=1)),  # GQA, one kv head
-    "gemma2": lambda: (tf.Gemma2ForCausalLM, tf.Gemma2Config(  # softcap; a sliding and a full layer
-        **SMALL, num_key_value_heads=2, head_dim=8, sliding_window=5, attn_logit_softcapping=5.0,
-        query_pre_attn_scalar=8, final_logit_softcapping=None)),
-    "gpt2": lambda: (tf.GPT2LMHeadModel, tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
-                                                        n_positions=128, bos_token_id=1, eos_token_id=2)),
-    "gpt_oss": lambda: (tf.GptOssForCausalLM, tf.GptOssConfig(  # learned sink logits
-        **SMALL, num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=5,
-        layer_types=["sliding_attention", "full_attention"], rope_parameters={"rope_type": "default",
-                                                                              "rope_theta": 10000.0})),
-}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: threads only add synchronisation (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def tiny_model(name: str) -> nn.Module:
-    model_class, config = CONFIGS[name]()
-    torch.manual_seed(0)
-    model = model_class(config).eval()
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(getattr(module, "sinks", None), nn.Parameter):
-                module.sinks.normal_()  # sinks start at zero; make them matter
-    return model
-
-
-def greedy_tokens(model, new: int, **options) -> dict:
-    """{"eager": tokens, "multihead": tokens}: `new` greedy tokens after the left-padded batch, both ways."""
-    ids, mask = left_padded_batch()
-    tokens = {}
-    for implementation in ("eager", "multihead"):
-        model.set_attn_implementation(implementation)
-        tokens[implementation] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                                                min_new_tokens=new, do_sample=False, pad_token_id=0, **options)
-    return tokens
-
-
-def left_padded_batch(B: int = 3, L: int = 12):
-    """(input_ids, attention_mask) with rows 1 and 2 left-padded by 4 and 9 tokens."""
-    ids = torch.randint(3, VOCAB, (B, L), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones(B, L, dtype=torch.long)
-    mask[1, :4] = 0
-    mask[2, :9] = 0
-    return ids, mask
-
-
-def run(model, implementation: str, **inputs):
-    model.set_attn_implementation(implementation)
-    with torch.no_grad():
-        return model(**inputs)
 
 
 # --- registration ---------------------------------------------------------------------------------------
@@ -115,7 +54,7 @@ def test_attention_function_alone_refuses_to_run_without_any_mask():
 # --- masks: HF's description becomes structure, and means what HF's dense mask means -------------------
 
 def mask_config():
-    _, config = CONFIGS["mistral"]()
+    _, config = FAMILIES["mistral"]()
     config._attn_implementation = "multihead"
     return config
 
@@ -126,14 +65,16 @@ def test_masks_arrive_as_structure():
     padded = real.clone()
     padded[1, :4] = False
     describe = lambda mask: [p.describe() for p in mask.parts]  # noqa: E731
-    assert describe(create_causal_mask(config, embeds, real, None)) == ["causal(top_left)"]
-    assert describe(create_causal_mask(config, embeds, padded, None)) == ["causal(top_left)", "keep(2, 1, 1, 12)"]
-    assert describe(create_sliding_window_causal_mask(config, embeds, padded, None)) == [
+    assert describe(create_causal_mask(config, embeds, real, past_key_values=None)) == ["causal(top_left)"]
+    assert describe(create_causal_mask(config, embeds, padded, past_key_values=None)) == [
+        "causal(top_left)", "keep(2, 1, 1, 12)"]
+    assert describe(create_sliding_window_causal_mask(config, embeds, padded, past_key_values=None)) == [
         "window(5, top_left)", "causal(top_left)", "keep(2, 1, 1, 12)"]
     assert describe(create_bidirectional_mask(config, embeds, real)) == []  # an empty Mask, never None
     cache = DynamicCache(config=config)
     cache.update(torch.zeros(2, 2, 12, 8), torch.zeros(2, 2, 12, 8), 0)
-    step = create_sliding_window_causal_mask(config, torch.zeros(2, 1, 32), torch.cat([padded, real[:, :1]], 1), cache)
+    step = create_sliding_window_causal_mask(config, torch.zeros(2, 1, 32), torch.cat([padded, real[:, :1]], 1),
+                                             past_key_values=cache)
     assert describe(step) == ["window(5, bottom_right)", "causal(bottom_right)"]  # the padding left the window
 
 
@@ -166,32 +107,30 @@ def test_structured_masks_keep_exactly_what_hfs_eager_masks_keep(builder):
     assert torch.equal(torch.broadcast_to(keep, theirs.shape), theirs == 0)
 
 
-# --- parity with each model's eager attention ------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_mask_acts_as_hfs_eager_tensor_for_models_that_do_arithmetic_on_it(dtype):
+    """Bloom adds the mask to its scores, MPT calls .to(bool) and masked_fill: both get eager's tensor."""
+    config = mask_config()
+    padded = torch.ones(2, 12, dtype=torch.bool)
+    padded[1, :4] = False
+    inputs = (torch.zeros(2, 12, 32, dtype=dtype), padded)
+    ours = create_sliding_window_causal_mask(config, *inputs, past_key_values=None)
+    config._attn_implementation = "eager"
+    theirs = create_sliding_window_causal_mask(config, *inputs, past_key_values=None)  # (B, 1, Lq, Lk): 0 or min
+    assert (ours.shape, ours.dtype, ours.device, ours.ndim) == (theirs.shape, theirs.dtype, theirs.device, 4)
+    scores = torch.randn(2, 4, 12, 12).to(dtype)
+    assert torch.equal(scores + ours, scores + theirs) and torch.equal(ours + scores, theirs + scores)
+    assert torch.equal(scores - ours, scores - theirs) and torch.equal(ours * 2, theirs * 2)
+    assert torch.equal(ours.to(torch.bool), theirs.to(torch.bool))  # MPT: True = blocked
+    assert torch.equal(torch.where(ours == 0, scores, -scores), torch.where(theirs == 0, scores, -scores))
+    assert torch.equal(ours[:, :, -1:], theirs[:, :, -1:]) and ours.contiguous() is ours
+    flat, spec = torch.utils._pytree.tree_flatten(ours)  # generate and torch.compile carry it as a pytree
+    again = torch.utils._pytree.tree_unflatten(flat, spec)
+    assert type(again) is type(ours) and torch.equal(again + scores, theirs + scores)
+    assert torch.equal(copy.deepcopy(ours) + scores, theirs + scores)
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_logits_and_weights_equal_eager_on_left_padded_batches(name):
-    model = tiny_model(name)
-    ids, mask = left_padded_batch()
-    real = mask.bool()  # padding positions attend to nothing: eager gives them arbitrary rows, ours zeros
-    eager = run(model, "eager", input_ids=ids, attention_mask=mask, output_attentions=True)
-    with mh.capture_attention() as record:
-        fast = run(model, "multihead", input_ids=ids, attention_mask=mask)
-    assert len(record) == model.config.num_hidden_layers  # multihead really ran, once per layer
-    assert (fast.logits - eager.logits)[real].abs().max() < 1e-5
-    ours = run(model, "multihead", input_ids=ids, attention_mask=mask, output_attentions=True)
-    assert (ours.logits - eager.logits)[real].abs().max() < 1e-5
-    assert len(ours.attentions) == len(eager.attentions) == model.config.num_hidden_layers
-    for got, expected in zip(ours.attentions, eager.attentions):  # (B, H, Lq, Lk); compare real query rows
-        assert got.shape == expected.shape
-        assert (got - expected).transpose(1, 2)[real].abs().max() < 1e-6
 
-
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_greedy_generation_gives_the_same_64_tokens(name):
-    tokens = greedy_tokens(tiny_model(name), 64)
-    assert tokens["eager"].shape == (3, 12 + 64)
-    assert torch.equal(tokens["multihead"], tokens["eager"])
-
+# --- parity with eager: every family in test_hf_families.py; here the real MiniLM weights ---------------
 
 def test_minilm_with_its_real_weights_equals_eager(minilm):
     tokenizer, _ = minilm

@@ -18,12 +18,17 @@ EXPECTED = {
     "heads of another size on one rank": "ranks disagree on H",
     "a mask kind that cannot shard": "cannot shard by sequence",
     "key padding of the local shard": "global positions",
-    "too short for the zig-zag split": "too few for the zig-zag split",
+    "too short for the zig-zag split": "too few for layout='zigzag'",
+    "contiguous shards called as zig-zag": "layout='zigzag'",  # P=2: lengths [4, 3], not [3, 4]; P=4: N=7 < 8
+    "an unknown layout": 'layout must be "contiguous" or "zigzag"',
+    "ranks disagree on layout": "ranks disagree on layout",
     "a 2-D mesh as the group": "must be 1-D",
+    "contiguous shards gathered as zig-zag": "zigzag layout",
 }
-CASES = [f"error {fn}: {label}" for label in EXPECTED for fn in ("ring", "ulysses")] + [
+CASES = [f"error {fn}: {label}" for label in list(EXPECTED)[:-1] for fn in ("ring", "ulysses")] + [
     "error ulysses: heads not divisible", "error shard_heads: heads not divisible", "error shard_heads: 2-D mesh",
-    "error shard_heads: sinks on one rank", "error unshard_sequence: dims differ"]
+    "error shard_heads: sinks on one rank", "error unshard_sequence: dims differ",
+    "error unshard_sequence: contiguous shards gathered as zig-zag", "error unshard_sequence: ranks disagree on layout"]
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
@@ -60,8 +65,9 @@ def test_a_rank_outside_the_group_is_told_and_the_members_run(world_size):
 
 def test_without_an_initialised_process_group_every_entry_point_says_so():
     q = torch.randn(1, 2, 4, 8)
-    calls = [lambda: par.ring_attention(q, q, q), lambda: par.ulysses_attention(q, q, q),
-             lambda: par.shard_sequence(q), lambda: par.unshard_sequence(q),
+    calls = [lambda: par.ring_attention(q, q, q, layout="zigzag"),
+             lambda: par.ulysses_attention(q, q, q, layout="zigzag"), lambda: par.shard_sequence(q, layout="zigzag"),
+             lambda: par.unshard_sequence(q, layout="zigzag"),
              lambda: par.shard_heads(mh.MultiHeadAttention(8, 2), mesh=None)]
     for call in calls:
         with pytest.raises(mh.AttentionError, match="not initialised"):
@@ -71,3 +77,15 @@ def test_without_an_initialised_process_group_every_entry_point_says_so():
 def test_shard_heads_takes_only_multihead_modules():
     with pytest.raises(mh.AttentionError, match="MultiHeadAttention"):
         par.shard_heads(torch.nn.MultiheadAttention(8, 2), mesh=None)
+
+
+@pytest.mark.parametrize("call", [par.ring_attention, par.ulysses_attention, par.shard_sequence, par.unshard_sequence])
+def test_the_layout_is_a_required_keyword_and_checked_before_anything_else(call):
+    """No default that could follow from causal: leaving it out is a TypeError; a wrong value an AttentionError."""
+    q = torch.randn(1, 2, 4, 8)
+    tensors = (q,) if call in (par.shard_sequence, par.unshard_sequence) else (q, q, q)
+    with pytest.raises(TypeError, match="layout"):
+        call(*tensors)
+    if call is par.shard_sequence:  # no communication: checked without a process group
+        with pytest.raises(mh.AttentionError, match='layout must be "contiguous" or "zigzag"'):
+            call(q, layout="causal")

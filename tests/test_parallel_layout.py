@@ -20,31 +20,46 @@ def test_chunks_follow_tensor_split(N, chunks):
     assert [e - s for s, e in layout.chunk_bounds(N, chunks)] == expected
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shards", layout.LAYOUTS)
 @pytest.mark.parametrize("N, P", [(16, 2), (19, 4), (64, 4), (9, 3)])
-def test_every_position_lives_on_exactly_one_rank(N, P, causal):
-    held = torch.cat([layout.positions(layout.sequence_segments(N, P, r, causal)) for r in range(P)])
+def test_every_position_lives_on_exactly_one_rank(N, P, shards):
+    held = torch.cat([layout.positions(layout.sequence_segments(N, P, r, shards)) for r in range(P)])
     assert torch.equal(held.sort().values, torch.arange(N))
-    assert torch.equal(held, layout.gathered_positions(N, P, causal))
-    assert sum(layout.shard_lengths(N, P, causal)) == N
+    assert torch.equal(held, layout.gathered_positions(N, P, shards))
+    assert sum(layout.shard_lengths(N, P, shards)) == N
 
 
 def test_zigzag_gives_rank_r_chunk_r_and_its_mirror():
     chunks = layout.chunk_bounds(16, 8)
     for r in range(4):
-        assert layout.sequence_segments(16, 4, r, causal=True) == [chunks[r], chunks[7 - r]]
+        assert layout.sequence_segments(16, 4, r, "zigzag") == [chunks[r], chunks[7 - r]]
 
 
 @pytest.mark.parametrize("P", [2, 4, 8])
 def test_zigzag_balances_causal_work_where_contiguous_does_not(P):
     N = 16 * P
 
-    def work(causal):  # kept (query, key) pairs per rank under a causal mask: query i keeps i + 1 keys
-        return [int((layout.positions(layout.sequence_segments(N, P, r, causal)) + 1).sum()) for r in range(P)]
+    def work(shards):  # kept (query, key) pairs per rank under a causal mask: query i keeps i + 1 keys
+        return [int((layout.positions(layout.sequence_segments(N, P, r, shards)) + 1).sum()) for r in range(P)]
 
-    assert len(set(work(causal=True))) == 1
-    contiguous = work(causal=False)
+    assert len(set(work("zigzag"))) == 1
+    contiguous = work("contiguous")
     assert contiguous[-1] > (2 * P - 2) * contiguous[0]  # the last rank: nearly 2P-1 times the first's work
+
+
+@pytest.mark.parametrize("bad", [None, "zig-zag", "causal", True, 2])
+def test_a_layout_other_than_contiguous_or_zigzag_is_refused(bad):
+    for call in (lambda: layout.check_layout(bad, "here"), lambda: layout.sequence_segments(16, 2, 0, bad),
+                 lambda: layout.min_length(2, bad)):
+        with pytest.raises(mh.AttentionError, match='layout must be "contiguous" or "zigzag"'):
+            call()
+
+
+def test_lengths_tell_the_layouts_apart_only_where_they_differ():
+    """What the calls can check: N=7 over 2 ranks is [4, 3] contiguous but [3, 4] zig-zag; N=16 is [8, 8] both."""
+    assert layout.shard_lengths(7, 2, "contiguous") == [4, 3] and layout.shard_lengths(7, 2, "zigzag") == [3, 4]
+    assert layout.shard_lengths(16, 2, "contiguous") == layout.shard_lengths(16, 2, "zigzag") == [8, 8]
+    assert layout.min_length(4, "zigzag") == 8 and layout.min_length(4, "contiguous") == 4
 
 
 def test_shard_sequence_needs_a_tensor_and_a_dim_in_range():
@@ -134,7 +149,7 @@ def test_masks_a_sharded_sequence_cannot_take_are_refused(mask, message):
         check_sequence_mask(mask, "ring_attention")
 
 
-def test_causal_masks_choose_the_zigzag_split_and_top_left_causality_is_handled_from_positions():
+def test_causal_calls_are_recognised_and_top_left_causality_is_handled_from_positions():
     pad = mh.Mask.key_padding(torch.zeros(1, 8, dtype=torch.bool))
     assert not is_causal_call(pad, False) and is_causal_call(pad, True)
     assert is_causal_call(pad & mh.Mask.causal("bottom_right"), False)

@@ -10,7 +10,7 @@ hands the attention function one multihead Mask built from HF's causal / sliding
 description, so that structure reaches mh.attention instead of a dense tensor; the module's scaling,
 softcap and sink logits come along. `register()` is idempotent and can add other names.
 
-Needs the optional extra: pip install "multihead[models]".
+Needs the optional extra and transformers >= 5.4: pip install -e ".[models]" in the root of a clone.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ try:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(f"multihead.hf needs transformers ({exc}); install it with: pip install 'multihead[models]'") from exc
+    raise ImportError(f"multihead.hf needs transformers >= 5.4 ({exc}); install it with pip install -e '.[models]' "
+                      "in the root of a multihead clone") from exc
 
 from multihead.errors import AttentionError
 from multihead.hf.attention import hf_attention

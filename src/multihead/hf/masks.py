@@ -16,16 +16,16 @@ is bottom-right. A pattern it does not recognise (packed sequences, image-token 
 static cache's tensor offsets, and any combined pattern while torch.compile traces, since dynamo cannot
 read a closure's cells) is evaluated by transformers' own sdpa_mask into a dense keep mask, so nothing
 is ever guessed. The result is always a Mask, possibly empty: the attention function reads a Mask as
-the whole truth, and None as "transformers gave no mask". It is a PreparedMask, which also answers
-the few tensor questions transformers asks of a mask it prepared ahead (generate does that for static
-caches, then feeds the mask back in as the model's attention_mask).
+the whole truth, and None as "transformers gave no mask". It is a PreparedMask (prepared_mask.py),
+which also behaves as the tensor HF's eager mask function would have built, for the models that do
+arithmetic on their mask instead of handing it to the attention function (Bloom, MPT).
 """
 from __future__ import annotations
 
 import torch
-import torch.utils._pytree as pytree
 from transformers import masking_utils as hf
 
+from multihead.hf.prepared_mask import PreparedMask
 from multihead.masks import Mask
 from multihead.masks.mask import values_checkable
 
@@ -86,35 +86,9 @@ def _padding(attention_mask, kv_length: int, kv_offset) -> Mask | None:
     return Mask.key_padding(~real)  # (B, Lk), True = padding
 
 
-class PreparedMask(Mask):
-    """A Mask that also answers what transformers asks of a mask it has prepared: `shape`
-    (B, 1, Lq, Lk), `ndim` and `contiguous()` (generate prepares masks ahead for static caches and passes
-    them back in as the model's attention_mask, which transformers then uses as it is)."""
-
-    __slots__ = ("shape",)
-
-    def __init__(self, parts: tuple = (), shape: tuple[int, ...] = (0, 1, 0, 0)):
-        super().__init__(parts)
-        self.shape = torch.Size(shape)
-
-    @property
-    def ndim(self) -> int:
-        return 4
-
-    def contiguous(self) -> PreparedMask:
-        return self
-
-
-pytree.register_pytree_node(
-    PreparedMask, lambda m: (list(m.parts), tuple(m.shape)),
-    lambda parts, shape: PreparedMask(tuple(parts), shape), serialized_type_name="multihead.hf.PreparedMask",
-    flatten_with_keys_fn=lambda m: ([(pytree.SequenceKey(i), p) for i, p in enumerate(m.parts)], tuple(m.shape)),
-)
-
-
 def hf_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
             mask_function=hf.causal_mask_function, attention_mask: torch.Tensor | None = None,
-            use_vmap: bool = False, device="cpu", **kwargs) -> Mask:
+            use_vmap: bool = False, device="cpu", dtype: torch.dtype = torch.float32, **kwargs) -> Mask:
     """The Mask for this layer type's attention: (B, 1, q_length, kv_length) as a structure."""
     if isinstance(attention_mask, Mask):  # prepared earlier (generate with a static cache): already whole
         return attention_mask
@@ -129,4 +103,5 @@ def hf_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offse
         masks = [] if keep is None else [Mask.keep(keep)]  # (B, 1, Lq, Lk)
     padding = _padding(attention_mask, kv_length, kv_offset)
     masks += [] if padding is None else [padding]
-    return PreparedMask(tuple(part for mask in masks for part in mask.parts), (batch_size, 1, q_length, kv_length))
+    return PreparedMask(tuple(part for mask in masks for part in mask.parts), (batch_size, 1, q_length, kv_length),
+                        dtype, device)

@@ -1,10 +1,13 @@
 """multihead.parallel: attention across processes with torch.distributed (gloo on CPU, NCCL on GPU).
 
     shard_heads(module, mesh)                          heads across ranks: DTensor tensor parallel
-    ring_attention(q, k, v, mask, causal=, group=)     sequence across ranks: K/V blocks pass around a ring
-    ulysses_attention(q, k, v, mask, causal=, group=)  sequence across ranks: all-to-all to head shards and back
-    shard_sequence(x, causal=, group=)                 this rank's shard of a full sequence (zig-zag when causal)
-    unshard_sequence(x, causal=, group=)               the full sequence back from every rank's shard
+    ring_attention(q, k, v, mask, causal=, layout=, group=)     sequence across ranks: K/V blocks pass a ring
+    ulysses_attention(q, k, v, mask, causal=, layout=, group=)  sequence across ranks: all-to-all to heads and back
+    shard_sequence(x, layout=, group=)                          this rank's shard of a full sequence
+    unshard_sequence(x, layout=, group=)                        the full sequence back from every rank's shard
+
+layout= is required: "contiguous" (rank r holds the r-th of P runs) or "zigzag" (chunks r and 2P-1-r
+of 2P, which balances causal work). Both are exact for every mask; it never follows from causal.
 
 Each is equal to one process running mh.attention on the whole tensors, forward and backward, and
 bad input raises AttentionError on every rank instead of leaving the others waiting. See

@@ -20,13 +20,13 @@ basis of the multi-GPU projections in docs/parallel.md.
 """
 from __future__ import annotations
 
-from multihead.parallel import layout
+from multihead.parallel.layout import shard_lengths
 
 
-def ring_bytes(*, B: int, Hkv: int, D: int, Dv: int, N: int, P: int, rank: int, causal: bool, item: int,
+def ring_bytes(*, B: int, Hkv: int, D: int, Dv: int, N: int, P: int, rank: int, layout: str, item: int,
                acc: int = 4, backward: bool = False) -> int:
     """Bytes rank `rank` sends in one ring_attention forward (and backward, if asked)."""
-    lengths = layout.shard_lengths(N, P, causal)
+    lengths = shard_lengths(N, P, layout)
     width = B * Hkv * (D + Dv)
     forward = sum(lengths[s] for s in range(P) if s != (rank + 1) % P) * width * item  # 0 when P = 1
     if not backward:
@@ -34,14 +34,14 @@ def ring_bytes(*, B: int, Hkv: int, D: int, Dv: int, N: int, P: int, rank: int, 
     return 2 * forward + (N * width * acc if P > 1 else 0)
 
 
-def ulysses_bytes(*, B: int, H: int, Hkv: int, D: int, Dv: int, N: int, P: int, rank: int, causal: bool,
+def ulysses_bytes(*, B: int, H: int, Hkv: int, D: int, Dv: int, N: int, P: int, rank: int, layout: str,
                   item: int, backward: bool = False) -> int:
     """Bytes rank `rank` sends in one ulysses_attention forward (and backward, if asked).
 
     Backward runs each exchange the other way: a rank sends what it received in the forward, which
     equals what it sent when the shards are even.
     """
-    L = layout.shard_lengths(N, P, causal)[rank]
+    L = shard_lengths(N, P, layout)[rank]
     kv_heads = max(Hkv, P)  # fewer kv heads than ranks: each is repeated to P heads before the exchange
     per_position = (H // P) * D + (kv_heads // P) * (D + Dv)  # q, k, v features of one rank's heads
     sent = B * L * (P - 1) * per_position + B * (H // P) * (N - L) * Dv  # q, k, v out; the output back

@@ -1,8 +1,8 @@
 """SequencePlan: what every rank agreed on for one sequence-parallel call, checked the same everywhere.
 
 Shapes: q (B, H, Lq_r, D), k (B, Hkv, Lk_r, D), v (B, Hkv, Lk_r, Dv) on rank r: the shards of the
-global (B, H, Nq, D) and (B, Hkv, Nk, D) under the split `layout` describes (zig-zag for causal
-calls, contiguous otherwise). The plan knows every rank's global positions, so each rank can
+global (B, H, Nq, D) and (B, Hkv, Nk, D) under the layout the caller names ("contiguous" or
+"zigzag", see layout.py). The plan knows every rank's global positions, so each rank can
 evaluate the mask on any (query, key) tile and knows the size of every block it will receive.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from multihead.parallel.sequence_masks import check_sequence_mask, fingerprint, 
 from multihead.parallel.validation import agree, dtype_code, dtype_name, require_same
 
 # the row each rank contributes: column names, in order
-COLUMNS = ("B", "H", "Hkv", "Lq", "Lk", "D", "Dv", "dtype", "causal", "mask", "device type")
+COLUMNS = ("B", "H", "Hkv", "Lq", "Lk", "D", "Dv", "dtype", "causal", "layout", "mask", "device type")
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -30,7 +30,7 @@ DEVICE_TYPES = ("cpu", "cuda")
 class SequencePlan:
     """One agreed call: sizes, every rank's shard lengths, the split, and the mask left to evaluate.
 
-    zigzag: the call is causal, so shards follow the zig-zag split. static_causal: top-left causal,
+    zigzag: the shards follow the zig-zag layout (else contiguous). static_causal: top-left causal,
     handled from positions alone. mask: the rest of the mask (global positions), or None.
     """
 
@@ -57,18 +57,23 @@ class SequencePlan:
     def Nk(self) -> int:
         return sum(self.k_lengths)
 
+    @property
+    def layout(self) -> str:
+        return "zigzag" if self.zigzag else "contiguous"
+
     def q_segments(self, rank: int) -> list[layout.Segment]:
-        return layout.sequence_segments(self.Nq, self.world_size, rank, self.zigzag)
+        return layout.sequence_segments(self.Nq, self.world_size, rank, self.layout)
 
     def k_segments(self, rank: int) -> list[layout.Segment]:
-        return layout.sequence_segments(self.Nk, self.world_size, rank, self.zigzag)
+        return layout.sequence_segments(self.Nk, self.world_size, rank, self.layout)
 
     def base_index(self, device) -> Index | None:
         """The mask's grid over the whole sequence with its extents (O(N)), or None without a mask."""
         return None if self.mask is None else self.mask.index(self.B, self.H, self.Nq, self.Nk, device)
 
 
-def plan_sequence_call(q, k, v, mask, causal, group, who: str, *, heads_per_rank: bool = False) -> SequencePlan:
+def plan_sequence_call(q, k, v, mask, causal, shard_layout, group, who: str, *,
+                       heads_per_rank: bool = False) -> SequencePlan:
     """Check one call on every rank together (see validation.py) and return the agreed plan.
 
     heads_per_rank: the call splits heads over ranks (Ulysses): H must divide by P, and Hkv by P or P by Hkv.
@@ -78,20 +83,22 @@ def plan_sequence_call(q, k, v, mask, causal, group, who: str, *, heads_per_rank
     def describe() -> list[int]:
         make_problem(q, k, v, None, False, None, 0.0)  # the core's own checks of q, k, v
         check_flag(causal, "causal")
+        layout.check_layout(shard_layout, who)
         check_sequence_mask(mask, who)
         _check_device_fits_backend(q.device, pg, who)
         B, H, Lq, D = q.shape
         _, Hkv, Lk, Dv = v.shape
         kind = DEVICE_TYPES.index(q.device.type) if q.device.type in DEVICE_TYPES else len(DEVICE_TYPES)
-        return [B, H, Hkv, Lq, Lk, D, Dv, dtype_code(q.dtype), is_causal_call(mask, causal), fingerprint(mask), kind]
+        return [B, H, Hkv, Lq, Lk, D, Dv, dtype_code(q.dtype), is_causal_call(mask, causal),
+                layout.LAYOUTS.index(shard_layout), fingerprint(mask), kind]
 
     rows = agree(pg, describe, len(COLUMNS), who)
     col = {name: i for i, name in enumerate(COLUMNS)}
-    require_same(rows, {n: col[n] for n in ("B", "H", "Hkv", "D", "Dv", "dtype", "causal", "device type")}, who,
-                 names={"dtype": dtype_name, "causal": bool})
+    require_same(rows, {n: col[n] for n in ("B", "H", "Hkv", "D", "Dv", "dtype", "causal", "layout", "device type")},
+                 who, names={"dtype": dtype_name, "causal": bool, "layout": layout.LAYOUTS.__getitem__})
     require_same(rows, {"mask (kinds, shapes and values)": col["mask"]}, who)
     P, B, H, Hkv, D, Dv = len(rows), *(rows[0][col[n]] for n in ("B", "H", "Hkv", "D", "Dv"))
-    zigzag = bool(rows[0][col["causal"]])
+    zigzag = layout.LAYOUTS[rows[0][col["layout"]]] == "zigzag"
     q_lengths = tuple(row[col["Lq"]] for row in rows)
     k_lengths = tuple(row[col["Lk"]] for row in rows)
     for name, lengths in (("q", q_lengths), ("k and v", k_lengths)):
@@ -113,17 +120,19 @@ def plan_sequence_call(q, k, v, mask, causal, group, who: str, *, heads_per_rank
 
 
 def _check_split(lengths: tuple[int, ...], zigzag: bool, name: str, who: str) -> None:
+    """AttentionError unless `lengths` (every rank's) are the named layout's; lengths that two layouts share
+    (N even over P = 2, for instance) cannot tell a wrong layout, so the caller must name the one used."""
     N, P = sum(lengths), len(lengths)
-    split = "zig-zag" if zigzag else "contiguous"
-    if N < layout.min_length(P, zigzag):
-        raise AttentionError(f"{who}: {name} has N={N} positions in all, too few for the {split} split over {P} "
-                             f"ranks; expected N >= {layout.min_length(P, zigzag)}.")
-    expected = list(layout.shard_lengths(N, P, zigzag))
+    split = "zigzag" if zigzag else "contiguous"
+    if N < layout.min_length(P, split):
+        raise AttentionError(f"{who}: {name} has N={N} positions in all, too few for layout={split!r} over {P} "
+                             f"ranks; expected N >= {layout.min_length(P, split)}.")
+    expected = list(layout.shard_lengths(N, P, split))
     if list(lengths) != expected:
         raise AttentionError(
-            f"{who}: {name} shard lengths are {list(lengths)} in rank order, but the {split} split of N={N} over "
-            f"{P} ranks is {expected}. Cut the full sequence with multihead.parallel.shard_sequence(x, "
-            f"causal={zigzag}) (causal calls use the zig-zag split).")
+            f"{who}: {name} shard lengths are {list(lengths)} in rank order, but layout={split!r} over {P} ranks "
+            f"gives {expected} for N={N}. Cut the full sequence with multihead.parallel.shard_sequence(x, "
+            f"layout={split!r}), or pass the layout the shards were cut with.")
 
 
 def _check_device_fits_backend(device: torch.device, group, who: str) -> None:

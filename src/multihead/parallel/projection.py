@@ -44,6 +44,7 @@ class Layer:
     D: int = 128
     item: int = 2
     causal: bool = True
+    layout: str = "zigzag"  # the balanced layout: the FLOPs split evenly over P
 
     @property
     def E(self) -> int:
@@ -61,7 +62,7 @@ def compute_ms(layer: Layer, P: int, c: Cluster) -> float:
 
 def ring(layer: Layer, P: int, c: Cluster) -> dict:
     sent = cost.ring_bytes(B=layer.B, Hkv=layer.Hkv, D=layer.D, Dv=layer.D, N=layer.N, P=P, rank=0,
-                           causal=layer.causal, item=layer.item)
+                           layout=layer.layout, item=layer.item)
     link = c.nvlink_gb_s if P <= c.gpus_per_node else c.infiniband_gb_s
     talk = cost.seconds(sent, link) * 1e3
     work = compute_ms(layer, P, c)
@@ -70,7 +71,7 @@ def ring(layer: Layer, P: int, c: Cluster) -> dict:
 
 def ulysses(layer: Layer, P: int, c: Cluster) -> dict:
     sent = cost.ulysses_bytes(B=layer.B, H=layer.H, Hkv=layer.Hkv, D=layer.D, Dv=layer.D, N=layer.N, P=P, rank=0,
-                              causal=layer.causal, item=layer.item)
+                              layout=layer.layout, item=layer.item)
     local = min(P, c.gpus_per_node)
     off_node = sent * (P - local) / (P - 1)  # all-to-all peers are spread evenly over the ranks
     talk = max(cost.seconds(sent - off_node, c.nvlink_gb_s), cost.seconds(off_node, c.infiniband_gb_s)) * 1e3

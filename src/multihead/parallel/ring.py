@@ -1,7 +1,7 @@
 """Ring attention: each rank keeps its queries; key/value blocks travel around the ring of ranks.
 
 Shapes: q (B, H, Lq_r, D), k (B, Hkv, Lk_r, D), v (B, Hkv, Lk_r, Dv) on rank r, shards of the global
-sequence (zig-zag split for causal calls, contiguous otherwise; see layout.py). Returns this rank's
+sequence, cut in the layout the caller names ("contiguous" or "zigzag"; see layout.py). Returns this rank's
 (B, H, Lq_r, Dv) rows of attention over the whole sequence.
 
 Forward, on rank r, for P steps: post the send of the block in hand to rank r+1 and the receive of
@@ -16,8 +16,8 @@ they arrive back at the rank that owns the block. dq stays home. Memory per rank
 the blocks in flight (the K/V block in hand and the next one arriving, the dK/dV accumulators
 travelling and the next ones arriving), and one tile's (B, H, T, T) scores at a time (T = TILE).
 
-Top-left causal tiles wholly above the diagonal are skipped from positions alone; the zig-zag split
-gives every rank the same number of kept tiles.
+Top-left causal tiles wholly above the diagonal are skipped from positions alone, in either layout;
+the zig-zag layout gives every rank the same number of kept tiles.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch.autograd.function import once_differentiable
 
-from multihead.parallel import layout
 from multihead.parallel.comm import ring_exchange
+from multihead.parallel.layout import Segment
 from multihead.parallel.lse import compute_dtype, merge, tile_backward, tile_forward
 from multihead.parallel.plan import SequencePlan, plan_sequence_call
 from multihead.parallel.sequence_masks import key_visible, tile_keep
@@ -36,18 +36,19 @@ TILE = 256  # positions per tile side: bounds the scores held at once to (B, H, 
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, *, causal: bool = False,
-                   group=None) -> torch.Tensor:
+                   layout: str, group=None) -> torch.Tensor:
     """Attention of this rank's query shard over the keys of every rank, passed around a ring.
 
     q (B, H, Lq_r, D), k (B, Hkv, Lk_r, D), v (B, Hkv, Lk_r, Dv): this rank's shards, cut with
-    `shard_sequence(x, causal=<this call's causal>)` (zig-zag for causal calls, contiguous otherwise).
+    `shard_sequence(x, layout=<this call's layout>)`. layout: "contiguous" or "zigzag", required and
+    the same on every rank (zig-zag balances causal work; both are exact).
     mask: a Mask in global positions, the same on every rank: causal, Mask.lengths(valid_lens (B,)),
     Mask.key_padding(pad (B, N)), Mask.window, Mask.segments. causal=True adds top-left causality.
     group: a ProcessGroup, a 1-D DeviceMesh, or None (the default group). Returns (B, H, Lq_r, Dv),
     equal to this rank's rows of mh.attention on the gathered tensors; differentiable.
     Bad input on any rank raises AttentionError on every rank.
     """
-    plan = plan_sequence_call(q, k, v, mask, causal, group, "ring_attention")
+    plan = plan_sequence_call(q, k, v, mask, causal, layout, group, "ring_attention")
     k, v = _inert_keys(k, v, plan)
     return RingAttention.apply(q, k, v, plan)
 
@@ -78,7 +79,7 @@ class Tile:
         return self.start, self.start + self.size
 
 
-def tiles(segments: list[layout.Segment], size: int | None = None) -> list[Tile]:
+def tiles(segments: list[Segment], size: int | None = None) -> list[Tile]:
     """A shard made of `segments`, cut into tiles of at most `size` positions (default TILE)."""
     size = size or TILE
     out, local = [], 0

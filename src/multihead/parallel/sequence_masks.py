@@ -47,7 +47,7 @@ def check_sequence_mask(mask, who: str) -> None:
 
 
 def is_causal_call(mask: Mask | None, causal: bool) -> bool:
-    """Whether the call is causal (causal=True or a causal part): it then expects the zig-zag split."""
+    """Whether the call is causal (causal=True or a causal part); every rank must agree on it."""
     return causal or (mask is not None and any(isinstance(p, CausalPart) for p in mask.parts))
 
 

@@ -17,24 +17,25 @@ from __future__ import annotations
 import torch
 
 from multihead.attention import attention
-from multihead.parallel import layout
 from multihead.parallel.comm import AllToAll
+from multihead.parallel.layout import gathered_positions
 from multihead.parallel.plan import SequencePlan, plan_sequence_call
 
 
 def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, *, causal: bool = False,
-                      group=None) -> torch.Tensor:
+                      layout: str, group=None) -> torch.Tensor:
     """Attention of this rank's query shard over the whole sequence, computed head-parallel.
 
     q (B, H, Lq_r, D), k (B, Hkv, Lk_r, D), v (B, Hkv, Lk_r, Dv): this rank's shards, cut with
-    `shard_sequence(x, causal=<this call's causal>)`; H must divide by the group size P, and Hkv by P
+    `shard_sequence(x, layout=<this call's layout>)` ("contiguous" or "zigzag", required, the same on
+    every rank; both exact, zig-zag balances causal work); H must divide by the group size P, and Hkv by P
     (or P by Hkv: each rank then receives one whole kv head).
     mask: a Mask in global positions, the same on every rank (causal, Mask.lengths(valid_lens (B,)),
     Mask.key_padding(pad (B, N)), Mask.window, Mask.segments). Returns (B, H, Lq_r, Dv), equal to this
     rank's rows of mh.attention on the gathered tensors; differentiable. Bad input on any rank raises
     AttentionError on every rank.
     """
-    plan = plan_sequence_call(q, k, v, mask, causal, group, "ulysses_attention", heads_per_rank=True)
+    plan = plan_sequence_call(q, k, v, mask, causal, layout, group, "ulysses_attention", heads_per_rank=True)
     if plan.Hkv % plan.world_size:  # fewer kv heads than ranks (MQA): each rank needs one whole kv head
         k, v = (t.repeat_interleave(plan.world_size // plan.Hkv, dim=1) for t in (k, v))  # (B, P, Lk_r, D)
     q_heads = sequence_to_heads(q, plan.q_lengths, plan)  # (B, H/P, Nq, D)
@@ -69,10 +70,10 @@ def heads_to_sequence(y: torch.Tensor, lengths: tuple[int, ...], plan: SequenceP
 
 
 def _to_position_order(x: torch.Tensor, plan: SequencePlan) -> torch.Tensor:
-    """Shards concatenated in rank order -> position order (only the zig-zag split needs a reorder)."""
+    """Shards concatenated in rank order -> position order (only the zig-zag layout needs a reorder)."""
     if not plan.zigzag:
         return x
-    order = torch.argsort(layout.gathered_positions(x.shape[2], plan.world_size, True, x.device))
+    order = torch.argsort(gathered_positions(x.shape[2], plan.world_size, "zigzag", x.device))
     return x.index_select(2, order)
 
 
@@ -80,4 +81,4 @@ def _to_rank_order(x: torch.Tensor, plan: SequencePlan) -> torch.Tensor:
     """Position order -> every rank's shard concatenated in rank order."""
     if not plan.zigzag:
         return x
-    return x.index_select(2, layout.gathered_positions(x.shape[2], plan.world_size, True, x.device))
+    return x.index_select(2, gathered_positions(x.shape[2], plan.world_size, "zigzag", x.device))

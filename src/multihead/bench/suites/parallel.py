@@ -20,6 +20,7 @@ counted bytes onto NVLink and InfiniBand instead.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 from dataclasses import asdict, dataclass
@@ -41,6 +42,7 @@ class Sizes:
     heads: int = 8
     head_dim: int = 64
     causal: bool = True
+    layout: str = "zigzag"  # the layout that balances causal work
     world_sizes: tuple[int, ...] = (1, 2, 4)
 
     @classmethod
@@ -101,13 +103,14 @@ def measure_rank(spec: dict, rounds: int, warmup: int) -> dict:
     P, rank = dist.get_world_size(), dist.get_rank()
     exact_rss = _return_freed_memory()
     g = torch.Generator().manual_seed(0)
-    local = [shard_sequence(torch.randn(s.batch, s.heads, s.length, s.head_dim, generator=g), causal=s.causal)
+    local = [shard_sequence(torch.randn(s.batch, s.heads, s.length, s.head_dim, generator=g), layout=s.layout)
              .contiguous() for _ in range(3)]  # (B, H, N/P, D): only this rank's shard stays alive
     leaves = [t.clone().requires_grad_() for t in local]
-    methods = {"ring": ring_attention, "ulysses": ulysses_attention}
+    methods = {"ring": functools.partial(ring_attention, layout=s.layout),
+               "ulysses": functools.partial(ulysses_attention, layout=s.layout)}
     if P == 1:
         methods = {"one process": mh.attention, **methods}
-    shape = dict(B=s.batch, Hkv=s.heads, D=s.head_dim, Dv=s.head_dim, N=s.length, P=P, rank=rank, causal=s.causal,
+    shape = dict(B=s.batch, Hkv=s.heads, D=s.head_dim, Dv=s.head_dim, N=s.length, P=P, rank=rank, layout=s.layout,
                  item=4)
     models = {"ring": lambda bwd: cost.ring_bytes(**shape, backward=bwd),
               "ulysses": lambda bwd: cost.ulysses_bytes(**shape, H=s.heads, backward=bwd),
@@ -195,7 +198,7 @@ def ring_allowance(s: Sizes, P: int) -> dict[str, int]:
     from multihead.parallel.layout import shard_lengths
     from multihead.parallel.ring import TILE
 
-    block = s.batch * s.heads * max(shard_lengths(s.length, P, s.causal)) * s.head_dim * 4
+    block = s.batch * s.heads * max(shard_lengths(s.length, P, s.layout)) * s.head_dim * 4
     tile = min(TILE, s.length)
     return {"blocks": 8 * block, "tiles": 2 * s.batch * s.heads * tile * tile * 4}
 
