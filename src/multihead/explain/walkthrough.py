@@ -169,10 +169,10 @@ def tell_closing(story: Story) -> None:
     story.heading("Questions from the documents, answered live", "文档里的问题，逐一现场解答")
     story.text(
         "Each question below has a topic that computes its answer and checks it: "
-        "multihead explain --topic NAME (add --html PATH for a report).",
-        "下面每个问题都有一个专题，现场计算出答案并加以检查：multihead explain --topic 名称"
-        "（再加上 --html 路径，还能生成 HTML 报告）。",
+        "multihead explain TOPIC (add --html PATH for a page).",
+        "下面每个问题都对应一个主题，运行 multihead explain 主题名，就能现场算出答案并逐项检查"
+        "（再加上 --html 路径，还会生成一个网页）。",
     )
     rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
-    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), "--topic"], rows)
+    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), story.pick("topic", "主题")], rows)
 
