@@ -1,15 +1,21 @@
-"""`multihead bench [--suite NAME ...] [--quick] [--threads N] [--clock wall|cpu] [--plot DIR] [--json PATH] [--markdown PATH]`.
+"""`multihead bench [--suite NAME ...] [--quick] [--threads N] [--clock wall|cpu] [--plot DIR] [--json [PATH]] [--markdown PATH]`.
 
 Runs the chosen CPU suites (all by default) with progress bars on stderr, prints each suite's table
-and the targets, then one JSON line with every number on stdout. Exit code 0 even when a target is
-missed: the table says so.
+and the targets (as wide as the terminal, 100 columns when piped), and says so when the machine was
+busy. Every number also goes into one JSON line: on stdout with `--json` (or `--json -`), into PATH
+with `--json PATH`, else into DEFAULT_JSON, whose path is printed on stderr. Exit code 0 even when a
+target is missed: the table says so.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
 SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel")
 
@@ -19,7 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"run only this suite (repeatable): {', '.join(SUITES)}")
     parser.add_argument("--quick", action="store_true", help="small sizes and 3 rounds (~30 s)")
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite into DIR")
-    parser.add_argument("--json", metavar="PATH", help="also write the JSON line to PATH")
+    parser.add_argument("--json", metavar="PATH", nargs="?", const="-",
+                        help="every number as one JSON line: on stdout with --json or --json -, else into PATH "
+                             f"(default without --json: {DEFAULT_JSON}, path printed on stderr)")
     parser.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown to PATH")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--rounds", type=int, help="timed rounds per comparison (default 5, quick 3)")
@@ -54,9 +62,13 @@ def main(args: argparse.Namespace) -> int:
     info = {**machine.describe(), "load_average_at_start": load_at_start}
     report.print_rich(results, info)
     line = report.json_line(results, info)
-    print(line)
-    if args.json:
-        Path(args.json).write_text(line + "\n")
+    if args.json == "-":
+        print(line)
+    else:
+        path = Path(args.json or DEFAULT_JSON)
+        path.write_text(line + "\n")
+        print(f"multihead bench: every number, as one JSON line, is in {path}"
+              + ("" if args.json else " (--json PATH to choose the file, --json alone for stdout)"), file=sys.stderr)
     if args.markdown:
         Path(args.markdown).write_text(report.markdown(results))
     if args.plot:

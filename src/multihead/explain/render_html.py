@@ -9,7 +9,7 @@ import io
 from html import escape
 
 from multihead.explain.lang import ui
-from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
+from multihead.explain.present import heat_weights, layout_line, slices, table_value, tensor_note
 from multihead.explain.story import Block, Story
 
 CSS = """
@@ -102,10 +102,10 @@ def _figure_html(block: Block, lang: str) -> str:
 
 def _tensor_html(block: Block, lang: str) -> str:
     value = block.data["value"]
-    parts, total = slices(value, block.data.get("rows"))
+    parts, total = slices(value, block.data.get("rows"), block.data.get("dims"), lang, block.data.get("tokens"))
     tables = "".join(_matrix_html(s.index, s.cells, s.row_labels, s.col_labels) for s in parts)
-    note = more_slices_note(len(parts), total, lang)
-    note_html = f'<div class="note">({escape(note)})</div>' if note else ""
+    note = tensor_note(block.data.get("dims"), len(parts), total, lang)
+    note_html = f'<div class="note">{escape(note)}</div>' if note else ""
     return (f'<div class="tensor"><div class="label"><code>{escape(block.data["label"])}</code>'
             f'<span class="layout">{escape(layout_line(value, lang, block.data["layout"]))}</span></div>'
             f'<div class="slices">{tables}</div>{note_html}</div>')
@@ -113,7 +113,7 @@ def _tensor_html(block: Block, lang: str) -> str:
 
 def _table_html(block: Block, lang: str) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in block.data["columns"])
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{escape(table_value(c, lang))}</td>" for c in row) + "</tr>"
                    for row in block.data["rows"])
     caption = f"<caption>{escape(block.data['title'])}</caption>" if block.data["title"] else ""
     return f'<table class="data">{caption}<tr>{head}</tr>{body}</table>'

@@ -24,7 +24,7 @@ def step_merge(story: Story, p) -> None:
         "# 等同于 ctx.reshape(B, L, H * D)：它只在必要时才拷贝",
     ))
     ctx_t = ctx.transpose(1, 2)  # (B, L, H, D)
-    story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True)
+    story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True, dims="BLHD", tokens=p.setup.tokens)
     error = None
     try:
         ctx_t.view(B, L, H * D)
