@@ -47,7 +47,7 @@ def test_view_b_l_h_d_slices_say_which_index_is_the_token_and_which_the_head():
     assert total == 3 and parts[1].index == "[0, 1]: batch 0, token 1 (journey)"
     assert parts[1].row_labels == ["head 0", "head 1"]
     turned, _ = slices(x.transpose(1, 2), dims="BHLD", lang="zh", tokens=TOKENS)   # (B, H, L, D)
-    assert turned[1].index == "[0, 1]：批次 0，头 1" and turned[1].row_labels == TOKENS
+    assert turned[1].index == "[0, 1]：样本 0，头 1" and turned[1].row_labels == TOKENS
     assert tensor_note("BLHD", 4, 6, "en") == "(in each table the rows are heads, the columns features; showing 4 of 6)"
     assert tensor_note("BHLD", 2, 2, "zh") == "（每张表中，行是词元，列是特征）"
     assert tensor_note(None, 2, 2, "en") == ""

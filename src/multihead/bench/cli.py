@@ -12,9 +12,11 @@ import argparse
 import importlib
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
+QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
 SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel")
@@ -23,7 +25,8 @@ SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "paral
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", action="append", choices=SUITES, metavar="NAME",
                         help=f"run only this suite (repeatable): {', '.join(SUITES)}")
-    parser.add_argument("--quick", action="store_true", help="small sizes and 3 rounds (~30 s)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"small sizes and 3 rounds ({QUICK_TIME}); the run prints how long it took")
     parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite into DIR")
     parser.add_argument("--json", metavar="PATH", nargs="?", const="-",
                         help="every number as one JSON line: on stdout with --json or --json -, else into PATH "
@@ -43,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
     from multihead.bench.suites.context import Context
     from multihead.bench.timing import set_clock, set_threads
 
+    started = time.perf_counter()
     set_threads(args.threads)
     set_clock(args.clock)
     rounds = args.rounds or (3 if args.quick else 5)
@@ -59,7 +63,8 @@ def main(args: argparse.Namespace) -> int:
         for r in results:
             r.targets = [replace(t, note=("quick sizes, indicative only; " + t.note).rstrip("; "))
                          for t in r.targets]
-    info = {**machine.describe(), "load_average_at_start": load_at_start}
+    info = {**machine.describe(), "load_average_at_start": load_at_start,
+            "seconds": round(time.perf_counter() - started, 1)}
     report.print_rich(results, info)
     line = report.json_line(results, info)
     if args.json == "-":
@@ -76,4 +81,5 @@ def main(args: argparse.Namespace) -> int:
 
         for path in save_all(results, args.plot):
             print(f"plot: {path}")
+    print(f"multihead bench: took {info['seconds']:.0f} s" + (" (--quick)" if args.quick else ""), file=sys.stderr)
     return 0

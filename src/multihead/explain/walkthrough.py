@@ -111,7 +111,7 @@ def default_setup() -> Setup:
         about=(
             "The input is document 001's sentence \"Your journey starts with one step\": six tokens, "
             "three numbers each; the weights are the ones its torch.manual_seed(123) creates.",
-            "输入是文档 001 里的句子 “Your journey starts with one step”：6 个词元，每个 3 维；"
+            "输入是文档 001 里的句子“Your journey starts with one step”：6 个词元，每个 3 维；"
             "权重就是它用 torch.manual_seed(123) 生成的那一组。",
         ),
         expected=torch.tensor(DOC001_OUTPUT)[None],
