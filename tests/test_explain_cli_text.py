@@ -65,7 +65,7 @@ def test_text_walkthrough_matches_hugging_face(capsys, minilm, tmp_path):
     assert "Hugging Face" in out and "✗" not in out
     assert max(cell_len(line) for line in out.splitlines()) <= 80
     html = path.read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") == 1 and "[CLS]" in html
+    assert html.count('<div class="heatmaps">') == 1 and html.count('<svg class="heatmap"') == 12 and "[CLS]" in html
 
 
 @pytest.mark.models

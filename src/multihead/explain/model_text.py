@@ -159,9 +159,40 @@ def head_summary(weights: torch.Tensor, tokens: list[str]) -> list[list[str]]:
     return rows
 
 
+def unknown_count(tokens: list[str], unknown: str = "[UNK]") -> tuple[int, int]:
+    """(tokens that are `unknown`, tokens that are not [CLS]/[SEP]): how much of the sentence the
+    vocabulary could not read."""
+    words = [t for t in tokens if t not in ("[CLS]", "[SEP]")]
+    return sum(t == unknown for t in words), len(words)
+
+
+def tell_tokens(story: Story, tokenizer, tokens: list[str]) -> None:
+    """Which tokenizer cut the sentence, into which tokens; a warning when some became [UNK]."""
+    name, size = type(tokenizer).__name__, tokenizer.vocab_size
+    story.heading("The sentence as the model reads it", "模型读到的这句话")
+    story.text(
+        f"all-MiniLM-L6-v2's own tokenizer ({name}: WordPiece, {size} pieces of mostly English words, "
+        f"lower-cased) cut it into {len(tokens)} tokens: {' '.join(tokens)}",
+        f"切分用的是 all-MiniLM-L6-v2 自带的分词器（{name}：WordPiece，词表 {size} 个片段，以英文为主，"
+        f"先转成小写），切出了 {len(tokens)} 个词元：{' '.join(tokens)}",
+    )
+    unknown, total = unknown_count(tokens, tokenizer.unk_token)
+    if unknown:
+        story.text(
+            f"⚠ Warning: {unknown} of the {total} tokens are [UNK]: the vocabulary has no piece for them, so "
+            "the model sees one and the same 'unknown' vector for each, and what their heads do says little "
+            "about those words. all-MiniLM-L6-v2 learned English; for Chinese or other scripts a multilingual "
+            "model is needed, which `--text` does not ship.",
+            f"⚠ 注意：{total} 个词元中有 {unknown} 个是 [UNK]。词表里没有这些字，模型把它们一律当成同一个"
+            "“未知”向量，所以这些位置上各个头的表现，基本说明不了原来的字。all-MiniLM-L6-v2 是用英文训练的；"
+            "要分析中文等其他文字的句子，需要多语言模型，而 --text 只带了这一个英文模型。",
+        )
+
+
 def tell_text(story: Story, text: str, layer: int = 0) -> None:
     """The walkthrough on `text` through MiniLM's layer `layer`, then what its heads attend to."""
     setup, hf_out, hf_weights = text_setup(text, layer)
+    tell_tokens(story, load_minilm()[0], setup.tokens)
     p = tell(story, setup)
     H = setup.module.num_heads
     story.heading(f"What the {H} heads of layer {layer} attend to", f"第 {layer} 层的 {H} 个头在关注什么")

@@ -65,7 +65,7 @@ class Story:
     def figure(self, label: str, weights, *, tokens: list[str] | None = None) -> None:
         """Attention heatmaps: weights (H, Lq, Lk) or (Lq, Lk); tokens label both axes (Lq == Lk).
 
-        The HTML report draws them with matplotlib; the terminal draws small shaded grids.
+        The HTML report draws them as inline SVG (render_svg); the terminal draws small shaded grids.
         """
         self.blocks.append(Block("figure", {"label": label, "weights": weights.detach(), "tokens": tokens}))
 
