@@ -167,6 +167,7 @@ def test_a_busy_machine_is_measured_explained_and_pointed_at_the_cpu_clock():
     note = report.load_note(busy_machine())
     assert "busy" in note and "98%" in note and "4 cores" in note and "--clock cpu" in note and "MISSED" in note
     assert "--clock cpu" not in report.load_note(busy_machine(clock="cpu"))
+    assert "wanted 2.2 times as many cores as it has (4)" in report.load_note(busy_machine(start=(8.8, 0, 0)))
     console = Console(width=100, record=True, file=io.StringIO())
     result = SuiteResult("s", "a table", ["implementation", "ms"], [{"implementation": "ours", "ms": 1.5}],
                          [Target("t", 2.0, "<=", 1.0)])

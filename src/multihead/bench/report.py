@@ -62,8 +62,10 @@ def load_note(machine: dict) -> str | None:
     if share is None or share <= BUSY_SHARE:
         return None
     start = machine.get("load_average_at_start") or machine.get("load_average")
-    note = (f"The machine was busy: other work kept about {share:.0%} of its {machine.get('cores')} cores occupied "
-            f"(1-minute load average {start[0]} at the start). ")
+    cores = machine.get("cores")
+    taken = (f"other work wanted {share:.1f} times as many cores as it has ({cores})" if share >= 1
+             else f"other work kept about {share:.0%} of its {cores} cores occupied")
+    note = f"The machine was busy: {taken} (1-minute load average {start[0]} at the start). "
     if machine.get("clock", "wall") == "wall":
         return note + ("Wall-clock times then include waiting for a core, so the ratios wobble and a target can "
                        "read MISSED for that reason alone. For steadier numbers rerun with --threads 1 --clock cpu "
