@@ -139,6 +139,7 @@ def test_the_json_line_goes_to_stdout_only_with_json(monkeypatch, tmp_path, caps
     assert one_suite(monkeypatch, tmp_path) == 0
     out, err = capsys.readouterr()
     assert "{" not in out and str(tmp_path / "default.json") in err and "--json" in err
+    assert "multihead bench: took" in err and "(--quick)" in err, "the run says how long it really took"
     assert "small" in json.loads((tmp_path / "default.json").read_text())["suites"]
     assert one_suite(monkeypatch, tmp_path, "--json") == 0
     line = capsys.readouterr().out.splitlines()[-1]
