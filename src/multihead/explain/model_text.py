@@ -201,7 +201,7 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
         y = setup.module(setup.x)
     weights = record[0].weights  # (B, H, L, L)
     story.figure(f"layer {layer}", weights[0], tokens=setup.tokens)
-    columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词"), story.pick("mean", "平均"),
+    columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词元"), story.pick("mean", "平均"),
                story.pick("self", "自己"), story.pick("prev", "前一个"), story.pick("next", "后一个"),
                "[CLS]+[SEP]"]
     story.table(columns, head_summary(weights[0], setup.tokens))
@@ -209,7 +209,7 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
         "Each row is one head: the word that receives the most attention on average (and how much), then the "
         "mean weight a token gives to itself, to its neighbours, and to the special tokens. Different heads, "
         "different habits.",
-        "每一行是一个头：平均而言最受关注的词（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
+        "每一行是一个头：平均而言最受关注的词元（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
         "不同的头，关注的方式各不相同。",
     )
     check_close(story, "capture_attention recorded the same weights as step 7.",
