@@ -200,7 +200,7 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
     with torch.no_grad(), mh.capture_attention(setup.module) as record:
         y = setup.module(setup.x)
     weights = record[0].weights  # (B, H, L, L)
-    story.figure(f"layer {layer}", weights[0], tokens=setup.tokens)
+    story.figure(story.pick(f"layer {layer}", f"第 {layer} 层"), weights[0], tokens=setup.tokens)
     columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词元"), story.pick("mean", "平均"),
                story.pick("self", "自己"), story.pick("prev", "前一个"), story.pick("next", "后一个"),
                "[CLS]+[SEP]"]

@@ -100,7 +100,8 @@ def step_mask(story: Story, p) -> None:
         "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
         "# in multihead: mh.attention(q, k, v, mask=mh.Mask.causal())",
         "ones = torch.ones(L, L, dtype=torch.bool)\n"
-        "blocked = torch.triu(ones, diagonal=1)   # 对角线以上为 True（下表显示为“是”）：未来的位置\n"
+        "blocked = torch.triu(ones, diagonal=1)   # 对角线以上为 True：未来的位置\n"
+        "# 下表把 True 写成“是”，False 写成“否”\n"
         "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
         "# multihead 里这样写：mh.attention(q, k, v, mask=mh.Mask.causal())",
     ))
