@@ -15,7 +15,7 @@ import torch
 from multihead.cli import main
 from multihead.explain import walkthrough
 from multihead.explain.render_html import render_html
-from multihead.explain.render_svg import heatmaps_svg
+from multihead.explain.render_svg import cut, heatmaps_svg, shade
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
 
@@ -63,6 +63,7 @@ def test_heatmaps_have_one_svg_per_head_with_real_text_labels():
     assert '<tspan class="l-en">head 11</tspan><tspan class="l-zh">头 11</tspan>' in svg
     assert ">喜</text>" in svg and "&lt;b&gt;" in svg and "<b>" not in svg, "tokens are escaped text"
     assert f"{weights[3, 1, 2].item():.2f}</text>" in svg, "small maps write their weights in the cells"
+    assert (shade(0.0), shade(1.0)) == ("#ffffff", "#2a6f97") and cut("▁" * 12) == "▁" * 9 + "…"
     big = heatmaps_svg(torch.full((1, 20, 20), 0.05), None)
     assert big.count("<rect ") == 400 and "<title>" not in big and "l-zh" not in big
 

@@ -23,7 +23,7 @@ def shade(weight: float) -> str:
     return "#%02x%02x%02x" % (round(255 - s * 213), round(255 - s * 144), round(255 - s * 104))
 
 
-def words(key: str, langs: tuple[str, ...], **values) -> str:
+def in_langs(key: str, langs: tuple[str, ...], **values) -> str:
     """A label in each of `langs` as SVG tspans; one language needs no class."""
     if len(langs) == 1:
         return escape(ui(key, langs[0], **values))
@@ -46,7 +46,7 @@ def head_svg(weights, h: int, tokens: list[str] | None, langs: tuple[str, ...]) 
     top = 18 + margin
     width, height = margin + Lk * cell + 4, top + Lq * cell + 4
     parts = [f'<svg class="heatmap" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}">',
-             f'<text class="title" x="{margin}" y="13">{words("head_n", langs, n=h)}</text>']
+             f'<text class="title" x="{margin}" y="13">{in_langs("head_n", langs, n=h)}</text>']
     for i, name in enumerate(names_q):
         y = top + i * cell + cell / 2
         parts.append(f'<text class="tok" x="{margin - 4}" y="{y:.1f}" text-anchor="end" '
