@@ -220,7 +220,7 @@ def test_at_400_px_the_key_column_stays_in_view_and_tokens_are_reached_with_the_
     tab.click('#head-view .modes button[data-mode="to"]')
     tab.focus('#head-view .tokens.right .token[data-index="2"]')
     assert tab.locator("#head-view .tokens.left .token[data-weight]").count() == 6
-    assert tab.locator("#head-view .tokens.left .token[tabindex]").count() == 0, "only the active side is in the tab order"
+    assert tab.locator("#head-view .tokens.left .token[tabindex]").count() == 0, "only the active side is tabbed"
     assert errors == []
 
 

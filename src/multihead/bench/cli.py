@@ -1,4 +1,5 @@
-"""`multihead bench [--suite NAME ...] [--quick] [--threads N] [--clock wall|cpu] [--plot DIR] [--json [PATH]] [--markdown PATH]`.
+"""`multihead bench [--suite NAME ...] [--quick] [--threads N] [--clock wall|cpu] [--plot DIR] [--json [PATH]]
+[--markdown PATH]`.
 
 Runs the chosen CPU suites (all by default) with progress bars on stderr, prints each suite's table
 and the targets (as wide as the terminal, 100 columns when piped), and says so when the machine was
