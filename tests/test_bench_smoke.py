@@ -1,7 +1,9 @@
 """`multihead bench` end to end on tiny sizes: every suite runs, reports, plots. No timing asserted."""
 from __future__ import annotations
 
+import io
 import json
+import os
 
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from multihead.bench import cli, memory, report
 from multihead.bench.peers import FLOOR_VARIANTS, Shape
 from multihead.bench.registry import build, names
+from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites import decode, padded, parallel, roofline, scaling, shootout, small
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare
@@ -33,9 +36,12 @@ def test_cli_runs_every_suite_and_writes_json_markdown_and_plots(tmp_path, monke
     args = parser.parse_args(["--quick", "--rounds", "1", "--no-progress", "--json", str(tmp_path / "r.json"),
                               "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "plots")])
     assert cli.main(args) == 0
-    stdout = capsys.readouterr().out
+    captured = capsys.readouterr()
+    stdout = captured.out
     data = json.loads((tmp_path / "r.json").read_text())
-    assert json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1]) == data
+    assert not any(ln.startswith("{") for ln in stdout.splitlines()), "the JSON goes to stdout only with --json"
+    assert str(tmp_path / "r.json") in captured.err
+    assert max(len(ln) for ln in stdout.splitlines()) <= report.PIPED_WIDTH, "piped: the tables fit 100 columns"
     assert set(data["suites"]) == set(cli.SUITES)
     assert "ours[sdpa]" in stdout  # names with brackets are printed as text, not as rich markup
     assert data["machine"]["threads"] == torch.get_num_threads() and data["machine"]["clock"] == "wall"
@@ -118,6 +124,57 @@ def test_targets_and_cells_render():
     assert Target("x", None, ">=", 1).met is None
     assert report.cell("forward x ours", 1.234) == "1.23x" and report.cell("ms", None) == "-"
     assert report.target_cells(Target("x", 0.5, ">=", 1.6))[3] == "MISSED"
+
+
+def one_suite(monkeypatch, tmp_path, *argv):
+    """cli.main on the tiny `small` suite alone with `argv`; (exit code, captured stdout and stderr)."""
+    monkeypatch.setattr(small.Sizes, "quick", classmethod(lambda cls: TINY[small]))
+    monkeypatch.setattr(cli, "DEFAULT_JSON", tmp_path / "default.json")
+    parser = __import__("argparse").ArgumentParser()
+    cli.configure(parser)
+    return cli.main(parser.parse_args(["--suite", "small", "--quick", "--rounds", "1", "--no-progress", *argv]))
+
+
+def test_the_json_line_goes_to_stdout_only_with_json(monkeypatch, tmp_path, capsys):
+    assert one_suite(monkeypatch, tmp_path) == 0
+    out, err = capsys.readouterr()
+    assert "{" not in out and str(tmp_path / "default.json") in err and "--json" in err
+    assert "multihead bench: took" in err and "(--quick)" in err, "the run says how long it really took"
+    assert "small" in json.loads((tmp_path / "default.json").read_text())["suites"]
+    assert one_suite(monkeypatch, tmp_path, "--json") == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "small" in json.loads(line)["suites"]
+
+
+def test_tables_fit_the_terminal_and_never_exceed_200_columns(monkeypatch):
+    monkeypatch.setattr(report.shutil, "get_terminal_size", lambda fallback: os.terminal_size((300, 50)))
+    assert report.table_width(is_terminal=False) == 100 and report.table_width(is_terminal=True) == 200
+    monkeypatch.setattr(report.shutil, "get_terminal_size", lambda fallback: os.terminal_size((90, 50)))
+    assert report.table_width(is_terminal=True) == 90
+
+
+def busy_machine(clock: str = "wall", start=(3.9, 2.0, 1.0), end=(4.5, 3.0, 1.5)) -> dict:
+    return {"cpu": "test cpu", "cores": 4, "threads": 1, "torch": torch.__version__, "date": "today",
+            "clock": clock, "load_average_at_start": start, "load_average": end}
+
+
+def test_a_busy_machine_is_measured_explained_and_pointed_at_the_cpu_clock():
+    from rich.console import Console
+
+    assert report.busy_share(busy_machine()) == pytest.approx(3.9 / 4)
+    assert report.busy_share(busy_machine(start=(0.1, 0, 0), end=(1.2, 0, 0))) == pytest.approx(0.2 / 4)
+    assert report.load_note(busy_machine(start=(0.5, 0, 0), end=(2.0, 0, 0))) is None, "our own thread is no load"
+    assert report.busy_share(busy_machine(start=None, end=None)) is None
+    note = report.load_note(busy_machine())
+    assert "busy" in note and "98%" in note and "4 cores" in note and "--clock cpu" in note and "MISSED" in note
+    assert "--clock cpu" not in report.load_note(busy_machine(clock="cpu"))
+    assert "wanted 2.2 times as many cores as it has (4)" in report.load_note(busy_machine(start=(8.8, 0, 0)))
+    console = Console(width=100, record=True, file=io.StringIO())
+    result = SuiteResult("s", "a table", ["implementation", "ms"], [{"implementation": "ours", "ms": 1.5}],
+                         [Target("t", 2.0, "<=", 1.0)])
+    report.print_rich([result], busy_machine(), console)
+    text = console.export_text()
+    assert "MISSED" in text and "--clock cpu" in text and max(map(len, text.splitlines())) <= 100
 
 
 @pytest.mark.parametrize("bad", (["--suite", "nope"], ["--threads", "two"], ["--clock", "gpu"]))

@@ -195,3 +195,51 @@ def test_the_notebook_output_renders_in_a_browser(open_page):
         frame.locator("html[data-ready='true']").wait_for()
         assert frame.locator("#model-view .cell").count() == cells
         assert errors == []
+
+
+def test_at_400_px_the_key_column_stays_in_view_and_tokens_are_reached_with_the_keyboard(open_page):
+    tab, errors = open_page(page.page_html(lesson(lang="en")), width=400, height=900)
+    view = tab.locator("#head-view .headview").bounding_box()
+    keys = tab.locator("#head-view .tokens.right").bounding_box()
+    assert keys["x"] + keys["width"] <= min(400, view["x"] + view["width"]) + 1, (keys, view)
+    assert tab.eval_on_selector("#head-view .headview", "n => n.scrollWidth <= n.clientWidth"), "no sideways scroll"
+    assert tab.evaluate("() => document.documentElement.scrollWidth") <= 400, "wide tables scroll, not the page"
+    for _ in range(30):   # Tab from the top until a token of the head view has the focus
+        tab.keyboard.press("Tab")
+        if tab.evaluate("() => document.activeElement.classList.contains('token')"):
+            break
+    focused = tab.evaluate("() => [document.activeElement.closest('.tokens').className,"
+                           " document.activeElement.dataset.index]")
+    assert focused == ["tokens left", "0"], "Tab reaches the first query token"
+    assert tab.locator("#head-view .tokens.left .token.focus").count() == 1
+    assert tab.locator("#head-view .tokens.right .token[data-weight]").count() == 6, "focus shows its weights"
+    tab.keyboard.press("Tab")
+    tab.keyboard.press("Enter")   # the second token, "journey", is followed in the step view
+    assert "query “journey”" in tab.inner_text("#step-view h3")
+    assert tab.evaluate("() => document.activeElement.dataset.index") == "1", "the redraw keeps the focus"
+    tab.click('#head-view .modes button[data-mode="to"]')
+    tab.focus('#head-view .tokens.right .token[data-index="2"]')
+    assert tab.locator("#head-view .tokens.left .token[data-weight]").count() == 6
+    assert tab.locator("#head-view .tokens.left .token[tabindex]").count() == 0, "only the active side is tabbed"
+    assert errors == []
+
+
+def test_the_heatmaps_are_svg_with_text_that_follows_the_language_switch(open_page):
+    weights = torch.softmax(torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(1)), -1)
+    tokens = ["我", "喜欢", "注意力", "。"]
+    stories = told(lambda story: story.figure(story.pick("weights", "权重"), weights, tokens=tokens), ("en", "zh"))
+    tab, errors = open_page(page.page_html(Lesson(lang="en", stories=stories, title={"en": "t", "zh": "t"})))
+    svgs = tab.locator(".story svg.heatmap")
+    assert svgs.count() == 2 and tab.locator(".story img").count() == 0
+    shown = ("n => [...n.querySelectorAll('tspan')].filter(t => getComputedStyle(t).display !== 'none')"
+             ".map(t => t.textContent).join('')")
+    assert tab.eval_on_selector(".story svg.heatmap text.title", shown) == "head 0"
+    labels = tab.eval_on_selector_all(".story svg.heatmap text.tok", "nodes => nodes.map(n => n.textContent)")
+    assert labels[:4] == tokens
+    widths = tab.eval_on_selector_all(".story svg.heatmap text.tok", "nodes => nodes.map(n => n.getBBox().width)")
+    assert min(widths) > 5, "the browser's fonts draw the Chinese tokens"
+    assert "rows: queries" in tab.inner_text(".story .heatmaps .note")
+    tab.click('.lang-switch button[data-set-lang="zh"]')
+    assert tab.eval_on_selector(".story svg.heatmap text.title", shown) == "头 0"
+    assert "行是查询" in tab.inner_text(".story .heatmaps .note")
+    assert errors == []

@@ -119,6 +119,33 @@ def test_an_unknown_topic_exits_2_naming_the_known_ones(capsys):
     assert "no-such-topic" in err and next(iter(TOPICS)) in err.replace("\n", "")
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_topic_runs_as_a_positional_name_too(capsys, lang):
+    name, topic = next(iter(TOPICS.items()))
+    code, out, _ = run(capsys, name, "--lang", lang)
+    assert code == 0 and topic.title[lang] in out.replace("\n", "") and "✗" not in out
+    code, spelled, _ = run(capsys, name.upper().replace("-", "_"), "--lang", lang)
+    assert code == 0 and spelled == out, "case and underscores are forgiven"
+
+
+@pytest.mark.parametrize(("asked", "meant"), [("reshape", ["reshape-then-transpose"]),
+                                              ("masked-fil", ["masked-fill", "mask-fill-value"]),
+                                              ("mask", ["masked-fill", "mask-fill-value", "mask-asserts"])])
+def test_a_near_miss_answers_did_you_mean(capsys, asked, meant):
+    code, out, err = run(capsys, asked)
+    assert code == 2 and out == ""
+    err = " ".join(err.split())
+    assert f"Did you mean: {', '.join(meant)}?" in err and "multihead explain --list" in err
+    code, _, err = run(capsys, "--topic", asked, "--lang", "zh")
+    assert code == 2 and "你要找的是不是" in err and meant[0] in err
+
+
+def test_a_positional_topic_with_another_mode_exits_2(capsys):
+    for other in (["--topic", "rope"], ["--list"], ["--text", "hello"]):
+        code, out, err = run(capsys, "kv-cache", *other)
+        assert code == 2 and out == "" and "give the topic once" in err, other
+
+
 def test_an_unwritable_html_path_exits_2(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -65,7 +65,7 @@ def test_text_walkthrough_matches_hugging_face(capsys, minilm, tmp_path):
     assert "Hugging Face" in out and "✗" not in out
     assert max(cell_len(line) for line in out.splitlines()) <= 80
     html = path.read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") == 1 and "[CLS]" in html
+    assert html.count('<div class="heatmaps">') == 1 and html.count('<svg class="heatmap"') == 12 and "[CLS]" in html
 
 
 @pytest.mark.models
@@ -95,3 +95,22 @@ def test_text_in_chinese_and_a_bad_layer(capsys, minilm):
     code = main(["explain", "--text", "  "])
     assert code == 2 and "non-empty" in capsys.readouterr().err
 
+
+
+def test_unknown_count_leaves_out_cls_and_sep():
+    assert model_text.unknown_count(["[CLS]", "我", "[UNK]", "[UNK]", "[SEP]"]) == (2, 3)
+    assert model_text.unknown_count(["[CLS]", "the", "[SEP]"]) == (0, 1)
+
+
+@pytest.mark.models
+def test_a_chinese_sentence_names_the_tokenizer_and_warns_about_unk(capsys, minilm):
+    code = main(["explain", "--lang", "zh", "--text", "我喜欢学习注意力机制"])
+    captured = capsys.readouterr()
+    out = "".join(captured.out.split())
+    assert code == 0, captured.out[-2000:]
+    assert "BertTokenizer" in out and "WordPiece" in out and "[CLS]我[UNK][UNK]学" in out
+    assert "⚠注意：10个词元中有7个是[UNK]" in out and "多语言模型" in out
+    assert "Warning" not in captured.err and "UserWarning" not in captured.out + captured.err
+    code = main(["explain", "--text", SENTENCE])
+    out = capsys.readouterr().out
+    assert code == 0 and "BertTokenizer" in out and "[UNK]" not in out

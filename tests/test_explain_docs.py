@@ -41,7 +41,7 @@ def sessions() -> list[tuple[str, list[str]]]:
 
 def test_the_doc_shows_sessions():
     assert {command for command, _ in sessions()} >= {"multihead explain",
-                                                      "multihead explain --topic param-count"}
+                                                      "multihead explain param-count"}
 
 
 @pytest.mark.parametrize("command,shown", sessions())

@@ -104,3 +104,27 @@ def test_say_falls_back_to_the_shared_labels_and_adds_blocks():
     say.check("check.split-result-not-contiguous", False, "detail")
     assert story.failed_checks == [words.topic_words("zh", "memory-order")["check.split-result-not-contiguous"]]
     assert story.blocks[-1].data["detail"] == "detail"
+
+
+def chinese_texts() -> dict[str, str]:
+    """Every Chinese text explain says: the zh words file and the renderers' own labels."""
+    from multihead.explain.lang import UI
+
+    found = {"/".join(key): "\n".join(value) if isinstance(value, list) else value for key, value in ZH.items()}
+    found.update({f"ui/{key}": zh for key, (_, zh) in UI.items()})
+    return found
+
+
+STYLE = {
+    "translationese (a 'little friendly correction')": re.compile(r"一点(小小|友好|温和|友善|小)?(更正|补充)|温和地"),
+    "专题: the term is 主题": re.compile(r"专题"),
+    "a space beside a full-width quote": re.compile(r"[\u4e00-\u9fff，。：] [“”]|[“”] [\u4e00-\u9fff，。：]"),
+    "half-width punctuation after a Chinese character": re.compile(r"[\u4e00-\u9fff][,;?!](?=\s|$)|[\u4e00-\u9fff]:\s"),
+}
+
+
+def test_chinese_reads_as_chinese():
+    """No translationese, one term per concept, full-width punctuation around Chinese words."""
+    bad = [f"{rule}: {key}: {text[:60]!r}" for key, text in chinese_texts().items()
+           for rule, pattern in STYLE.items() if pattern.search(text)]
+    assert bad == []

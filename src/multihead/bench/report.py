@@ -1,7 +1,9 @@
-"""Tables (rich on the terminal, Markdown for benchmarks/README.md) and the one-line JSON."""
+"""Tables (rich on the terminal, Markdown for benchmarks/README.md), the one-line JSON, and what the
+machine's load means for the numbers."""
 from __future__ import annotations
 
 import json
+import shutil
 
 from multihead.bench.results import SuiteResult, Target
 
@@ -28,15 +30,61 @@ def target_cells(t: Target) -> list[str]:
     return [t.name, value, f"{t.op} {t.goal:g}", verdict, t.note]
 
 
-def print_rich(results: list[SuiteResult], machine: dict) -> None:
-    """Every suite's table, then the targets, on stdout."""
+PIPED_WIDTH = 100   # columns of the tables when stdout is not a terminal (a file, a pipe, CI logs)
+MAX_WIDTH = 200     # never wider, even on a very wide terminal
+BUSY_SHARE = 0.5    # other work taking more than half the cores makes wall-clock times unreliable
+
+
+def table_width(is_terminal: bool) -> int:
+    """The width the tables are drawn to: the terminal's (at most MAX_WIDTH), PIPED_WIDTH when piped."""
+    if not is_terminal:
+        return PIPED_WIDTH
+    return min(shutil.get_terminal_size((PIPED_WIDTH, 24)).columns, MAX_WIDTH)
+
+
+def busy_share(machine: dict) -> float | None:
+    """How much of the machine other work took while the bench ran, as a share of its cores: the 1-minute
+    load average at the start (before the bench added its own), or at the end minus the bench's own
+    threads, whichever is larger. None where the OS has no load average."""
+    start, end = machine.get("load_average_at_start"), machine.get("load_average")
+    cores = machine.get("cores") or 1
+    if start is None and end is None:
+        return None
+    others = [start[0]] if start else []
+    if end:
+        others.append(end[0] - machine.get("threads", 1))
+    return max(others) / cores
+
+
+def load_note(machine: dict) -> str | None:
+    """What the load means for the numbers, when other work took more than BUSY_SHARE of the cores."""
+    share = busy_share(machine)
+    if share is None or share <= BUSY_SHARE:
+        return None
+    start = machine.get("load_average_at_start") or machine.get("load_average")
+    cores = machine.get("cores")
+    taken = (f"other work wanted {share:.1f} times as many cores as it has ({cores})" if share >= 1
+             else f"other work kept about {share:.0%} of its {cores} cores occupied")
+    note = f"The machine was busy: {taken} (1-minute load average {start[0]} at the start). "
+    if machine.get("clock", "wall") == "wall":
+        return note + ("Wall-clock times then include waiting for a core, so the ratios wobble and a target can "
+                       "read MISSED for that reason alone. For steadier numbers rerun with --threads 1 --clock cpu "
+                       "(counts only this process's CPU time), or on an idle machine.")
+    return note + ("The CPU clock already leaves out the time spent waiting for a core, but shared caches and "
+                   "memory bandwidth still slow the work: read close MISSED targets with care, or rerun on an idle "
+                   "machine.")
+
+
+def print_rich(results: list[SuiteResult], machine: dict, console=None) -> None:
+    """Every suite's table, then the targets and what the load means, on stdout (or `console`): as wide as
+    the terminal (at most MAX_WIDTH columns), PIPED_WIDTH when piped."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped: wide enough that no column is cut
-        console = Console(width=200)
+    if console is None:
+        console = Console()
+        console = Console(width=table_width(console.is_terminal))
     console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({machine['threads']} threads, "
                   f"{machine.get('clock', 'wall')} clock), "
                   f"torch {machine['torch']}, {machine['date']}, load average "
@@ -58,6 +106,9 @@ def print_rich(results: list[SuiteResult], machine: dict) -> None:
         for t in targets:
             table.add_row(*map(escape, target_cells(t)), style=None if t.met is not False else "red")
         console.print(table)
+    note = load_note(machine)
+    if note:
+        console.print(f"[yellow]{escape(note)}[/]")
 
 
 def markdown(results: list[SuiteResult]) -> str:

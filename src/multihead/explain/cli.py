@@ -1,4 +1,5 @@
-"""`multihead explain`: the walkthrough (default), one topic (--topic), or a real sentence (--text),
+"""`multihead explain`: the walkthrough (default), one topic (`multihead explain TOPIC`, or --topic
+TOPIC), or a real sentence (--text),
 in English or Chinese, in the terminal and optionally as an interactive HTML page (--html).
 
 Exit codes: 0 every check passed, 1 some check failed, 2 bad usage or the 'models' extra missing.
@@ -18,9 +19,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add explain's options to its subcommand parser."""
     parser.add_argument("--lang", choices=LANGS, default=None,
                         help="language of the explanation (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
+    parser.add_argument("name", nargs="?", metavar="TOPIC",
+                        help="explain one topic (see --list); the same as --topic TOPIC")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="list the topics and exit")
-    mode.add_argument("--topic", metavar="NAME", help="explain one topic (see --list)")
+    mode.add_argument("--topic", metavar="TOPIC", help="explain one topic (see --list)")
     mode.add_argument("--text", metavar="SENTENCE",
                       help="walk through one layer of the pretrained all-MiniLM-L6-v2 on this sentence "
                            "(needs the 'models' extra)")
@@ -74,6 +77,19 @@ def documents_table(lang: str):
     return table
 
 
+def chosen_topic(args: argparse.Namespace) -> str | None:
+    """The topic asked for, positionally (`explain TOPIC`) or with --topic; AttentionError when the
+    positional name comes together with --topic, --text or --list."""
+    name = getattr(args, "name", None)
+    if name is None:
+        return args.topic
+    for option, value in (("--topic", args.topic), ("--text", args.text), ("--list", getattr(args, "list", False))):
+        if value:
+            raise AttentionError(f"give the topic once: either `multihead explain {name}` or {option}; "
+                                 f"got both.")
+    return name
+
+
 def main(args: argparse.Namespace) -> int:
     """Run `multihead explain` with parsed arguments; returns the exit code."""
     try:
@@ -89,9 +105,10 @@ def main(args: argparse.Namespace) -> int:
     page = getattr(args, "html", None)
     try:
         lang = resolve_lang(getattr(args, "lang", None))
+        topic = chosen_topic(args)
         if getattr(args, "list", False):
             return list_topics(console, lang)
-        told = lesson(topic=args.topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))
+        told = lesson(topic=topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))
     except (AttentionError, ModelsMissing) as exc:
         Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
         return 2

@@ -6,6 +6,7 @@ attention data of its views. The CLI and the notebook API (`mh.explain`) both bu
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,14 +81,39 @@ def topic_story(name: str, lang: str) -> Story:
     """Run topic `name` into a new story; AttentionError naming the known topics if there is none."""
     from multihead.explain.topics import TOPICS as topics
 
-    if name not in topics:
-        raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(topics) or "-"))
-    topic = topics[name]
+    topic = topics[known_topic(name, tuple(topics), lang)]
     story = Story(lang)
     story.add_heading(topic.title[lang])
     story.add_text(question_line(topic, lang))
     topic.run(story)
     return story
+
+
+def near_topics(name: str, known: tuple[str, ...]) -> list[str]:
+    """The known topic names a mistyped `name` probably meant, best first (at most 3): the names that
+    start with it or contain it as a whole part ("reshape" -> "reshape-then-transpose"), then the
+    ones spelled alike ("masked-fil" -> "masked-fill")."""
+    wanted = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if not wanted:
+        return []
+    starts = [k for k in known if k.startswith(wanted)]
+    parts = [k for k in known if k not in starts and wanted in k.split("-")]
+    alike = [k for k in difflib.get_close_matches(wanted, known, n=3, cutoff=0.6) if k not in starts + parts]
+    return (starts + parts + alike)[:3]
+
+
+def known_topic(name: str, known: tuple[str, ...], lang: str) -> str:
+    """`name` itself when it is a topic (underscores, spaces and case forgiven); else AttentionError with
+    "did you mean" and the close names, or the whole list when nothing is close."""
+    if name in known:
+        return name
+    spelled = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if spelled in known:
+        return spelled
+    close = near_topics(name, known)
+    if close:
+        raise AttentionError(ui("unknown_topic_near", lang, name=name, near=", ".join(close)))
+    raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(known) or "-"))
 
 
 def question_line(topic, lang: str) -> str:
@@ -121,9 +147,10 @@ def lesson(topic: str | None = None, text: str | None = None, layer: int = 0, la
     if topic is not None and text is not None:
         raise AttentionError(f"explain one thing at a time: a topic or a text; got topic={topic!r} and text={text!r}.")
     if topic is not None:
-        stories, explorers = topic_lesson(topic, langs, page)
         from multihead.explain.topics import TOPICS
 
+        topic = known_topic(topic, tuple(TOPICS), lang)
+        stories, explorers = topic_lesson(topic, langs, page)
         title = dict(TOPICS[topic].title)
     elif text is not None:
         from multihead.explain.model_text import check_text

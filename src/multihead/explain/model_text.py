@@ -159,9 +159,40 @@ def head_summary(weights: torch.Tensor, tokens: list[str]) -> list[list[str]]:
     return rows
 
 
+def unknown_count(tokens: list[str], unknown: str = "[UNK]") -> tuple[int, int]:
+    """(tokens that are `unknown`, tokens that are not [CLS]/[SEP]): how much of the sentence the
+    vocabulary could not read."""
+    words = [t for t in tokens if t not in ("[CLS]", "[SEP]")]
+    return sum(t == unknown for t in words), len(words)
+
+
+def tell_tokens(story: Story, tokenizer, tokens: list[str]) -> None:
+    """Which tokenizer cut the sentence, into which tokens; a warning when some became [UNK]."""
+    name, size = type(tokenizer).__name__, tokenizer.vocab_size
+    story.heading("The sentence as the model reads it", "模型读到的这句话")
+    story.text(
+        f"all-MiniLM-L6-v2's own tokenizer ({name}: WordPiece, {size} pieces of mostly English words, "
+        f"lower-cased) cut it into {len(tokens)} tokens: {' '.join(tokens)}",
+        f"切分用的是 all-MiniLM-L6-v2 自带的分词器（{name}：WordPiece，词表 {size} 个片段，以英文为主，"
+        f"先转成小写），切出了 {len(tokens)} 个词元：{' '.join(tokens)}",
+    )
+    unknown, total = unknown_count(tokens, tokenizer.unk_token)
+    if unknown:
+        story.text(
+            f"⚠ Warning: {unknown} of the {total} tokens are [UNK]: the vocabulary has no piece for them, so "
+            "the model sees one and the same 'unknown' vector for each, and what their heads do says little "
+            "about those words. all-MiniLM-L6-v2 learned English; for Chinese or other scripts a multilingual "
+            "model is needed, which `--text` does not ship.",
+            f"⚠ 注意：{total} 个词元中有 {unknown} 个是 [UNK]。词表里没有这些字，模型把它们一律当成同一个"
+            "“未知”向量，所以这些位置上各个头的表现，基本说明不了原来的字。all-MiniLM-L6-v2 是用英文训练的；"
+            "要分析中文等其他文字的句子，需要多语言模型，而 --text 只带了这一个英文模型。",
+        )
+
+
 def tell_text(story: Story, text: str, layer: int = 0) -> None:
     """The walkthrough on `text` through MiniLM's layer `layer`, then what its heads attend to."""
     setup, hf_out, hf_weights = text_setup(text, layer)
+    tell_tokens(story, load_minilm()[0], setup.tokens)
     p = tell(story, setup)
     H = setup.module.num_heads
     story.heading(f"What the {H} heads of layer {layer} attend to", f"第 {layer} 层的 {H} 个头在关注什么")
@@ -169,8 +200,8 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
     with torch.no_grad(), mh.capture_attention(setup.module) as record:
         y = setup.module(setup.x)
     weights = record[0].weights  # (B, H, L, L)
-    story.figure(f"layer {layer}", weights[0], tokens=setup.tokens)
-    columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词"), story.pick("mean", "平均"),
+    story.figure(story.pick(f"layer {layer}", f"第 {layer} 层"), weights[0], tokens=setup.tokens)
+    columns = [story.pick("head", "头"), story.pick("top word", "最受关注的词元"), story.pick("mean", "平均"),
                story.pick("self", "自己"), story.pick("prev", "前一个"), story.pick("next", "后一个"),
                "[CLS]+[SEP]"]
     story.table(columns, head_summary(weights[0], setup.tokens))
@@ -178,7 +209,7 @@ def tell_text(story: Story, text: str, layer: int = 0) -> None:
         "Each row is one head: the word that receives the most attention on average (and how much), then the "
         "mean weight a token gives to itself, to its neighbours, and to the special tokens. Different heads, "
         "different habits.",
-        "每一行是一个头：平均而言最受关注的词（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
+        "每一行是一个头：平均而言最受关注的词元（及其平均权重），以及每个词元分给自己、相邻词元和特殊词元的平均权重。"
         "不同的头，关注的方式各不相同。",
     )
     check_close(story, "capture_attention recorded the same weights as step 7.",

@@ -7,7 +7,7 @@
     <script type="application/json" id="mh-data">  explorers (explore.py), page words, step titles
     <script>  page_script.SCRIPT
 
-Inline CSS and JS only: no link, no remote script, no font or image to fetch (heatmaps are data: URIs).
+Inline CSS and JS only: no link, no remote script, no font or image to fetch (heatmaps are inline SVG).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def both(en: str, zh: str, tag: str = "div") -> str:
 def figure_html(en: Block, zh: Block) -> str:
     """A story figure: its heatmap image once, its caption in both languages."""
     caption = both(escape(en.data["label"]), escape(zh.data["label"]), "span")
-    return f"<figure>{figure_image(en)}<figcaption>{caption}</figcaption></figure>"
+    return f"<figure>{figure_image(en, LANGS)}<figcaption>{caption}</figcaption></figure>"
 
 
 def story_section(stories: dict[str, Story]) -> str:

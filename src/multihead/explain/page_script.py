@@ -3,7 +3,9 @@
 It reads the page's data (a <script type="application/json" id="mh-data"> block written by page.py)
 and draws the model view (layers x heads, one small heatmap per head), the head view (tokens on both
 sides, lines weighted by attention, hover and a from/to switch) and the step view (one query token's
-numbers through every step, with the walkthrough's checks). The EN/ZH switch redraws them in the
+numbers through every step, with the walkthrough's checks). Every token of the head view can be reached
+with Tab (focus shows its lines, Enter or Space picks it), and the lines between the two token columns
+narrow to what the screen leaves, so both columns stay in view at 400 px. The EN/ZH switch redraws them in the
 other language; the story below switches by CSS. When everything is drawn and wired it sets
 `window.mhReady = performance.now()` and `<html data-ready="true">` (load-to-interactive).
 """
@@ -14,7 +16,7 @@ SCRIPT = r"""
   var DATA = JSON.parse(document.getElementById("mh-data").textContent);
   var root = document.documentElement;
   var lang = DATA.lang;
-  var S = {ex: 0, row: 0, head: 0, query: 0, mode: "from", focus: null};
+  var S = {ex: 0, row: 0, head: 0, query: 0, mode: "from", focus: null, keyed: null};
   var ROW_PX = 22;
 
   function say(key, values) {
@@ -114,7 +116,7 @@ SCRIPT = r"""
     ["from", "to"].forEach(function (mode) {
       var button = el("button", "mode" + (S.mode === mode ? " on" : ""), say("mode_" + mode));
       button.type = "button"; button.dataset.mode = mode;
-      button.addEventListener("click", function () { S.mode = mode; S.focus = null; renderAll(); });
+      button.addEventListener("click", function () { S.mode = mode; S.focus = null; S.keyed = null; renderAll(); });
       modes.appendChild(button);
     });
     panel.appendChild(modes);
@@ -123,17 +125,29 @@ SCRIPT = r"""
     left.appendChild(el("div", "side", say("queries")));
     right.appendChild(el("div", "side", say("keys")));
     var canvas = el("canvas", "lines");
-    canvas.width = 260; canvas.height = Math.max(Lq, Lk) * ROW_PX;
+    canvas.width = 40; canvas.height = Math.max(Lq, Lk) * ROW_PX;   // narrow until measured below
     var sides = {left: names(Lq).map(token), right: names(Lk).map(token)};
     function token(name, index) { var node = el("div", "token"); node.appendChild(el("span", "name", name)); node.dataset.index = index; return node; }
+    function keyboard(node, side, index, active, pick) {  // Tab reaches the token; focus = hover, Enter/Space = click
+      if (!active) return;
+      node.tabIndex = 0;
+      node.setAttribute("role", "button");
+      node.addEventListener("focus", function () { S.keyed = {side: side, index: index}; focus(index); });
+      node.addEventListener("keydown", function (event) {
+        if ((event.key === "Enter" || event.key === " ") && pick) { event.preventDefault(); pick(); }
+      });
+    }
     sides.left.forEach(function (node, i) {
+      var pick = r.trace ? function () { S.query = i; renderAll(); } : null;
       if (i === S.query && r.trace) node.classList.add("chosen");
       node.addEventListener("mouseenter", function () { if (S.mode === "from") focus(i); });
-      node.addEventListener("click", function () { if (r.trace) { S.query = i; renderAll(); } });
+      node.addEventListener("click", function () { if (pick) pick(); });
+      keyboard(node, "left", i, S.mode === "from", pick);
       left.appendChild(node);
     });
     sides.right.forEach(function (node, j) {
       node.addEventListener("mouseenter", function () { if (S.mode === "to") focus(j); });
+      keyboard(node, "right", j, S.mode === "to", null);
       right.appendChild(node);
     });
     view.addEventListener("mouseleave", function () { focus(null); });
@@ -154,7 +168,11 @@ SCRIPT = r"""
     }
     view.appendChild(left); view.appendChild(canvas); view.appendChild(right);
     panel.appendChild(view);
+    // the lines take what the two token columns leave: the key column stays in view on a narrow screen
+    canvas.width = Math.max(40, Math.min(260, view.clientWidth - left.offsetWidth - right.offsetWidth - 8));
     drawLines(canvas, w, null);
+    var keyed = S.keyed, again = keyed && sides[keyed.side][keyed.index];
+    if (again && again.tabIndex === 0) again.focus();   // a redraw (Enter on a token) keeps the keyboard's place
   }
 
   // ---- step view: one query token through every step, with the walkthrough's checks -------------
@@ -255,7 +273,7 @@ SCRIPT = r"""
     var begin = DATA.explorers[k].start;
     S.ex = k; S.row = begin.row; S.head = begin.head; S.query = begin.query; S.focus = null;
   }
-  function choose(r, h) { S.row = r; S.head = h; S.focus = null; renderAll(); }
+  function choose(r, h) { S.row = r; S.head = h; S.focus = null; S.keyed = null; renderAll(); }
   function setLang(next) {
     lang = next;
     root.dataset.lang = next;

@@ -31,7 +31,7 @@ header.bar h1 { font-size: 18px; margin: 0; color: #fff; }
 .token { height: 22px; line-height: 22px; padding: 0 6px; font: 13px ui-monospace, "DejaVu Sans Mono", monospace;
          white-space: nowrap; border-radius: 3px; }
 .tokens.left .token { text-align: right; cursor: pointer; }
-.token.focus { outline: 2px solid #e07a1f; }
+.token.focus, .token:focus-visible { outline: 2px solid #e07a1f; }
 .token.chosen .name { font-weight: bold; text-decoration: underline; }
 .token .w { font-size: 10px; color: #1d1d1f; margin: 0 4px; }
 canvas.lines { flex: none; margin-top: 0; }
@@ -50,4 +50,14 @@ ul.checks li { border-left: 3px solid #2e8540; background: #e9f5ec; padding: 2px
 ul.checks li.failed { border-color: #c0392b; background: #fbeaea; font-weight: bold; }
 ul.checks li.none { border-color: #ccc; background: #f4f4f4; color: #777; }
 section.story { margin-top: 24px; }
+@media (max-width: 600px) {
+  main { padding: 12px 10px 48px; }
+  header.bar { padding: 6px 10px; flex-wrap: wrap; gap: 6px; }
+  header.bar h1 { font-size: 15px; }
+  .panel { padding: 8px 8px; }
+  .tokens { min-width: 0; }
+  .token { padding: 0 3px; font-size: 12px; }
+  .steps .step { grid-template-columns: minmax(0, 1fr); }
+  table { display: block; max-width: 100%; overflow-x: auto; }   /* a wide table scrolls, not the page */
+}
 """

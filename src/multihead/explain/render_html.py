@@ -1,15 +1,14 @@
-"""Draw Stories as static HTML: inline CSS, heatmaps as base64 PNG data URIs, no scripts and no
+"""Draw Stories as static HTML: inline CSS, heatmaps as inline SVG (render_svg), no scripts and no
 external assets. `render_html` makes a whole page of one language; the interactive page (page.py)
 draws its story section with the same block renderers, `DRAW`.
 """
 from __future__ import annotations
 
-import base64
-import io
 from html import escape
 
 from multihead.explain.lang import ui
-from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
+from multihead.explain.present import layout_line, slices, table_value, tensor_note
+from multihead.explain.render_svg import heatmaps_svg
 from multihead.explain.story import Block, Story
 
 CSS = """
@@ -35,7 +34,11 @@ table.data td, table.data th { text-align: left; font-family: system-ui, sans-se
 .detail { color: #666; font-size: 12.5px; margin-left: 8px; font-family: ui-monospace, monospace; }
 .note { color: #777; font-size: 12.5px; }
 figure { margin: 12px 0; }
-figure img { max-width: 100%; border: 1px solid #ddd; background: #fff; }
+.heatmaps .heads { display: flex; flex-wrap: wrap; gap: 10px 18px; align-items: flex-end; }
+svg.heatmap { max-width: 100%; height: auto; background: #fff; }
+svg.heatmap text { font: 11px system-ui, "Noto Sans CJK SC", "Microsoft YaHei", sans-serif; fill: #333; }
+svg.heatmap text.title { font-size: 12px; font-weight: bold; }
+svg.heatmap text.num { font-size: 10px; }
 figcaption { color: #555; font-size: 13px; }
 .summary { margin-top: 32px; padding: 12px 16px; font-weight: bold; border-radius: 6px; }
 .summary.ok { background: #e9f5ec; color: #1e6b30; }
@@ -54,58 +57,21 @@ def _matrix_html(index: str, cells, row_labels, col_labels) -> str:
     return f"<table>{caption}<tr>{head}</tr>{body}</table>"
 
 
-def heatmap_png(weights, tokens: list[str] | None) -> bytes:
-    """Per-head heatmaps of weights (H, Lq, Lk) as one PNG (matplotlib, Agg canvas, no pyplot)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    weights = heat_weights(weights)
-    H, Lq, Lk = weights.shape
-    cols = min(H, 4)
-    rows = -(-H // cols)
-    cell = 0.32 if max(Lq, Lk) > 8 else 0.55
-    side = max(2.6, cell * max(Lq, Lk) + 1.2)
-    fig = Figure(figsize=(cols * side, rows * side), dpi=100)
-    FigureCanvasAgg(fig)
-    labels = tokens if tokens is not None and len(tokens) == Lq == Lk else None
-    for h in range(H):
-        ax = fig.add_subplot(rows, cols, h + 1)
-        image = ax.imshow(weights[h].numpy(), vmin=0.0, vmax=1.0, cmap="Blues")
-        ax.set_title(f"head {h}", fontsize=10)
-        ax.set_xlabel("key", fontsize=8)
-        ax.set_ylabel("query", fontsize=8)
-        ax.set_xticks(range(Lk), labels if labels else range(Lk), rotation=90, fontsize=7)
-        ax.set_yticks(range(Lq), labels if labels else range(Lq), fontsize=7)
-        if max(Lq, Lk) <= 8:
-            for i in range(Lq):
-                for j in range(Lk):
-                    w = float(weights[h, i, j])
-                    ax.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=7,
-                            color="white" if w > 0.6 else "#222")
-    fig.tight_layout()
-    fig.colorbar(image, ax=fig.axes, shrink=0.6)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
-def figure_image(block: Block) -> str:
-    """A figure block's heatmaps as an <img> holding a base64 PNG."""
-    png = heatmap_png(block.data["weights"], block.data.get("tokens"))
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{escape(block.data["label"])}" src="data:image/png;base64,{data}">'
+def figure_image(block: Block, langs: tuple[str, ...] = ("en",)) -> str:
+    """A figure block's heatmaps as inline SVG, labelled in each of `langs`."""
+    return heatmaps_svg(block.data["weights"], block.data.get("tokens"), langs)
 
 
 def _figure_html(block: Block, lang: str) -> str:
-    return f"<figure>{figure_image(block)}<figcaption>{escape(block.data['label'])}</figcaption></figure>"
+    return f"<figure>{figure_image(block, (lang,))}<figcaption>{escape(block.data['label'])}</figcaption></figure>"
 
 
 def _tensor_html(block: Block, lang: str) -> str:
     value = block.data["value"]
-    parts, total = slices(value, block.data.get("rows"))
+    parts, total = slices(value, block.data.get("rows"), block.data.get("dims"), lang, block.data.get("tokens"))
     tables = "".join(_matrix_html(s.index, s.cells, s.row_labels, s.col_labels) for s in parts)
-    note = more_slices_note(len(parts), total, lang)
-    note_html = f'<div class="note">({escape(note)})</div>' if note else ""
+    note = tensor_note(block.data.get("dims"), len(parts), total, lang)
+    note_html = f'<div class="note">{escape(note)}</div>' if note else ""
     return (f'<div class="tensor"><div class="label"><code>{escape(block.data["label"])}</code>'
             f'<span class="layout">{escape(layout_line(value, lang, block.data["layout"]))}</span></div>'
             f'<div class="slices">{tables}</div>{note_html}</div>')
@@ -113,7 +79,7 @@ def _tensor_html(block: Block, lang: str) -> str:
 
 def _table_html(block: Block, lang: str) -> str:
     head = "".join(f"<th>{escape(str(c))}</th>" for c in block.data["columns"])
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{escape(table_value(c, lang))}</td>" for c in row) + "</tr>"
                    for row in block.data["rows"])
     caption = f"<caption>{escape(block.data['title'])}</caption>" if block.data["title"] else ""
     return f'<table class="data">{caption}<tr>{head}</tr>{body}</table>'

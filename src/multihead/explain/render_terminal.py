@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from multihead.explain.lang import ui
-from multihead.explain.present import heat_weights, layout_line, more_slices_note, slices
+from multihead.explain.present import heat_weights, layout_line, slices, table_value, tensor_note
 from multihead.explain.story import Block, Story
 
 SHADES = " ░▒▓█"      # weight 0 .. 1, two characters per cell
@@ -155,12 +155,12 @@ def _tensor(block: Block, lang: str) -> RenderableType:
     value = block.data["value"]
     head = Text.assemble((block.data["label"], "bold"), "  ",
                          (layout_line(value, lang, block.data["layout"]), "magenta"))
-    parts, total = slices(value, block.data.get("rows"))
+    parts, total = slices(value, block.data.get("rows"), block.data.get("dims"), lang, block.data.get("tokens"))
     tables = [_matrix(s.index, s.cells, s.row_labels, s.col_labels) for s in parts]
     items: list[RenderableType] = [head, Columns(tables, padding=(0, 3))]
-    note = more_slices_note(len(parts), total, lang)
+    note = tensor_note(block.data.get("dims"), len(parts), total, lang)
     if note:
-        items.append(Text(f"({note})", style="dim"))
+        items.append(Wrapped(Text(note, style="dim")))
     return Padding(Group(*items), (0, 0, 0, 2))
 
 
@@ -174,7 +174,7 @@ def _table(block: Block, lang: str) -> RenderableType:
     for column in block.data["columns"]:
         table.add_column(cell(column))
     for row in block.data["rows"]:
-        table.add_row(*(cell(value) for value in row))
+        table.add_row(*(cell(table_value(value, lang)) for value in row))
     return Padding(table, (0, 0, 0, 2))
 
 

@@ -48,13 +48,16 @@ class Story:
     def code(self, source: str) -> None:
         self.blocks.append(Block("code", {"source": source.strip("\n")}))
 
-    def tensor(self, label: str, value, *, layout: bool = False, rows: list[str] | None = None) -> None:
+    def tensor(self, label: str, value, *, layout: bool = False, rows: list[str] | None = None,
+               dims: str | None = None, tokens: list[str] | None = None) -> None:
         """Show a tensor; with layout=True also its strides and whether it is contiguous.
 
         rows: optional names for the rows of each 2-D slice (e.g. the tokens).
+        dims: one letter per dim from B (batch), L (token), H (head), D (feature), e.g. "BLHD": each
+        slice then says which batch item, token and head it shows; tokens name the L positions.
         """
         self.blocks.append(Block("tensor", {"label": label, "value": value.detach(), "layout": layout,
-                                            "rows": rows}))
+                                            "rows": rows, "dims": dims, "tokens": tokens}))
 
     def table(self, columns: list[str], rows: list[list[Any]], title: str = "") -> None:
         self.blocks.append(Block("table", {"columns": columns, "rows": rows, "title": title}))
@@ -62,7 +65,7 @@ class Story:
     def figure(self, label: str, weights, *, tokens: list[str] | None = None) -> None:
         """Attention heatmaps: weights (H, Lq, Lk) or (Lq, Lk); tokens label both axes (Lq == Lk).
 
-        The HTML report draws them with matplotlib; the terminal draws small shaded grids.
+        The HTML report draws them as inline SVG (render_svg); the terminal draws small shaded grids.
         """
         self.blocks.append(Block("figure", {"label": label, "weights": weights.detach(), "tokens": tokens}))
 

@@ -101,12 +101,13 @@ def step_mask(story: Story, p) -> None:
         "# in multihead: mh.attention(q, k, v, mask=mh.Mask.causal())",
         "ones = torch.ones(L, L, dtype=torch.bool)\n"
         "blocked = torch.triu(ones, diagonal=1)   # 对角线以上为 True：未来的位置\n"
+        "# 下表把 True 写成“是”，False 写成“否”\n"
         "masked = scaled.masked_fill(blocked, float(\"-inf\"))\n"
         "# multihead 里这样写：mh.attention(q, k, v, mask=mh.Mask.causal())",
     ))
     blocked = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)  # (L, L)
     masked = scaled.masked_fill(blocked, float("-inf"))  # (B, H, L, L)
-    story.tensor("blocked", blocked.int(), rows=p.setup.tokens)
+    story.tensor("blocked", blocked, rows=p.setup.tokens)
     story.tensor("masked", masked, rows=p.setup.tokens)
     story.text(
         "Why: a causal model must not see later tokens, so their scores become -inf, and softmax turns "

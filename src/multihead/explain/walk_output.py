@@ -24,7 +24,7 @@ def step_merge(story: Story, p) -> None:
         "# 等同于 ctx.reshape(B, L, H * D)：它只在必要时才拷贝",
     ))
     ctx_t = ctx.transpose(1, 2)  # (B, L, H, D)
-    story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True)
+    story.tensor("ctx.transpose(1, 2)", ctx_t, layout=True, dims="BLHD", tokens=p.setup.tokens)
     error = None
     try:
         ctx_t.view(B, L, H * D)
@@ -106,7 +106,7 @@ def step_verify(story: Story, p) -> None:
     story.text(
         "Why: the fused kernel never stores the (L, L) weights it does not need to, so it is the one to "
         "use; the step-by-step path above is how it is defined.",
-        "为什么：融合内核不必把 (L, L) 的权重矩阵存下来，实际使用时应该用它；上面逐步计算的过程就是它的定义。",
+        "为什么：融合内核不需要把 (L, L) 的权重矩阵存下来，实际使用时应该调用它；上面一步步算出来的，正是它的定义。",
     )
     check_close(
         story,

@@ -81,8 +81,8 @@ def step_split(story: Story, p) -> None:
     q_view = q.view(B, L, H, D)  # (B, L, H, D)
     q_heads = q_view.transpose(1, 2)  # (B, H, L, D)
     story.tensor("q", q, layout=True, rows=p.setup.tokens)
-    story.tensor("q.view(B, L, H, D)", q_view, layout=True)
-    story.tensor("q.view(B, L, H, D).transpose(1, 2)", q_heads, layout=True, rows=p.setup.tokens)
+    story.tensor("q.view(B, L, H, D)", q_view, layout=True, dims="BLHD", tokens=p.setup.tokens)
+    story.tensor("q.view(B, L, H, D).transpose(1, 2)", q_heads, layout=True, dims="BHLD", tokens=p.setup.tokens)
     story.text(
         "Why: view only relabels the same memory, and transpose swaps two strides, so each head becomes "
         "its own (L, D) matrix and all heads run in one batched matmul, without copying a number.",

@@ -111,7 +111,7 @@ def default_setup() -> Setup:
         about=(
             "The input is document 001's sentence \"Your journey starts with one step\": six tokens, "
             "three numbers each; the weights are the ones its torch.manual_seed(123) creates.",
-            "输入是文档 001 里的句子 “Your journey starts with one step”：6 个词元，每个 3 维；"
+            "输入是文档 001 里的句子“Your journey starts with one step”：6 个词元，每个 3 维；"
             "权重就是它用 torch.manual_seed(123) 生成的那一组。",
         ),
         expected=torch.tensor(DOC001_OUTPUT)[None],
@@ -169,10 +169,10 @@ def tell_closing(story: Story) -> None:
     story.heading("Questions from the documents, answered live", "文档里的问题，逐一现场解答")
     story.text(
         "Each question below has a topic that computes its answer and checks it: "
-        "multihead explain --topic NAME (add --html PATH for a report).",
-        "下面每个问题都有一个专题，现场计算出答案并加以检查：multihead explain --topic 名称"
-        "（再加上 --html 路径，还能生成 HTML 报告）。",
+        "multihead explain TOPIC (add --html PATH for a page).",
+        "下面每个问题都对应一个主题，运行 multihead explain 主题名，就能现场算出答案并逐项检查"
+        "（再加上 --html 路径，还会生成一个网页）。",
     )
     rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
-    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), "--topic"], rows)
+    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), story.pick("topic", "主题")], rows)
 

@@ -76,8 +76,8 @@ def reshape_then_transpose(story: Story, say: Say) -> None:
     right, wrong = split_right(x, H), split_wrong(x, H)
     say.heading("heading.two-candidates")
     say.code("code.right-x-reshape-b")
-    story.tensor(say("label.right-b-h-l"), right, layout=True)
-    story.tensor(say("label.wrong-b-h-l"), wrong, layout=True)
+    story.tensor(say("label.right-b-h-l"), right, layout=True, dims="BHLD")
+    story.tensor(say("label.wrong-b-h-l"), wrong, layout=True, dims="BHLD")
     story.table([say("label.head-slot"), "reshape + transpose", "reshape(B, H, L, d)"],
                 [[h, _pairs(slot_sources(right, h), say), _pairs(slot_sources(wrong, h), say)]
                  for h in range(H)],
@@ -104,10 +104,10 @@ def split_heads_transpose(story: Story, say: Say) -> None:
     turned = viewed.transpose(1, 2)             # (B, H, L, d_k)
     say.heading("heading.step-1-view-splits")
     story.code("viewed = x.view(batch_size, seq_length, num_heads, d_k)   # (1, 3, 2, 2)")
-    story.tensor("viewed (B, L, H, d_k)", viewed, layout=True)
+    story.tensor("viewed (B, L, H, d_k)", viewed, layout=True, dims="BLHD")
     say.heading("heading.step-2-transpose-1")
     story.code("turned = viewed.transpose(1, 2)   # (1, 2, 3, 2)")
-    story.tensor("turned (B, H, L, d_k)", turned, layout=True)
+    story.tensor("turned (B, H, L, d_k)", turned, layout=True, dims="BHLD")
     story.table([say("tensor"), say("shape"), say("stride"),
                  "is_contiguous()"],
                 [["viewed", tuple(viewed.shape), viewed.stride(), viewed.is_contiguous()],
@@ -131,10 +131,10 @@ def combine_heads_topic(story: Story, say: Say) -> None:
     heads = split_right(x, 2).contiguous()       # stands for the attention output, (B, H, L, d_k)
     say.heading("heading.start-one-output-per")
     say.text("text.pretend-attention-output-our")
-    story.tensor("heads (B, H, L, d_k)", heads, layout=True)
+    story.tensor("heads (B, H, L, d_k)", heads, layout=True, dims="BHLD")
     say.heading("heading.1-transpose-1-2")
     turned = heads.transpose(1, 2)               # (B, L, H, d_k)
-    story.tensor("heads.transpose(1, 2) (B, L, H, d_k)", turned, layout=True)
+    story.tensor("heads.transpose(1, 2) (B, L, H, d_k)", turned, layout=True, dims="BLHD")
     say.check("check.after-transpose-tensor-no", not turned.is_contiguous(), stride_text(story, turned))
     say.heading("heading.2-view-needs-contiguous")
     err = error_of(lambda: turned.view(1, 3, 4))
