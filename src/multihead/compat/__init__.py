@@ -23,7 +23,8 @@ Everything a caller of nn.MultiheadAttention relies on is the same: the construc
 - need_weights=True returns the weights the output was computed from (after dropout), averaged over
   heads (B, L, S), or per head (B, H, L, S) with average_attn_weights=False.
 - a bad call raises what torch raises (AssertionError or RuntimeError), as a CompatAssertionError or
-  CompatRuntimeError, which are also multihead.AttentionError.
+  CompatRuntimeError, which are also multihead.AttentionError. A bad key_padding_mask, which torch
+  answers with AssertionError or, on its fast path, RuntimeError, raises CompatPaddingMaskError: both.
 - a bias of another dtype than the query (a half in_proj_bias with a double query) is promoted.
 
 Differences: a query whose keys are all blocked gives 0 and all-zero weights, where torch gives 0 with
@@ -37,7 +38,7 @@ outside its fast path), and nn.TransformerEncoderLayer's inference fast path (ev
 batch_first, no hooks) reads in_proj_weight and runs torch's fused kernel without calling forward.
 `torch.backends.mha.set_fastpath_enabled(False)` routes the layer through here.
 """
-from multihead.compat.errors import CompatAssertionError, CompatRuntimeError
+from multihead.compat.errors import CompatAssertionError, CompatPaddingMaskError, CompatRuntimeError
 from multihead.compat.multihead_attention import MultiheadAttention
 
-__all__ = ["CompatAssertionError", "CompatRuntimeError", "MultiheadAttention"]
+__all__ = ["CompatAssertionError", "CompatPaddingMaskError", "CompatRuntimeError", "MultiheadAttention"]

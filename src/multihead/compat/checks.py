@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from multihead.compat.errors import CompatAssertionError, CompatRuntimeError
+from multihead.compat.errors import CompatAssertionError, CompatPaddingMaskError, CompatRuntimeError
 from multihead.errors import AttentionError, check_flag, shape_str
 
 __all__ = ["CallShape", "check_call", "check_construction"]
@@ -67,7 +67,7 @@ def check_call(m: nn.MultiheadAttention, query, key, value, key_padding_mask, at
     if key_padding_mask is not None:
         expected = (S,) if unbatched else (B, S)
         if tuple(key_padding_mask.shape) != expected:
-            raise CompatAssertionError(
+            raise CompatPaddingMaskError(
                 f"key_padding_mask must be {'(S,)' if unbatched else '(B, S)'} = {shape_str(expected)}: one entry "
                 f"per key{'' if unbatched else ' of each sequence'}; got {shape_str(key_padding_mask.shape)}.")
     return CallShape(unbatched, B, L, S, drop)
@@ -95,7 +95,7 @@ def _check_ranks(m, query, key, value, key_padding_mask, attn_mask) -> bool:
         raise CompatAssertionError(f"for a {kind} query, key and value must be {query.dim()}-D too; got key "
                                    f"{shape_str(key.shape)} and value {shape_str(value.shape)}.")
     if key_padding_mask is not None and key_padding_mask.dim() != (1 if unbatched else 2):
-        raise CompatAssertionError(
+        raise CompatPaddingMaskError(
             f"for a {kind} query, key_padding_mask must be {'1-D (S,)' if unbatched else '2-D (B, S)'}; "
             f"got {key_padding_mask.dim()}-D shape {shape_str(key_padding_mask.shape)}.")
     if attn_mask is not None and attn_mask.dim() not in (2, 3):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from multihead.errors import AttentionError
 
-__all__ = ["CompatAssertionError", "CompatRuntimeError"]
+__all__ = ["CompatAssertionError", "CompatPaddingMaskError", "CompatRuntimeError"]
 
 
 class CompatAssertionError(AttentionError, AssertionError):
@@ -22,3 +22,8 @@ class CompatAssertionError(AttentionError, AssertionError):
 class CompatRuntimeError(AttentionError, RuntimeError):
     """Bad input where torch.nn.MultiheadAttention raises RuntimeError (mask sizes, is_causal without a
     mask, dtypes), and torch.jit.script on a model holding the drop-in."""
+
+
+class CompatPaddingMaskError(AttentionError, AssertionError, RuntimeError):
+    """A key_padding_mask of the wrong rank or size. torch raises AssertionError on its regular path and
+    RuntimeError on its fused fast path (eval, no grad, self-attention) for the same mask; this is both."""
