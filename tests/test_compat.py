@@ -1,8 +1,7 @@
 """mh.compat.MultiheadAttention against torch.nn.MultiheadAttention itself: signature, parameters,
-state dicts, every call convention, and inside torch's own Transformer layers."""
+state dicts and every call convention."""
 from __future__ import annotations
 
-import copy
 import inspect
 
 import pytest
@@ -11,7 +10,6 @@ from torch import nn
 
 import multihead as mh
 from multihead.compat import MultiheadAttention
-from helpers import max_abs_diff
 
 # torch warns when one call mixes a bool and a float mask; these tests mix them on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched")
@@ -168,74 +166,3 @@ def test_bad_calls_raise_attention_error(call, expected):
     with pytest.raises(mh.AttentionError, match=expected):
         call(ours, torch.randn(B, L, E))
 
-
-# --- inside torch's own Transformer layers -------------------------------------------------------------
-
-def swap_attention(layer: nn.Module) -> nn.Module:
-    """A copy of `layer` whose nn.MultiheadAttention modules are ours, with the same weights."""
-    ours = copy.deepcopy(layer)
-    for name in ("self_attn", "multihead_attn"):
-        theirs = getattr(layer, name, None)
-        if theirs is not None:
-            replacement = MultiheadAttention(theirs.embed_dim, theirs.num_heads, dropout=theirs.dropout,
-                                             batch_first=theirs.batch_first)
-            replacement.load_state_dict(theirs.state_dict())
-            setattr(ours, name, replacement)
-    return ours.train(layer.training)
-
-
-def count_calls(layer: nn.Module) -> list:
-    calls = []
-    for module in layer.modules():
-        if isinstance(module, MultiheadAttention):
-            module.register_forward_hook(lambda *args: calls.append(1))
-    return calls
-
-
-def run_layers(kind: str, batch_first: bool):
-    """(inputs, call) for one encoder or decoder layer with causal and padding masks."""
-    g = torch.Generator().manual_seed(2)
-    shape = (lambda n: (B, n, E)) if batch_first else (lambda n: (n, B, E))
-    tgt, memory = torch.randn(shape(L), generator=g), torch.randn(shape(S), generator=g)
-    causal = nn.Transformer.generate_square_subsequent_mask(L)
-    pad_tgt = torch.zeros(B, L, dtype=torch.bool)
-    pad_tgt[1, -2:] = True
-    pad_mem = torch.zeros(B, S, dtype=torch.bool)
-    pad_mem[0, -3:] = True
-    if kind == "encoder":
-        return (tgt,), lambda layer, x: layer(x, src_mask=causal, src_key_padding_mask=pad_tgt, is_causal=True)
-    return (tgt, memory), lambda layer, x, m: layer(x, m, tgt_mask=causal, tgt_key_padding_mask=pad_tgt,
-                                                    memory_key_padding_mask=pad_mem, tgt_is_causal=True)
-
-
-@pytest.mark.parametrize("kind", ["encoder", "decoder"])
-@pytest.mark.parametrize("batch_first, norm_first", [(False, False), (True, True)])
-def test_replacing_attention_in_torch_transformer_layers_keeps_outputs_and_gradients(kind, batch_first,
-                                                                                    norm_first):
-    torch.manual_seed(0)
-    make = nn.TransformerEncoderLayer if kind == "encoder" else nn.TransformerDecoderLayer
-    theirs = make(E, H, dim_feedforward=32, dropout=0.0, batch_first=batch_first, norm_first=norm_first)
-    ours = swap_attention(theirs)
-    calls = count_calls(ours)
-    inputs, call = run_layers(kind, batch_first)
-    results = []
-    for layer in (theirs, ours):
-        leaves = [t.clone().requires_grad_() for t in inputs]
-        out = call(layer, *leaves)
-        out.square().sum().backward()
-        results.append((out, [t.grad for t in leaves], [p.grad for p in layer.parameters()]))
-    assert len(calls) == (1 if kind == "encoder" else 2)  # our forward ran, once per attention
-    torch.testing.assert_close(results[1][0], results[0][0], **TOL)
-    for got, expected in zip(results[1][1] + results[1][2], results[0][1] + results[0][2]):
-        torch.testing.assert_close(got, expected, **TOL)
-    # eval, no grad: torch's encoder fast path may bypass forward (same result); with it off, ours runs
-    theirs.eval(), ours.eval()
-    calls.clear()
-    with torch.no_grad():
-        expected = call(theirs, *inputs)
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            got = call(ours, *inputs)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(True)
-    assert calls and max_abs_diff(got, expected) < 1e-5
