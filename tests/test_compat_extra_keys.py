@@ -54,8 +54,9 @@ def test_parameters_and_state_dict_keys_are_torchs(extra):
 
 
 @pytest.mark.parametrize("extra", EXTRAS, ids=EXTRA_IDS)
-@pytest.mark.parametrize("kind, batch_first", [("none", False), ("bool attn_mask", True), ("float 3-D attn_mask", False),
-                                               ("bool key padding", True), ("float key padding", False), ("both", True)])
+@pytest.mark.parametrize("kind, batch_first", [
+    ("none", False), ("bool attn_mask", True), ("float 3-D attn_mask", False),
+    ("bool key padding", True), ("float key padding", False), ("both", True)])
 def test_outputs_weights_and_gradients_equal_torchs(extra, kind, batch_first):
     theirs, ours = twins(E, H, batch_first=batch_first, **extra)
     attn_mask, pad = masks(kind)

@@ -69,7 +69,8 @@ def test_nested_inputs_off_torchs_fast_path_raise_torchs_assertion_error(case):
     torch.manual_seed(0)
     theirs = nn.MultiheadAttention(E, heads, batch_first=True).train(case == "training")
     ours = MultiheadAttention(E, heads, batch_first=True).train(case == "training")
-    x = {"empty": torch.nested.nested_tensor([]), "jagged layout": nested(3, 5, layout=torch.jagged)}.get(case, nested(3, 5))
+    special = {"empty": torch.nested.nested_tensor([]), "jagged layout": nested(3, 5, layout=torch.jagged)}
+    x = special.get(case, nested(3, 5))
     inputs = (x, nested(2, 4), nested(2, 4)) if case == "cross-attention" else (x, x, x)
     with torch.no_grad():
         with pytest.raises(AssertionError) as expected:

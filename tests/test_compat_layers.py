@@ -110,17 +110,21 @@ def encoder_pair(batch_first: bool = True):
 
 
 @pytest.mark.parametrize("situation", ["eval, no_grad", "eval, inference_mode", "eval, grad", "train, no_grad",
-                                       "eval, no_grad, fast path off", "eval, no_grad, batch_first=False"])
+                                       "eval, no_grad, fast path off", "eval, no_grad, batch_first=False",
+                                       "eval, no_grad, a forward hook"])
 def test_encoder_fast_path_bypasses_the_drop_in_exactly_when_torch_takes_it(situation):
     """torch's nn.TransformerEncoderLayer fast path (eval, no autograd, batch_first ...) reads the drop-in's
     in_proj_weight and runs torch's fused kernel; forward is never called. Anywhere else forward runs."""
     theirs, ours = encoder_pair(batch_first="batch_first=False" not in situation)
     if situation.startswith("eval"):
         theirs.eval(), ours.eval()
+    if "hook" in situation:
+        ours.self_attn.register_forward_hook(lambda *args: None)
     x = torch.randn((B, L, E) if ours.self_attn.batch_first else (L, B, E))
     pad = torch.zeros(B, L, dtype=torch.bool)
     pad[1, -2:] = True
-    context = {"eval, grad": torch.enable_grad, "eval, inference_mode": torch.inference_mode}.get(situation, torch.no_grad)
+    contexts = {"eval, grad": torch.enable_grad, "eval, inference_mode": torch.inference_mode}
+    context = contexts.get(situation, torch.no_grad)
     torch.backends.mha.set_fastpath_enabled("fast path off" not in situation)
     try:
         with context():

@@ -119,8 +119,8 @@ def _check_features(m, query, key, value) -> None:
         raise CompatAssertionError(f"key and value must agree on all but the last dim; got key "
                                    f"{shape_str(key.shape)} and value {shape_str(value.shape)}.")
     if not separate and key.shape != value.shape:
-        raise CompatAssertionError(f"key and value must have the same shape (kdim = vdim = embed_dim = "
-                                   f"{m.embed_dim}); got key {shape_str(key.shape)} and value {shape_str(value.shape)}.")
+        raise CompatAssertionError(f"key and value must have the same shape (kdim = vdim = embed_dim = {m.embed_dim}); "
+                                   f"got key {shape_str(key.shape)} and value {shape_str(value.shape)}.")
     error = CompatAssertionError if separate else CompatRuntimeError  # torch: a shape assert, or linear's error
     for name, t, width in (("key", key, m.kdim), ("value", value, m.vdim)):
         if t.shape[-1] != width:
