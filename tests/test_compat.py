@@ -151,18 +151,3 @@ def test_attention_runs_on_multiheads_backends():
 def test_bad_construction_raises(make, expected):
     with pytest.raises(mh.AttentionError, match=expected):
         make()
-
-
-@pytest.mark.parametrize("call, expected", [
-    (lambda m, x: m(x, x, x, is_causal=True), "attn_mask is required"),
-    (lambda m, x: m(x, x, x, attn_mask=torch.zeros(L, L + 1)), "attn_mask must be"),
-    (lambda m, x: m(x, x, x, attn_mask=torch.zeros(L, L, dtype=torch.long)), "bool tensor"),
-    (lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(B, L + 1, dtype=torch.bool)), "key_padding_mask must be"),
-    (lambda m, x: m(x[..., :-1], x, x), "16 features"),
-    (lambda m, x: m(x, x[:2], x[:2]), "batch"),
-])
-def test_bad_calls_raise_attention_error(call, expected):
-    _, ours = pair(batch_first=True)
-    with pytest.raises(mh.AttentionError, match=expected):
-        call(ours, torch.randn(B, L, E))
-

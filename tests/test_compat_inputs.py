@@ -35,9 +35,10 @@ def test_is_causal_hint_still_checks_the_mask_where_torch_uses_it():
     q, k, v = inputs_for(B, L, S, E, E, E, True)
     pad = torch.zeros(B, S, dtype=torch.bool)
     for call in (dict(need_weights=True), dict(need_weights=False, key_padding_mask=pad)):
-        with pytest.raises(RuntimeError, match="attn_mask must be"):
+        with pytest.raises(RuntimeError, match="2D attn_mask is .*, but should be"):
             ours(q, k, v, attn_mask=torch.zeros(L, S + 3), is_causal=True, **call)
-    with pytest.raises(AssertionError, match="attn_mask must be 2-D"):  # its rank is checked first, always
+    # its rank is checked first, always
+    with pytest.raises(AssertionError, match="`attn_mask` to be `None`, 2-D or 3-D but found 1-D"):
         ours(q, k, v, attn_mask=torch.zeros(S), is_causal=True, need_weights=False)
 
 

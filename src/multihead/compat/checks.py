@@ -34,7 +34,7 @@ def check_construction(embed_dim, num_heads) -> None:
             raise AttentionError(f"{name} must be a positive int; got {value!r}.")
     if embed_dim % num_heads:
         raise CompatAssertionError(
-            f"embed_dim must be divisible by num_heads: each head gets embed_dim // num_heads features; "
+            f"embed_dim must be divisible by num_heads (each head gets embed_dim // num_heads features); "
             f"got embed_dim={embed_dim} and num_heads={num_heads} (remainder {embed_dim % num_heads}).")
 
 
@@ -50,7 +50,8 @@ def check_call(m: nn.MultiheadAttention, query, key, value, key_padding_mask, at
     unbatched = _check_ranks(m, query, key, value, key_padding_mask, attn_mask)
     if is_causal and attn_mask is None:
         raise CompatRuntimeError(
-            "is_causal=True is a hint that attn_mask is the causal mask, so attn_mask is required; got None. "
+            "Need attn_mask if specifying the is_causal hint: is_causal=True says that attn_mask is the causal mask, "
+            "so attn_mask is required; got None. "
             "Pass attn_mask=nn.Transformer.generate_square_subsequent_mask(L) with it.")
     _check_features(m, query, key, value)
     B = 1 if unbatched else query.shape[0 if m.batch_first else 1]
@@ -79,48 +80,55 @@ def _check_mask_dtype(mask, name: str) -> None:
     if not isinstance(mask, Tensor):
         raise AttentionError(f"{name} must be a bool or float tensor; got {type(mask).__name__}.")
     if not (mask.dtype == torch.bool or mask.is_floating_point()):
-        raise CompatAssertionError(f"{name} must be a bool tensor (True = blocked) or a float tensor (added to "
-                                   f"the scores); got dtype {mask.dtype}.")
+        raise CompatAssertionError(f"only bool and floating types of {name} are supported: a bool tensor (True = "
+                                   f"blocked) or a float tensor (added to the scores); got dtype {mask.dtype}.")
 
 
 def _check_ranks(m, query, key, value, key_padding_mask, attn_mask) -> bool:
     """CompatAssertionError unless the ranks fit (as torch's shape check); return whether unbatched."""
     layout = "(B, L, E)" if m.batch_first else "(L, B, E)"
     if query.dim() not in (2, 3):
-        raise CompatAssertionError(f"query must be (L, E) unbatched or {layout} batched (batch_first="
-                                   f"{m.batch_first}); got {query.dim()}-D shape {shape_str(query.shape)}.")
+        raise CompatAssertionError(f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D "
+                                   f"query tensor: expected (L, E) or {layout} (batch_first={m.batch_first}); "
+                                   f"got shape {shape_str(query.shape)}.")
     unbatched = query.dim() == 2
     kind = "unbatched (2-D)" if unbatched else "batched (3-D)"
     if key.dim() != query.dim() or value.dim() != query.dim():
-        raise CompatAssertionError(f"for a {kind} query, key and value must be {query.dim()}-D too; got key "
-                                   f"{shape_str(key.shape)} and value {shape_str(value.shape)}.")
+        raise CompatAssertionError(f"For {kind} `query`, expected `key` and `value` to be {query.dim()}-D but found "
+                                   f"{key.dim()}-D and {value.dim()}-D tensors respectively: key "
+                                   f"{shape_str(key.shape)}, value {shape_str(value.shape)}.")
     if key_padding_mask is not None and key_padding_mask.dim() != (1 if unbatched else 2):
         raise CompatPaddingMaskError(
-            f"for a {kind} query, key_padding_mask must be {'1-D (S,)' if unbatched else '2-D (B, S)'}; "
-            f"got {key_padding_mask.dim()}-D shape {shape_str(key_padding_mask.shape)}.")
+            f"For {kind} `query`, expected `key_padding_mask` to be `None` or {1 if unbatched else 2}-D but found "
+            f"{key_padding_mask.dim()}-D tensor instead: it is {'(S,)' if unbatched else '(B, S)'}, one entry per "
+            f"key; got shape {shape_str(key_padding_mask.shape)}.")
     if attn_mask is not None and attn_mask.dim() not in (2, 3):
-        raise CompatAssertionError(f"attn_mask must be 2-D (L, S) or 3-D ({'H' if unbatched else 'B*H'}, L, S); "
-                                   f"got {attn_mask.dim()}-D shape {shape_str(attn_mask.shape)}.")
+        raise CompatAssertionError(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
+                                   f"{attn_mask.dim()}-D tensor instead: it is (L, S) or "
+                                   f"({'H' if unbatched else 'B*H'}, L, S); got shape {shape_str(attn_mask.shape)}.")
     if unbatched and attn_mask is not None and attn_mask.dim() == 3:
         expected = (m.num_heads, query.shape[0], key.shape[0])
         if tuple(attn_mask.shape) != expected:
-            raise CompatAssertionError(f"for an unbatched query, a 3-D attn_mask must be (H, L, S) = "
-                                       f"{shape_str(expected)}; got {shape_str(attn_mask.shape)}.")
+            raise CompatAssertionError(f"Expected `attn_mask` shape to be {shape_str(expected)} = (H, L, S) for an "
+                                       f"unbatched query, but got {shape_str(attn_mask.shape)}.")
     return unbatched
 
 
 def _check_features(m, query, key, value) -> None:
     """Feature sizes and dtypes, as the in-projection needs them."""
     if query.shape[-1] != m.embed_dim:
-        raise CompatAssertionError(f"query must have embed_dim={m.embed_dim} features in its last dim; got "
-                                   f"shape {shape_str(query.shape)}.")
+        raise CompatAssertionError(f"was expecting embedding dimension of {m.embed_dim}, but got {query.shape[-1]}: "
+                                   f"query must have embed_dim={m.embed_dim} features in its last dim; got shape "
+                                   f"{shape_str(query.shape)}.")
     separate = not m._qkv_same_embed_dim
     if separate and key.shape[:-1] != value.shape[:-1]:
-        raise CompatAssertionError(f"key and value must agree on all but the last dim; got key "
-                                   f"{shape_str(key.shape)} and value {shape_str(value.shape)}.")
+        raise CompatAssertionError(f"key's sequence and batch dims do not match value's: key and value must agree on "
+                                   f"all but the last dim; got key {shape_str(key.shape)} and value "
+                                   f"{shape_str(value.shape)}.")
     if not separate and key.shape != value.shape:
-        raise CompatAssertionError(f"key and value must have the same shape (kdim = vdim = embed_dim = {m.embed_dim}); "
-                                   f"got key {shape_str(key.shape)} and value {shape_str(value.shape)}.")
+        raise CompatAssertionError(f"key shape {shape_str(key.shape)} does not match value shape "
+                                   f"{shape_str(value.shape)}: with kdim = vdim = embed_dim = {m.embed_dim} they must "
+                                   "have the same shape.")
     error = CompatAssertionError if separate else CompatRuntimeError  # torch: a shape assert, or linear's error
     for name, t, width in (("key", key, m.kdim), ("value", value, m.vdim)):
         if t.shape[-1] != width:
@@ -138,5 +146,6 @@ def _check_attn_mask_size(attn_mask: Tensor, BH: int, L: int, S: int, unbatched:
     expected = (L, S) if attn_mask.dim() == 2 else (BH, L, S)
     if tuple(attn_mask.shape) != expected:
         heads = "(H, L, S)" if unbatched else "(B*H, L, S)"
-        raise CompatRuntimeError(f"attn_mask must be (L, S) = {shape_str((L, S))} or {heads} = "
-                                 f"{shape_str((BH, L, S))}; got {shape_str(attn_mask.shape)}.")
+        raise CompatRuntimeError(f"The shape of the {attn_mask.dim()}D attn_mask is {shape_str(attn_mask.shape)}, but "
+                                 f"should be {shape_str(expected)}: attn_mask is (L, S) = {shape_str((L, S))} or "
+                                 f"{heads} = {shape_str((BH, L, S))}.")
