@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import multihead as mh
+from compat_pairs import assert_runs_equal, inputs_for, run, twins
 from multihead.compat import MultiheadAttention
 
 # torch warns when one call mixes a bool and a float mask; these tests mix them on purpose.
@@ -77,33 +78,21 @@ MASK_KINDS = ["none", "bool attn_mask", "float attn_mask", "3-D attn_mask", "boo
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("need_weights,average", [(False, True), (True, True), (True, False)])
 def test_outputs_weights_and_gradients_equal_torchs(kind, batch_first, need_weights, average):
-    theirs, ours = pair(batch_first=batch_first)
+    theirs, ours = twins(E, H, batch_first=batch_first)
     attn_mask, pad, is_causal = masks(kind)
     Lk = L if is_causal else S
     if is_causal and pad is not None:
         pad = pad[:, :Lk]
-    g = torch.Generator().manual_seed(1)
-    shape = (lambda n: (B, n, E)) if batch_first else (lambda n: (n, B, E))
-    x, kv = torch.randn(shape(L), generator=g), torch.randn(shape(Lk), generator=g)
-    results = []
-    for mod in (theirs, ours):
-        q, k = x.clone().requires_grad_(), kv.clone().requires_grad_()
-        out, weights = mod(q, k, k, key_padding_mask=pad, need_weights=need_weights, attn_mask=attn_mask,
-                           average_attn_weights=average, is_causal=is_causal)
-        out.square().sum().backward()
-        results.append((out, weights, q.grad, k.grad, [p.grad for p in mod.parameters()]))
-    (out_t, w_t, qg_t, kg_t, pg_t), (out_o, w_o, qg_o, kg_o, pg_o) = results
-    torch.testing.assert_close(out_o, out_t, **TOL)
-    assert (w_o is None) == (w_t is None)
-    if w_t is not None:
-        torch.testing.assert_close(w_o, w_t, **TOL)
-    for got, expected in zip([qg_o, kg_o, *pg_o], [qg_t, kg_t, *pg_t]):
-        torch.testing.assert_close(got, expected, **TOL)
+    inputs = inputs_for(B, L, Lk, E, E, E, batch_first)
+    inputs = (inputs[0], inputs[1], inputs[1])  # key is value: torch's encoder-decoder projection
+    call = dict(key_padding_mask=pad, need_weights=need_weights, attn_mask=attn_mask, average_attn_weights=average,
+                is_causal=is_causal)
+    assert_runs_equal(run(ours, inputs, **call), run(theirs, inputs, **call), **TOL)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_unbatched_inputs_separate_kdim_vdim_and_no_bias(need_weights):
-    theirs, ours = pair(kdim=6, vdim=10, bias=False)
+    theirs, ours = twins(E, H, kdim=6, vdim=10, bias=False)
     q, k, v = torch.randn(L, E), torch.randn(S, 6), torch.randn(S, 10)
     pad = torch.tensor([False] * (S - 2) + [True] * 2)
     attn_mask = torch.randn(H, L, S)
@@ -119,10 +108,7 @@ def test_unbatched_inputs_separate_kdim_vdim_and_no_bias(need_weights):
 
 def test_a_query_with_every_key_blocked_gives_zero_on_both_paths():
     """torch gives 0 there with need_weights=False (SDPA) but NaN with need_weights=True; ours gives 0."""
-    theirs, ours = pair(batch_first=True)
-    with torch.no_grad():
-        theirs.out_proj.bias.normal_()
-        ours.out_proj.bias.copy_(theirs.out_proj.bias)
+    theirs, ours = twins(E, H, batch_first=True)
     x = torch.randn(B, L, E)
     pad = torch.zeros(B, L, dtype=torch.bool)
     pad[2] = True  # every key of sequence 2 is padding
@@ -137,7 +123,7 @@ def test_a_query_with_every_key_blocked_gives_zero_on_both_paths():
 
 
 def test_attention_runs_on_multiheads_backends():
-    _, ours = pair(batch_first=True)
+    _, ours = twins(E, H, batch_first=True)
     x = torch.randn(B, L, E)
     with mh.capture_attention() as record:
         ours(x, x, x, need_weights=False)
