@@ -28,8 +28,11 @@ Everything a caller of nn.MultiheadAttention relies on is the same: the construc
 - a bias of another dtype than the query (a half in_proj_bias with a double query) is promoted.
 
 Differences: a query whose keys are all blocked gives 0 and all-zero weights, where torch gives 0 with
-need_weights=False but NaN with need_weights=True. torch.jit.script raises CompatRuntimeError (a
-RuntimeError, as torch.jit's own errors) naming torch.compile and torch.export, which both run it.
+need_weights=False but NaN with need_weights=True. is_causal=True without attn_mask always raises, where
+torch's own fast path (eval, no grad, self-attention) silently ignores the hint. A half in_proj_bias
+with a double query is promoted in both layouts (torch promotes only with batch_first=True).
+torch.jit.script raises CompatRuntimeError (a RuntimeError, as torch.jit's own errors) naming
+torch.compile and torch.export, which both run it.
 
 The class subclasses nn.MultiheadAttention, so isinstance checks still hold, and overrides forward:
 the attention runs in `mh.attention` on multihead's backends (see `mh.dispatch`). Two torch paths
