@@ -1,8 +1,7 @@
 """mh.compat.MultiheadAttention against torch.nn.MultiheadAttention itself: signature, parameters,
-state dicts, every call convention, and inside torch's own Transformer layers."""
+state dicts and every call convention."""
 from __future__ import annotations
 
-import copy
 import inspect
 
 import pytest
@@ -10,8 +9,8 @@ import torch
 from torch import nn
 
 import multihead as mh
+from compat_pairs import assert_runs_equal, inputs_for, run, twins
 from multihead.compat import MultiheadAttention
-from helpers import max_abs_diff
 
 # torch warns when one call mixes a bool and a float mask; these tests mix them on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:Support for mismatched")
@@ -79,33 +78,21 @@ MASK_KINDS = ["none", "bool attn_mask", "float attn_mask", "3-D attn_mask", "boo
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("need_weights,average", [(False, True), (True, True), (True, False)])
 def test_outputs_weights_and_gradients_equal_torchs(kind, batch_first, need_weights, average):
-    theirs, ours = pair(batch_first=batch_first)
+    theirs, ours = twins(E, H, batch_first=batch_first)
     attn_mask, pad, is_causal = masks(kind)
     Lk = L if is_causal else S
     if is_causal and pad is not None:
         pad = pad[:, :Lk]
-    g = torch.Generator().manual_seed(1)
-    shape = (lambda n: (B, n, E)) if batch_first else (lambda n: (n, B, E))
-    x, kv = torch.randn(shape(L), generator=g), torch.randn(shape(Lk), generator=g)
-    results = []
-    for mod in (theirs, ours):
-        q, k = x.clone().requires_grad_(), kv.clone().requires_grad_()
-        out, weights = mod(q, k, k, key_padding_mask=pad, need_weights=need_weights, attn_mask=attn_mask,
-                           average_attn_weights=average, is_causal=is_causal)
-        out.square().sum().backward()
-        results.append((out, weights, q.grad, k.grad, [p.grad for p in mod.parameters()]))
-    (out_t, w_t, qg_t, kg_t, pg_t), (out_o, w_o, qg_o, kg_o, pg_o) = results
-    torch.testing.assert_close(out_o, out_t, **TOL)
-    assert (w_o is None) == (w_t is None)
-    if w_t is not None:
-        torch.testing.assert_close(w_o, w_t, **TOL)
-    for got, expected in zip([qg_o, kg_o, *pg_o], [qg_t, kg_t, *pg_t]):
-        torch.testing.assert_close(got, expected, **TOL)
+    inputs = inputs_for(B, L, Lk, E, E, E, batch_first)
+    inputs = (inputs[0], inputs[1], inputs[1])  # key is value: torch's encoder-decoder projection
+    call = dict(key_padding_mask=pad, need_weights=need_weights, attn_mask=attn_mask, average_attn_weights=average,
+                is_causal=is_causal)
+    assert_runs_equal(run(ours, inputs, **call), run(theirs, inputs, **call), **TOL)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_unbatched_inputs_separate_kdim_vdim_and_no_bias(need_weights):
-    theirs, ours = pair(kdim=6, vdim=10, bias=False)
+    theirs, ours = twins(E, H, kdim=6, vdim=10, bias=False)
     q, k, v = torch.randn(L, E), torch.randn(S, 6), torch.randn(S, 10)
     pad = torch.tensor([False] * (S - 2) + [True] * 2)
     attn_mask = torch.randn(H, L, S)
@@ -121,10 +108,7 @@ def test_unbatched_inputs_separate_kdim_vdim_and_no_bias(need_weights):
 
 def test_a_query_with_every_key_blocked_gives_zero_on_both_paths():
     """torch gives 0 there with need_weights=False (SDPA) but NaN with need_weights=True; ours gives 0."""
-    theirs, ours = pair(batch_first=True)
-    with torch.no_grad():
-        theirs.out_proj.bias.normal_()
-        ours.out_proj.bias.copy_(theirs.out_proj.bias)
+    theirs, ours = twins(E, H, batch_first=True)
     x = torch.randn(B, L, E)
     pad = torch.zeros(B, L, dtype=torch.bool)
     pad[2] = True  # every key of sequence 2 is padding
@@ -139,7 +123,7 @@ def test_a_query_with_every_key_blocked_gives_zero_on_both_paths():
 
 
 def test_attention_runs_on_multiheads_backends():
-    _, ours = pair(batch_first=True)
+    _, ours = twins(E, H, batch_first=True)
     x = torch.randn(B, L, E)
     with mh.capture_attention() as record:
         ours(x, x, x, need_weights=False)
@@ -147,97 +131,9 @@ def test_attention_runs_on_multiheads_backends():
 
 
 @pytest.mark.parametrize("make, expected", [
-    (lambda: MultiheadAttention(E, H, add_bias_kv=True), "add_bias_kv"),
-    (lambda: MultiheadAttention(E, H, add_zero_attn=True), "add_zero_attn"),
     (lambda: MultiheadAttention(E, 3), "divisible"),
     (lambda: MultiheadAttention(0, H), "positive int"),
 ])
-def test_unsupported_or_bad_construction_raises(make, expected):
+def test_bad_construction_raises(make, expected):
     with pytest.raises(mh.AttentionError, match=expected):
         make()
-
-
-@pytest.mark.parametrize("call, expected", [
-    (lambda m, x: m(x, x, x, is_causal=True), "attn_mask is required"),
-    (lambda m, x: m(x, x, x, attn_mask=torch.zeros(L, L + 1)), "attn_mask must be"),
-    (lambda m, x: m(x, x, x, attn_mask=torch.zeros(L, L, dtype=torch.long)), "bool tensor"),
-    (lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(B, L + 1, dtype=torch.bool)), "key_padding_mask must be"),
-    (lambda m, x: m(x[..., :-1], x, x), "16 features"),
-    (lambda m, x: m(x, x[:2], x[:2]), "batch"),
-])
-def test_bad_calls_raise_attention_error(call, expected):
-    _, ours = pair(batch_first=True)
-    with pytest.raises(mh.AttentionError, match=expected):
-        call(ours, torch.randn(B, L, E))
-
-
-# --- inside torch's own Transformer layers -------------------------------------------------------------
-
-def swap_attention(layer: nn.Module) -> nn.Module:
-    """A copy of `layer` whose nn.MultiheadAttention modules are ours, with the same weights."""
-    ours = copy.deepcopy(layer)
-    for name in ("self_attn", "multihead_attn"):
-        theirs = getattr(layer, name, None)
-        if theirs is not None:
-            replacement = MultiheadAttention(theirs.embed_dim, theirs.num_heads, dropout=theirs.dropout,
-                                             batch_first=theirs.batch_first)
-            replacement.load_state_dict(theirs.state_dict())
-            setattr(ours, name, replacement)
-    return ours.train(layer.training)
-
-
-def count_calls(layer: nn.Module) -> list:
-    calls = []
-    for module in layer.modules():
-        if isinstance(module, MultiheadAttention):
-            module.register_forward_hook(lambda *args: calls.append(1))
-    return calls
-
-
-def run_layers(kind: str, batch_first: bool):
-    """(inputs, call) for one encoder or decoder layer with causal and padding masks."""
-    g = torch.Generator().manual_seed(2)
-    shape = (lambda n: (B, n, E)) if batch_first else (lambda n: (n, B, E))
-    tgt, memory = torch.randn(shape(L), generator=g), torch.randn(shape(S), generator=g)
-    causal = nn.Transformer.generate_square_subsequent_mask(L)
-    pad_tgt = torch.zeros(B, L, dtype=torch.bool)
-    pad_tgt[1, -2:] = True
-    pad_mem = torch.zeros(B, S, dtype=torch.bool)
-    pad_mem[0, -3:] = True
-    if kind == "encoder":
-        return (tgt,), lambda layer, x: layer(x, src_mask=causal, src_key_padding_mask=pad_tgt, is_causal=True)
-    return (tgt, memory), lambda layer, x, m: layer(x, m, tgt_mask=causal, tgt_key_padding_mask=pad_tgt,
-                                                    memory_key_padding_mask=pad_mem, tgt_is_causal=True)
-
-
-@pytest.mark.parametrize("kind", ["encoder", "decoder"])
-@pytest.mark.parametrize("batch_first, norm_first", [(False, False), (True, True)])
-def test_replacing_attention_in_torch_transformer_layers_keeps_outputs_and_gradients(kind, batch_first,
-                                                                                    norm_first):
-    torch.manual_seed(0)
-    make = nn.TransformerEncoderLayer if kind == "encoder" else nn.TransformerDecoderLayer
-    theirs = make(E, H, dim_feedforward=32, dropout=0.0, batch_first=batch_first, norm_first=norm_first)
-    ours = swap_attention(theirs)
-    calls = count_calls(ours)
-    inputs, call = run_layers(kind, batch_first)
-    results = []
-    for layer in (theirs, ours):
-        leaves = [t.clone().requires_grad_() for t in inputs]
-        out = call(layer, *leaves)
-        out.square().sum().backward()
-        results.append((out, [t.grad for t in leaves], [p.grad for p in layer.parameters()]))
-    assert len(calls) == (1 if kind == "encoder" else 2)  # our forward ran, once per attention
-    torch.testing.assert_close(results[1][0], results[0][0], **TOL)
-    for got, expected in zip(results[1][1] + results[1][2], results[0][1] + results[0][2]):
-        torch.testing.assert_close(got, expected, **TOL)
-    # eval, no grad: torch's encoder fast path may bypass forward (same result); with it off, ours runs
-    theirs.eval(), ours.eval()
-    calls.clear()
-    with torch.no_grad():
-        expected = call(theirs, *inputs)
-        torch.backends.mha.set_fastpath_enabled(False)
-        try:
-            got = call(ours, *inputs)
-        finally:
-            torch.backends.mha.set_fastpath_enabled(True)
-    assert calls and max_abs_diff(got, expected) < 1e-5

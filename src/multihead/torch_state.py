@@ -15,7 +15,8 @@ def torch_mha_state_to_ours(module, state_dict: dict, prefix: str) -> None:
         if prefix + extra in state_dict:
             raise AttentionError(
                 f"the state dict has {prefix + extra} (nn.MultiheadAttention's add_bias_kv=True), which appends "
-                "extra keys; multihead does not model those.")
+                "extra keys that MultiHeadAttention does not model. multihead.compat.MultiheadAttention("
+                "..., add_bias_kv=True) loads it.")
     packed = state_dict.pop(prefix + "in_proj_weight", None)
     packed_bias = state_dict.pop(prefix + "in_proj_bias", None)
     if packed is not None:

@@ -13,8 +13,9 @@ def from_torch(m: nn.Module, **hints):
         return None
     if m.bias_k is not None or m.add_zero_attn:
         raise AttentionError(
-            "nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True appends extra keys; "
-            "multihead does not model those. Expected both off."
+            "nn.MultiheadAttention with add_bias_kv=True or add_zero_attn=True appends extra keys, which "
+            "MultiHeadAttention does not model; expected both off. multihead.compat.MultiheadAttention takes "
+            "both: load this module's state dict into one built with the same arguments."
         )
     E = m.embed_dim
     if m._qkv_same_embed_dim:
