@@ -29,15 +29,31 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         sub_parser.set_defaults(_module=module_path)
         if name == chosen:
-            importlib.import_module(module_path).configure(sub_parser)
+            tool(module_path).configure(sub_parser)
     return parser
+
+
+class MissingExtra(SystemExit):
+    """A tool's third-party package (rich, matplotlib) is not installed: say which extra brings it."""
+
+
+def tool(module_path: str):
+    """The tool's command module; a clear exit when its 'cli' extra is missing."""
+    try:
+        return importlib.import_module(module_path)
+    except ImportError as exc:
+        if (exc.name or "").startswith("multihead"):
+            raise
+        print(f"multihead: this command needs the 'cli' extra ({exc}); from the repository root: "
+              'pip install -e ".[cli]"', file=sys.stderr)
+        raise MissingExtra(2) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     args = build_parser(chosen).parse_args(argv)
-    return int(importlib.import_module(args._module).main(args) or 0)
+    return int(tool(args._module).main(args) or 0)
 
 
 if __name__ == "__main__":

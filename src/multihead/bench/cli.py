@@ -17,6 +17,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from multihead.bench import machine, report
+from multihead.bench.plots import save_all
+from multihead.bench.progress import Bars
+from multihead.bench.suites.context import Context
+from multihead.bench.timing import set_clock, set_threads
+
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
@@ -42,11 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from multihead.bench import machine, report
-    from multihead.bench.progress import Bars
-    from multihead.bench.suites.context import Context
-    from multihead.bench.timing import set_clock, set_threads
-
     started = time.perf_counter()
     set_threads(args.threads)
     set_clock(args.clock)
@@ -78,8 +79,6 @@ def main(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).write_text(report.markdown(results))
     if args.plot:
-        from multihead.bench.plots import save_all
-
         for path in save_all(results, args.plot):
             print(f"plot: {path}")
     print(f"multihead bench: took {info['seconds']:.0f} s" + (" (--quick)" if args.quick else ""), file=sys.stderr)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import multihead as mh
+from multihead.bench.kernels import what_runs
 from multihead.bench.timing import Timing
 
 
@@ -59,8 +61,6 @@ class Runner:
 
     def what_runs(self) -> str:
         """The kernels each pass calls (forward under no_grad, forward with autograd for training)."""
-        from multihead.bench.kernels import what_runs
-
         with torch.no_grad():
             inference = what_runs(self.call)
         training = what_runs(self.call)
@@ -148,8 +148,6 @@ def _factory(shape: Shape) -> dict:
 
 def build_ours(shape: Shape, backend: str = "auto") -> Runner:
     """multihead.MultiHeadAttention, causal through its `causal=True` flag."""
-    import multihead as mh
-
     mod = mh.MultiHeadAttention(shape.embed, shape.heads, backend=backend, **_factory(shape)).eval()
     x = shape.input()
     name = "ours" if backend == "auto" else f"ours[{backend}]"

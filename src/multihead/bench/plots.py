@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 
 from multihead.bench.results import SuiteResult
+from multihead.bench.suites.parallel import plot
 
 
 def save_all(results: list[SuiteResult], directory: str | Path) -> list[Path]:
@@ -94,8 +95,6 @@ def _small(plt, r: SuiteResult):
 
 
 def _parallel(plt, r: SuiteResult):
-    from multihead.bench.suites.parallel import plot
-
     return plot(plt, r)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 import types
 
+from multihead.explain.notebook import explain
+
 
 class _CallablePackage(types.ModuleType):
     def __call__(self, topic: str | None = None, *, text: str | None = None, layer: int = 0,
                  lang: str | None = None):
         """mh.explain(topic=None, *, text=None, layer=0, lang=None): see multihead.explain.notebook.explain."""
-        from multihead.explain.notebook import explain
-
         return explain(topic, text=text, layer=layer, lang=lang)
 
 

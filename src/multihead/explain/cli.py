@@ -7,12 +7,18 @@ Exit codes: 0 every check passed, 1 some check failed, 2 bad usage or the 'model
 from __future__ import annotations
 
 import argparse
-import sys
+
+from rich.console import Console
 
 from multihead.errors import AttentionError
+from multihead.explain import words
 from multihead.explain.lang import resolve_lang, ui
 from multihead.explain.lesson import lesson, topic_story  # noqa: F401 - topic_story: part of this module's API
+from multihead.explain.model_text import ModelsMissing
+from multihead.explain.page import write_page
+from multihead.explain.render_terminal import cell, make_console, render, render_summary
 from multihead.explain.story import LANGS
+from multihead.explain.topics import TOPICS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,20 +39,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also write an interactive, self-contained HTML page to PATH (offline, EN/ZH)")
 
 
-def load_topics() -> dict:
-    """The TOPICS registry, imported only when a topic is asked for."""
-    from multihead.explain.topics import TOPICS
-
-    return TOPICS
-
-
 def list_topics(console, lang: str) -> int:
     from rich import box
     from rich.table import Table
 
-    from multihead.explain.render_terminal import cell
-
-    topics = load_topics()
+    topics = TOPICS
     if not topics:
         console.print(ui("no_topics", lang))
         return 0
@@ -65,9 +62,6 @@ def documents_table(lang: str):
     """The five source documents the topics' questions come from: number, title, public source."""
     from rich import box
     from rich.table import Table
-
-    from multihead.explain import words
-    from multihead.explain.render_terminal import cell
 
     table = Table(title=ui("documents_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
     table.add_column(ui("doc_col", lang), no_wrap=True)
@@ -92,15 +86,6 @@ def chosen_topic(args: argparse.Namespace) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run `multihead explain` with parsed arguments; returns the exit code."""
-    try:
-        from rich.console import Console
-
-        from multihead.explain.render_terminal import make_console, render, render_summary
-    except ImportError as exc:
-        print(f"multihead explain needs the 'cli' extra ({exc}): pip install \"multihead[cli]\"", file=sys.stderr)
-        return 2
-    from multihead.explain.model_text import ModelsMissing
-
     console = make_console()
     page = getattr(args, "html", None)
     try:
@@ -115,8 +100,6 @@ def main(args: argparse.Namespace) -> int:
     render(told.story, console)
     render_summary([told.story], console, lang)
     if page:
-        from multihead.explain.page import write_page
-
         try:
             path, size = write_page(page, told)
         except OSError as exc:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from multihead.explain.story import LANGS, Story
+from multihead.explain.walkthrough import tell
 
 DECIMALS = 4
 SHOWN = 8
@@ -54,8 +55,6 @@ def trace(setup) -> tuple[dict[str, Any], torch.Tensor]:
     of D (or O); checks maps a step number to [{"ok", "detail", "en", "zh"}, ...]. weights are the
     walkthrough's attention weights of batch 0, (H, L, L).
     """
-    from multihead.explain.walkthrough import tell
-
     stories = {lang: Story(lang) for lang in LANGS}
     passes = {lang: tell(story, setup) for lang, story in stories.items()}
     t = passes["en"].t

@@ -12,8 +12,12 @@ from typing import Any
 
 from multihead.errors import AttentionError
 from multihead.explain import words
+from multihead.explain.explore import figure_explorers, walkthrough_explorer
 from multihead.explain.lang import resolve_lang, ui
+from multihead.explain.model_text import check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
+from multihead.explain.topics import TOPICS
+from multihead.explain.walkthrough import default_setup, tell, tell_closing
 
 
 @dataclass
@@ -50,13 +54,9 @@ def told(tell, langs: tuple[str, ...]) -> dict[str, Story]:
 
 
 def walkthrough_lesson(langs: tuple[str, ...], page: bool) -> tuple[dict[str, Story], list]:
-    from multihead.explain.walkthrough import default_setup, tell, tell_closing
-
     stories = told(lambda story: (tell(story), tell_closing(story)), langs)
     if not page:
         return stories, []
-    from multihead.explain.explore import walkthrough_explorer
-
     setup = default_setup()
     H, L = setup.module.num_heads, len(setup.tokens)
     title = filled("explorer_walkthrough", heads=H, tokens=L)
@@ -64,13 +64,9 @@ def walkthrough_lesson(langs: tuple[str, ...], page: bool) -> tuple[dict[str, St
 
 
 def text_lesson(text: str, layer: int, langs: tuple[str, ...], page: bool) -> tuple[dict[str, Story], list]:
-    from multihead.explain.model_text import layer_setups, tell_text
-
     stories = told(lambda story: tell_text(story, text, layer), langs)
     if not page:
         return stories, []
-    from multihead.explain.explore import walkthrough_explorer
-
     setups = layer_setups(text)
     title = filled("explorer_text", layers=len(setups), heads=setups[0].module.num_heads, tokens=len(setups[0].tokens))
     query = 1 if len(setups[0].tokens) > 2 else 0   # the first word after [CLS]
@@ -79,9 +75,7 @@ def text_lesson(text: str, layer: int, langs: tuple[str, ...], page: bool) -> tu
 
 def topic_story(name: str, lang: str) -> Story:
     """Run topic `name` into a new story; AttentionError naming the known topics if there is none."""
-    from multihead.explain.topics import TOPICS as topics
-
-    topic = topics[known_topic(name, tuple(topics), lang)]
+    topic = TOPICS[known_topic(name, tuple(TOPICS), lang)]
     story = Story(lang)
     story.add_heading(topic.title[lang])
     story.add_text(question_line(topic, lang))
@@ -129,8 +123,6 @@ def topic_lesson(name: str, langs: tuple[str, ...], page: bool) -> tuple[dict[st
     stories = {lang: topic_story(name, lang) for lang in langs}
     if not page:
         return stories, []
-    from multihead.explain.explore import figure_explorers
-
     return stories, figure_explorers(stories)
 
 
@@ -147,14 +139,10 @@ def lesson(topic: str | None = None, text: str | None = None, layer: int = 0, la
     if topic is not None and text is not None:
         raise AttentionError(f"explain one thing at a time: a topic or a text; got topic={topic!r} and text={text!r}.")
     if topic is not None:
-        from multihead.explain.topics import TOPICS
-
         topic = known_topic(topic, tuple(TOPICS), lang)
         stories, explorers = topic_lesson(topic, langs, page)
         title = dict(TOPICS[topic].title)
     elif text is not None:
-        from multihead.explain.model_text import check_text
-
         check_text(text)   # before loading the model: a bad request fails fast, with or without the extra
         stories, explorers = text_lesson(text, layer, langs, page)
         title = filled("title_text", text=text.strip())

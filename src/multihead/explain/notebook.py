@@ -15,8 +15,10 @@ from html import escape
 from pathlib import Path
 
 from multihead.explain import words
+from multihead.explain.explore import record_explorer
 from multihead.explain.lang import resolve_lang
 from multihead.explain.lesson import Lesson, filled, lesson
+from multihead.explain.page import page_html, write_page
 
 FRAME_HEIGHT = 780   # px: the model view and the head view fit; the page scrolls inside for the rest
 
@@ -52,15 +54,11 @@ class Explanation:
     def html(self) -> str:
         """The interactive page, as one self-contained HTML document."""
         if self._page is None:
-            from multihead.explain.page import page_html
-
             self._page = page_html(self.lesson)
         return self._page
 
     def save(self, path: str | Path) -> Path:
         """Write the page to `path` (what `multihead explain --html PATH` writes)."""
-        from multihead.explain.page import write_page
-
         return write_page(path, self.lesson)[0]
 
     def _repr_html_(self) -> str:
@@ -86,9 +84,6 @@ def explain(topic: str | None = None, *, text: str | None = None, layer: int = 0
 
 def record_html(record) -> str:
     """A capture_attention record as notebook output: its calls x heads in the page's views."""
-    from multihead.explain.explore import record_explorer
-    from multihead.explain.page import page_html
-
     if not len(record):
         return f"<p>{escape(words.page_words(resolve_lang(None))['no_calls'])}</p>"
     title = filled("explorer_record", calls=len(record))

@@ -22,6 +22,7 @@ from multihead.explain.page_script import SCRIPT
 from multihead.explain.page_style import PAGE_CSS
 from multihead.explain.render_html import CSS, DRAW, figure_image, summary_html
 from multihead.explain.story import LANGS, Block, Story
+from multihead.explain.walkthrough import STEPS, step_title
 
 MAX_BYTES = 5 * 2**20   # the page must stay mailable: 5 MB at most
 
@@ -55,8 +56,6 @@ def story_section(stories: dict[str, Story]) -> str:
 
 def page_data(lesson) -> dict[str, Any]:
     """What the script needs: the explorers, the page's words and the step titles, in both languages."""
-    from multihead.explain.walkthrough import STEPS, step_title
-
     steps = {}
     for number in range(1, len(STEPS) + 1):
         en, zh = step_title(number)

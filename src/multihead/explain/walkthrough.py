@@ -14,6 +14,7 @@ from torch import nn
 
 import multihead as mh
 from multihead.explain.story import Story
+from multihead.explain.topics import TOPICS
 from multihead.explain.walk_attend import step_mask, step_scale, step_scores, step_softmax, step_weighted_sum
 from multihead.explain.walk_output import step_merge, step_out_proj, step_verify
 from multihead.explain.walk_project import step_input, step_project, step_split
@@ -164,8 +165,6 @@ def step_title(number: int) -> tuple[str, str]:
 
 def tell_closing(story: Story) -> None:
     """The closing note: every question the documents ask, with the topic that answers it live."""
-    from multihead.explain.topics import TOPICS
-
     story.heading("Questions from the documents, answered live", "文档里的问题，逐一现场解答")
     story.text(
         "Each question below has a topic that computes its answer and checks it: "

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 
 from multihead.errors import AttentionError
+from multihead.parallel.comm import all_gather_uneven, group_rank, group_size, resolve_group
+from multihead.parallel.validation import agree, dtype_code
 
 Segment = tuple[int, int]  # global positions [start, end)
 MAX_DIMS = 8
@@ -85,8 +87,6 @@ def shard_sequence(x: torch.Tensor, *, layout: str, group=None, dim: int = 2) ->
     layout: "contiguous" (rank r holds chunk r of P) or "zigzag" (chunks r and 2P-1-r of 2P; balances
     causal work). Pass the same layout to ring_attention / ulysses_attention. No communication.
     """
-    from multihead.parallel.comm import group_rank, group_size
-
     check_layout(layout, "shard_sequence")
     if not isinstance(x, torch.Tensor):
         raise AttentionError(f"shard_sequence expects a torch.Tensor; got {type(x).__name__}.")
@@ -106,9 +106,6 @@ def unshard_sequence(x: torch.Tensor, *, layout: str, group=None, dim: int = 2) 
     The inverse of shard_sequence with the same `layout`. Every rank receives the whole tensor.
     Not differentiable: use it to inspect or hand results on, not inside a training step.
     """
-    from multihead.parallel.comm import all_gather_uneven, resolve_group
-    from multihead.parallel.validation import agree, dtype_code
-
     pg = resolve_group(group)
 
     def describe() -> list[int]:

@@ -27,9 +27,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+import multihead as mh
 from multihead.bench.memory import status_bytes
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
+from multihead.bench.timing import compare
+from multihead.parallel import cost, ring_attention, shard_sequence, ulysses_attention
+from multihead.parallel.launch import run_local
+from multihead.parallel.layout import shard_lengths
+from multihead.parallel.ring import TILE
+from multihead.parallel.traffic import count_traffic
 
 MIB, KIB = 1024**2, 1024
 PASSES = ("forward", "forward+backward")
@@ -55,8 +62,6 @@ class Sizes:
 
 
 def run(ctx: Context, sizes: Sizes) -> SuiteResult:
-    from multihead.parallel.launch import run_local
-
     s = sizes
     result = SuiteResult(
         "parallel",
@@ -93,11 +98,6 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
 def measure_rank(spec: dict, rounds: int, warmup: int) -> dict:
     """On one rank: bytes, peak memory and time of each method and pass. {"method|pass": {...}}."""
     import torch.distributed as dist
-
-    import multihead as mh
-    from multihead.bench.timing import compare
-    from multihead.parallel import cost, ring_attention, shard_sequence, ulysses_attention
-    from multihead.parallel.traffic import count_traffic
 
     s = Sizes(**{**spec, "world_sizes": tuple(spec["world_sizes"])})
     P, rank = dist.get_world_size(), dist.get_rank()
@@ -195,9 +195,6 @@ def ring_allowance(s: Sizes, P: int) -> dict[str, int]:
     hand (after the first step they are received ones) and the next K and V arriving; dK and dV
     travelling and the next dK and dV arriving. tiles: two (B, H, T, T) float32 score buffers.
     """
-    from multihead.parallel.layout import shard_lengths
-    from multihead.parallel.ring import TILE
-
     block = s.batch * s.heads * max(shard_lengths(s.length, P, s.layout)) * s.head_dim * 4
     tile = min(TILE, s.length)
     return {"blocks": 8 * block, "tiles": 2 * s.batch * s.heads * tile * tile * 4}
