@@ -14,6 +14,7 @@ from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
+from multihead.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
 from multihead.checker import check  # noqa: E402  (after the core: the checker is built on it)
 from multihead import explain  # noqa: E402  mh.explain(...): the package is callable (explain/__init__.py)
@@ -27,6 +28,7 @@ __all__ = [
     "KVCache",
     "Mask",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "RoPE",
     "alibi_slopes",
     "attention",

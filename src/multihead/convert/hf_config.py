@@ -27,11 +27,12 @@ def hf_config(module: nn.Module):
     return config if isinstance(getattr(config, "model_type", None), str) else None
 
 
-def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, device=None):
+def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, device=None, interleaved: bool = False):
     """An mh.RoPE equal to the rotary embedding the model computes from `config` for this layer.
 
     whole_head=True for models whose attention turns all D features whatever the dict says (Llama and
     its cousins read head_dim alone); False where "partial_rotary_factor" sets R < D (GPT-NeoX).
+    interleaved=True for models that pair features (2k, 2k + 1) (DeepSeek).
     Raises AttentionError for rope kinds mh.RoPE does not compute (yarn, longrope, ...).
     """
     from multihead.positions import RoPE
@@ -46,7 +47,7 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, devic
     if whole_head:
         params.pop("partial_rotary_factor", None)
     try:
-        return RoPE(head_dim, base=float(params["rope_theta"]), scaling=params,
+        return RoPE(head_dim, base=float(params["rope_theta"]), interleaved=interleaved, scaling=params,
                     max_position=getattr(config, "max_position_embeddings", None), device=device)
     except AttentionError as error:
         raise AttentionError(f"{config.model_type} attention's rope_parameters {params}: {error}") from None
