@@ -120,16 +120,32 @@ class MultiHeadLatentAttention(nn.Module):
         one-token step on a cache (decoding) and naive otherwise. Both give the same result.
         """
         self._check_input(x)
-        B, Lq, _ = x.shape
         causal = check_flag(causal, "causal") or self.causal
-        new_tokens = MultiHeadAttention._check_cache_call(self, cache, mask, B, True) if cache is not None else None
+        if cache is None:
+            return self._run(x, None, positions, mask, causal, absorb, None)
+        new_tokens = MultiHeadAttention._check_cache_call(self, cache, mask, x.shape[0], True)
+        return self._run(x, cache, positions, None, False, absorb, new_tokens)
+
+    def attend_cached(self, x: torch.Tensor, cache: LatentCache, positions: torch.Tensor | None,
+                      mask: Mask | None, *, absorb: bool | None = None) -> torch.Tensor:
+        """x (B, Lq, E) -> (B, Lq, E), appending to `cache` like forward, but attending under the caller's
+        `mask` over every cached key (B|1, H|1, Lq, Lc), Lc the cache's length after this call, in place
+        of the cache's own causal mask (None: that one). For callers that build their own causal and
+        padding mask, as transformers does for left-padded batches (multihead.hf.use_latent_cache)."""
+        self._check_input(x)
+        MultiHeadAttention._check_cache_call(self, cache, None, x.shape[0], True)
+        return self._run(x, cache, positions, mask, False, absorb, None)
+
+    def _run(self, x, cache, positions, mask, causal, absorb, new_tokens) -> torch.Tensor:
+        """Project, turn, append to the cache (if any), attend naive or absorbed, project out."""
+        B, Lq, _ = x.shape
         q_nope, q_rope, latent, k_rope = self._project(x)
         if positions is None:
             positions = cache.positions(Lq) if cache is not None else torch.arange(Lq, device=x.device)
         q_rope, k_rope = self.rope(q_rope, k_rope[:, None], positions)  # (B, H, Lq, R), (B, 1, Lq, R)
         if cache is not None:
-            keys, mask = cache.append_latent(latent, k_rope[:, 0], new_tokens)  # (B, 1, Lc, C + R)
-            causal = False  # the cache's mask is causal within each sequence's length
+            keys, cache_mask = cache.append_latent(latent, k_rope[:, 0], new_tokens)  # (B, 1, Lc, C + R)
+            mask = cache_mask if mask is None else mask  # the cache's: causal within each sequence's length
         else:
             keys = torch.cat((latent[:, None], k_rope), dim=-1)  # (B, 1, Lk, C + R)
         absorb = (cache is not None and Lq == 1) if absorb is None else check_flag(absorb, "absorb")

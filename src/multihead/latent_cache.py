@@ -75,6 +75,27 @@ class LatentCache(KVCache):
         keys, _, mask = self.append(joined, joined[..., :C], new_tokens)  # KVCache checks, writes, masks
         return keys, mask
 
+    def resized(self, index: torch.Tensor | None = None, max_len: int | None = None) -> LatentCache:
+        """A new cache holding the sequences `index` (any length, repeats allowed; default all) with room
+        for max_len tokens each (default this one's, and never less than what they already hold)."""
+        B, _, M, _ = self.keys.shape
+        index = torch.arange(B, device=self.keys.device) if index is None else index
+        if not isinstance(index, torch.Tensor) or index.dtype not in (torch.int32, torch.int64) or index.dim() != 1:
+            raise AttentionError(f"resized expects a 1-D integer tensor of sequence indices; got {index!r:.80}.")
+        if index.numel() and not bool(((index >= 0) & (index < B)).all()):
+            raise AttentionError(f"resized indices must lie in [0, {B}); got {index.tolist()}.")
+        held = self._filled
+        max_len = M if max_len is None else max_len
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < held:
+            raise AttentionError(f"resized expects max_len >= {held} (the tokens held); got {max_len!r}.")
+        new = LatentCache(index.numel(), max_len, self.latent_dim, self.rope_dim, device=self.keys.device,
+                          dtype=self.keys.dtype)
+        index = index.to(self.keys.device)
+        new.keys[:, :, :held] = self.keys[index, :, :held]
+        new.lengths.copy_(self.lengths[index])
+        new._filled, new._same_lengths = held, self._same_lengths
+        return new
+
     def bytes_per_token(self) -> int:
         """(C + R) · element size: what one token costs this cache (per layer)."""
         return (self.latent_dim + self.rope_dim) * self.keys.element_size()
