@@ -11,7 +11,7 @@ import importlib
 from dataclasses import replace
 from pathlib import Path
 
-SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel")
+SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
