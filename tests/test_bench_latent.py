@@ -27,10 +27,12 @@ def data(tmp_path_factory):
     parser = argparse.ArgumentParser()
     cli.configure(parser)
     args = parser.parse_args(["--suite", "latent", "--quick", "--rounds", "1", "--no-progress",
-                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md")])
+                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
+                              "--plot", str(out / "plots")])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(latent.Sizes, "quick", classmethod(lambda cls: TINY))
         assert cli.main(args) == 0
+    assert [p.name for p in (out / "plots").iterdir()] == ["latent.png"]
     return json.loads((out / "r.json").read_text())["suites"]["latent"]
 
 

@@ -97,7 +97,8 @@ def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str) -> None:
         target.weight.copy_(weight)
         target.eps = eps
         probe = torch.randn(3, D, generator=torch.Generator().manual_seed(0)).to(weight)
-        same = torch.allclose(source(probe), target(probe), rtol=1e-4, atol=1e-5)
+        loose = weight.dtype in (torch.bfloat16, torch.float16)  # the two norms round differently there
+        same = torch.allclose(source(probe), target(probe), rtol=2e-2 if loose else 1e-4, atol=2e-2 if loose else 1e-5)
     if not same:
         raise AttentionError(
             f"{name} ({type(source).__name__}) does not compute x / sqrt(mean(x^2) + eps) * weight over each head "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from multihead.bench.machine import load_average
+from multihead.bench.plots import DRAWERS
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio
@@ -175,3 +176,24 @@ def cache_sizes(s: Sizes, result: SuiteResult) -> None:
         for name, numbers in layouts.items():
             result.rows.append({"case": f"cache per token per layer, {dtype}", "implementation": name,
                                 "bytes/token": numbers * es, "x MLA": numbers / mla})
+
+
+def plot(plt, r: SuiteResult):
+    """Left: ms per decode step (log scale). Right: cache bytes per token per layer, fp32."""
+    steps = [row for row in r.rows if row.get("ms") is not None]
+    sizes = [row for row in r.rows if row["case"].endswith("fp32") and row.get("bytes/token") is not None]
+    fig, (t_ax, c_ax) = plt.subplots(1, 2, figsize=(12, 0.4 * max(len(steps), len(sizes)) + 2))
+    t_ax.barh(range(len(steps)), [row["ms"] for row in steps])
+    t_ax.set_yticks(range(len(steps)), [f"{row['case'][12:]}: {row['implementation']}" for row in steps], fontsize=7)
+    t_ax.set_xscale("log")
+    t_ax.set_xlabel("ms per decode step (log)")
+    c_ax.barh(range(len(sizes)), [row["bytes/token"] for row in sizes])
+    c_ax.set_yticks(range(len(sizes)), [row["implementation"] for row in sizes], fontsize=7)
+    c_ax.set_xlabel("cache bytes per token per layer (fp32)")
+    for ax in (t_ax, c_ax):
+        ax.invert_yaxis()
+    fig.suptitle(r.title, fontsize=9)
+    return fig
+
+
+DRAWERS.setdefault("latent", plot)  # `multihead bench --plot` draws this suite with it
