@@ -189,13 +189,17 @@ class MultiHeadLatentAttention(nn.Module):
 
     def _absorbed(self, q_nope, q_rope, keys, mask, causal) -> torch.Tensor:
         """Fold W_UK into the queries, attend over keys (B, 1, Lk, C + R) as MQA with values = the latents
-        keys[..., :C], then apply W_UV: (B, H, Lq, Dv)."""
+        keys[..., :C], then apply W_UV: (B, H, Lq, Dv).
+
+        The values passed are the whole cached rows [c | k_rope] and the last R output features are
+        dropped: with q, k and v of one width, torch's fused CPU kernel runs (it needs Dv == D), and
+        reads the cache once for both."""
         w_uk, w_uv = self.up_weights()
-        q_latent = torch.einsum("bhld,hdc->bhlc", q_nope, w_uk)  # (B, H, Lq, C)
+        q_latent = q_nope @ w_uk  # (B, H, Lq, Dn) @ (H, Dn, C) -> (B, H, Lq, C)
         q = torch.cat((q_latent, q_rope), dim=-1)  # (B, H, Lq, C + R)
-        out = attention(q, keys, keys[..., :self.kv_lora_rank], mask, causal=causal, scale=self.scale,
-                        dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, C)
-        return torch.einsum("bhlc,hvc->bhlv", out, w_uv)  # (B, H, Lq, Dv)
+        out = attention(q, keys, keys, mask, causal=causal, scale=self.scale,
+                        dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, C + R)
+        return out[..., :self.kv_lora_rank] @ w_uv.transpose(-1, -2)  # (B, H, Lq, C) @ (H, C, Dv) -> (B, H, Lq, Dv)
 
     def _check_input(self, x) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
