@@ -105,3 +105,23 @@ def test_softmax_scale_follows_yarn_mscale_as_hf_does():
 def test_other_modules_are_refused():
     with pytest.raises(mh.AttentionError, match="expects a DeepSeek V2/V3 attention layer"):
         mh.MultiHeadLatentAttention.from_module(torch.nn.Linear(4, 4))
+
+
+def test_bf16_layer_converts_and_stays_within_twice_hf_drift():
+    model = deepseek_model("v3", q_lora_rank=12)
+    ids = torch.randint(3, VOCAB, (2, PROMPT + STEPS), generator=torch.Generator().manual_seed(1))
+    seen = captured_rows(model, ids)
+    hidden = torch.cat([x for x, _ in seen], dim=1)
+    exact = torch.cat([y for _, y in seen], dim=1)
+    layer = model.model.layers[1].self_attn.to(torch.bfloat16)
+    ours = mh.MultiHeadLatentAttention.from_module(layer)
+    assert ours.kv_b_proj.weight.dtype == torch.bfloat16
+    hf_mask = torch.full((PROMPT + STEPS,) * 2, float("-inf")).triu(1)[None, None].to(torch.bfloat16)
+    cos, sin = model.model.rotary_emb(hidden, torch.arange(PROMPT + STEPS)[None])
+    with torch.no_grad():
+        theirs = layer(hidden.bfloat16(), (cos.bfloat16(), sin.bfloat16()), hf_mask)[0]
+        cache = ours.new_cache(2, PROMPT + STEPS)
+        steps = torch.cat([ours(x.bfloat16(), cache=cache) for x, _ in seen], dim=1)
+    drift = (theirs.float() - exact).abs().max().item()
+    assert (ours(hidden.bfloat16()).float() - exact).abs().max().item() <= 2 * drift + 1e-3
+    assert (steps.float() - exact).abs().max().item() <= 2 * drift + 1e-3

@@ -108,3 +108,21 @@ def test_compiled_decode_step_matches_eager():
         for i in (4, 5):
             torch.testing.assert_close(step(x[:, i:i + 1], compiled_cache), mla(x[:, i:i + 1], cache=eager_cache),
                                        rtol=1e-5, atol=1e-6)
+
+
+def test_resized_copies_the_chosen_sequences_with_more_room():
+    mla = make_mla(6)
+    x = torch.randn(2, 3, 32)
+    cache = mla.new_cache(2, 4)
+    mla(x, cache=cache)
+    bigger = cache.resized(torch.tensor([1, 1, 0]), max_len=9)
+    assert bigger.max_len == 9 and bigger.lengths.tolist() == [3, 3, 3]
+    assert torch.equal(bigger.keys[:, :, :3], cache.keys[[1, 1, 0], :, :3])
+    step = torch.randn(3, 1, 32)
+    fresh = mla.new_cache(3, 9)
+    mla(x[[1, 1, 0]], cache=fresh)
+    torch.testing.assert_close(mla(step, cache=bigger), mla(step, cache=fresh))
+    with pytest.raises(mh.AttentionError, match="resized expects max_len >= 3"):
+        cache.resized(max_len=2)
+    with pytest.raises(mh.AttentionError, match="resized indices must lie in"):
+        cache.resized(torch.tensor([2]))
