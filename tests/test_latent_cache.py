@@ -126,3 +126,23 @@ def test_resized_copies_the_chosen_sequences_with_more_room():
         cache.resized(max_len=2)
     with pytest.raises(mh.AttentionError, match="resized indices must lie in"):
         cache.resized(torch.tensor([2]))
+
+
+def test_attend_cached_takes_the_callers_mask_over_every_cached_key():
+    """Left padding as transformers does it: row 1's first two tokens are padding, blocked by the caller's
+    mask and skipped by its positions; its real tokens then match the row alone, unpadded."""
+    mla = make_mla(7)
+    x = torch.randn(2, 5, 32)
+    real = torch.tensor([[True] * 5, [False] * 2 + [True] * 3])  # (B, L) keys that are real tokens
+    keep = real[:, None, None, :] & torch.ones(5, 5, dtype=torch.bool).tril()  # (B, 1, Lq, Lk)
+    positions = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, L): row 1 starts at 0 after its padding
+    cache = mla.new_cache(2, 6)
+    out = mla.attend_cached(x, cache, positions, mh.Mask.keep(keep))
+    alone = mla(x[1:, 2:])
+    torch.testing.assert_close(out[1:, 2:], alone, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out[:1], mla(x[:1]), rtol=1e-5, atol=1e-6)
+    step = torch.randn(2, 1, 32)
+    keep_step = torch.cat((real, torch.ones(2, 1, dtype=torch.bool)), 1)[:, None, None, :]  # (B, 1, 1, 6)
+    out = mla.attend_cached(step, cache, positions[:, -1:] + 1, mh.Mask.keep(keep_step))
+    torch.testing.assert_close(out[1], mla(torch.cat((x[1:, 2:], step[1:]), 1))[0, -1:], rtol=1e-5, atol=1e-6)
+    assert cache.lengths.tolist() == [6, 6]
