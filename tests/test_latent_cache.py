@@ -18,7 +18,7 @@ def test_prefill_then_steps_equal_the_full_forward(absorb):
     rows = [mla(x[:, :4], cache=cache, absorb=absorb)]
     rows += [mla(x[:, i:i + 1], cache=cache, absorb=absorb) for i in range(4, 9)]
     torch.testing.assert_close(torch.cat(rows, dim=1), full, rtol=1e-5, atol=1e-6)
-    assert cache.lengths.tolist() == [9, 9]
+    assert cache.lengths.tolist() == [9, 9] and cache.held == 9
     assert cache.latents.shape == (2, 12, 16) and cache.rope_keys.shape == (2, 12, 4)
     assert cache.bytes_per_token() == (16 + 4) * 4
 

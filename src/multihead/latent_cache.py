@@ -44,6 +44,11 @@ class LatentCache(KVCache):
         return self.keys[..., :self.latent_dim]
 
     @property
+    def held(self) -> int:
+        """Slots in use (the longest sequence's length, known on the host in eager; max_len once compiled)."""
+        return self._filled
+
+    @property
     def latents(self) -> torch.Tensor:
         """(B, M, C): every token's normalised latent (a view)."""
         return self.keys[:, 0, :, :self.latent_dim]
@@ -72,7 +77,8 @@ class LatentCache(KVCache):
             raise AttentionError(f"latent and rope_key must share dtype and device; got {latent.dtype} on "
                                  f"{latent.device} and {rope_key.dtype} on {rope_key.device}.")
         joined = torch.cat((latent, rope_key), dim=-1)[:, None]  # (B, 1, Lq, C + R)
-        keys, _, mask = self.append(joined, joined[..., :C], new_tokens)  # KVCache checks, writes, masks
+        # KVCache checks, writes and masks; it also writes the values, a view of the same slots: same numbers
+        keys, _, mask = self.append(joined, joined[..., :C], new_tokens)
         return keys, mask
 
     def resized(self, index: torch.Tensor | None = None, max_len: int | None = None) -> LatentCache:
@@ -84,7 +90,7 @@ class LatentCache(KVCache):
             raise AttentionError(f"resized expects a 1-D integer tensor of sequence indices; got {index!r:.80}.")
         if index.numel() and not bool(((index >= 0) & (index < B)).all()):
             raise AttentionError(f"resized indices must lie in [0, {B}); got {index.tolist()}.")
-        held = self._filled
+        held = self.held
         max_len = M if max_len is None else max_len
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < held:
             raise AttentionError(f"resized expects max_len >= {held} (the tokens held); got {max_len!r}.")

@@ -43,7 +43,7 @@ class LatentLayer(DynamicLayer):
         if self.latent is None:
             self.latent = mla.new_cache(B, max(FIRST_CAPACITY, 2 * Lq))
             self.is_initialized = True
-        needed = self.latent._filled + Lq
+        needed = self.latent.held + Lq
         if needed > self.latent.max_len:
             self.latent = self.latent.resized(max_len=max(needed, 2 * self.latent.max_len))
         return self.latent
@@ -53,7 +53,7 @@ class LatentLayer(DynamicLayer):
                              "multihead.hf.use_latent_cache can write to it.")
 
     def get_seq_length(self) -> int:
-        return 0 if self.latent is None else self.latent._filled
+        return 0 if self.latent is None else self.latent.held
 
     def reset(self) -> None:
         self.latent, self.is_initialized = None, False
