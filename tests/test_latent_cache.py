@@ -101,7 +101,7 @@ def test_compiled_decode_step_matches_eager():
     mla = make_mla(5).eval()
     x = torch.randn(1, 6, 32)
     eager_cache, compiled_cache = mla.new_cache(1, 8), mla.new_cache(1, 8)
-    step = torch.compile(lambda t, c: mla(t, cache=c), dynamic=True, fullgraph=False)
+    step = torch.compile(lambda t, c: mla(t, cache=c), dynamic=True, fullgraph=True)
     with torch.no_grad():
         mla(x[:, :4], cache=eager_cache)
         mla(x[:, :4], cache=compiled_cache)
