@@ -77,7 +77,7 @@ def test_bad_calls_raise_and_leave_the_cache_unchanged():
     with pytest.raises(mh.AttentionError, match="with a cache, mask may only be"):
         mla(torch.randn(2, 1, 32), cache=cache, mask=mh.Mask.causal())
     assert unchanged()
-    with pytest.raises(mh.AttentionError, match="cache must be a KVCache"):
+    with pytest.raises(mh.AttentionError, match="cache must be a LatentCache"):
         mla(torch.randn(2, 1, 32), cache="cache")
     with pytest.raises(mh.AttentionError, match=r"latent cache rope_key must be \(B=2, Lq, 4\)"):
         cache.append_latent(torch.randn(2, 1, 16), torch.randn(2, 1, 5))
@@ -92,8 +92,10 @@ def test_bad_calls_raise_and_leave_the_cache_unchanged():
 
 def test_a_plain_kv_cache_is_refused():
     mla = make_mla(4)
-    with pytest.raises(mh.AttentionError, match="the cache is for batch 1, 2 kv heads"):
-        mla(torch.randn(1, 1, 32), cache=mh.KVCache(1, 4, 2, 20))
+    with pytest.raises(mh.AttentionError, match="cache must be a LatentCache from mla.new_cache"):
+        mla(torch.randn(1, 1, 32), cache=mh.KVCache(1, 4, 1, 20))
+    with pytest.raises(mh.AttentionError, match=r"the cache is for batch 1, 1 kv heads of size 28"):
+        mla(torch.randn(1, 1, 32), cache=LatentCache(1, 4, 24, 4))
 
 
 @pytest.mark.slow

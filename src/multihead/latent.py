@@ -123,7 +123,7 @@ class MultiHeadLatentAttention(nn.Module):
         causal = check_flag(causal, "causal") or self.causal
         if cache is None:
             return self._run(x, None, positions, mask, causal, absorb, None)
-        new_tokens = MultiHeadAttention._check_cache_call(self, cache, mask, x.shape[0], True)
+        new_tokens = self._check_cache(cache, mask, x.shape[0])
         return self._run(x, cache, positions, None, False, absorb, new_tokens)
 
     def attend_cached(self, x: torch.Tensor, cache: LatentCache, positions: torch.Tensor | None,
@@ -133,8 +133,15 @@ class MultiHeadLatentAttention(nn.Module):
         of the cache's own causal mask (None: that one). For callers that build their own causal and
         padding mask, as transformers does for left-padded batches (multihead.hf.use_latent_cache)."""
         self._check_input(x)
-        MultiHeadAttention._check_cache_call(self, cache, None, x.shape[0], True)
+        self._check_cache(cache, None, x.shape[0])
         return self._run(x, cache, positions, mask, False, absorb, None)
+
+    def _check_cache(self, cache, mask, B: int):
+        """AttentionError unless `cache` is this module's LatentCache for batch B; then MultiHeadAttention's
+        rules for the mask that may come with a cache. Returns the per-sequence new-token counts or None."""
+        if not isinstance(cache, LatentCache):
+            raise AttentionError(f"cache must be a LatentCache from mla.new_cache(); got {type(cache).__name__}.")
+        return MultiHeadAttention._check_cache_call(self, cache, mask, B, True)
 
     def _run(self, x, cache, positions, mask, causal, absorb, new_tokens) -> torch.Tensor:
         """Project, turn, append to the cache (if any), attend naive or absorbed, project out."""
