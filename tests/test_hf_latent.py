@@ -31,7 +31,8 @@ def generate(model, **options):
                           pad_token_id=0, **options)
 
 
-@pytest.mark.parametrize("version,overrides", [pytest.param("v2", {}, marks=pytest.mark.slow), ("v3", {"q_lora_rank": 12})])
+@pytest.mark.parametrize("version,overrides",
+                         [pytest.param("v2", {}, marks=pytest.mark.slow), ("v3", {"q_lora_rank": 12})])
 def test_greedy_tokens_identical_to_hf(version, overrides, monkeypatch):
     monkeypatch.setattr(hf_latent, "FIRST_CAPACITY", 4)  # the latent caches grow several times on the way
     model = deepseek_model(version, **overrides)

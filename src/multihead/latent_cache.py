@@ -72,7 +72,8 @@ class LatentCache(KVCache):
                 raise AttentionError(f"latent cache {name} must be (B={B}, Lq, {width}); got {got}.")
         if latent.shape[1] != rope_key.shape[1]:
             raise AttentionError(
-                f"latent and rope_key must add the same number of tokens; got {latent.shape[1]} and {rope_key.shape[1]}.")
+                f"latent and rope_key must add the same number of tokens; got {latent.shape[1]} and "
+                f"{rope_key.shape[1]}.")
         if latent.dtype != rope_key.dtype or latent.device != rope_key.device:
             raise AttentionError(f"latent and rope_key must share dtype and device; got {latent.dtype} on "
                                  f"{latent.device} and {rope_key.dtype} on {rope_key.device}.")

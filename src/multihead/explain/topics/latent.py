@@ -18,7 +18,8 @@ from multihead.latent_cache import LatentCache
 LITE = {"layers": 27, "hidden": 2048, "heads": 16, "C": 512, "Dn": 128, "R": 64, "Dv": 128}
 
 
-def small_mla(E: int = 64, H: int = 4, C: int = 16, Dn: int = 8, R: int = 4, Dv: int = 8) -> mh.MultiHeadLatentAttention:
+def small_mla(E: int = 64, H: int = 4, C: int = 16, Dn: int = 8, R: int = 4,
+              Dv: int = 8) -> mh.MultiHeadLatentAttention:
     """A causal float64 MLA small enough to print, with DeepSeek's layer names."""
     return mh.MultiHeadLatentAttention(E, H, kv_lora_rank=C, qk_nope_head_dim=Dn, qk_rope_head_dim=R, v_head_dim=Dv,
                                        causal=True, dtype=torch.float64)
@@ -101,7 +102,8 @@ def mla_topic(story: Story, say: Say) -> None:
     say.heading("heading.bytes")
     per_token = per_token_bytes()
     mha_bytes = per_token[f"MHA (Hkv = {LITE['heads']})"]
-    table = [[name, n, f"{n * LITE['layers'] / 2**10:.1f} KiB", f"{n / mha_bytes:.0%}"] for name, n in per_token.items()]
+    table = [[name, n, f"{n * LITE['layers'] / 2**10:.1f} KiB", f"{n / mha_bytes:.0%}"]
+             for name, n in per_token.items()]
     story.table([say("label.layout"), say("label.per-layer"), say("label.per-model", layers=LITE["layers"]),
                  say("label.of-mha")], table, title=say("label.lite", **LITE))
     D = LITE["hidden"] // LITE["heads"]
