@@ -1,12 +1,12 @@
 """MultiHeadLatentAttention.from_module on transformers' DeepSeek V2 and V3 attention layers.
 
 Each case builds a two-layer model from a tiny random config with transformers' own classes (nothing
-downloads: hidden 48, 4 heads, latent 16, nope 8, rope 4, v 6; V3 with and without low-rank queries and
-with both rotary layouts), its weights drawn larger than HF's init so that scores spread out. Forward
-hooks capture the second layer's attention input and output inside the model's own forward, first over
-the prompt, then one token at a time against HF's own DynamicCache. The converted layer, fed the same
-hidden states, must give the same rows within 1e-5 (fp32): over the whole sequence, and with its latent
-cache, prefill then single steps (absorbed).
+downloads: hidden 48, 4 heads, latent 16, nope 8, rope 4, v 6; V2 and V3 with and without low-rank
+queries, V3 with both rotary layouts), its weights drawn larger than HF's init so that scores spread
+out. Forward hooks capture the second layer's attention input and output inside the model's own forward,
+first over the prompt, then one token at a time against HF's own DynamicCache. The converted layer, fed
+the same hidden states, must give the same rows within 1e-5 (fp32): over the whole sequence, and with
+its latent cache, prefill then single steps (absorbed).
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ VOCAB, PROMPT, STEPS = 64, 5, 4
 SMALL = dict(vocab_size=VOCAB, hidden_size=48, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
              v_head_dim=6, max_position_embeddings=128, n_routed_experts=4, num_experts_per_tok=2,
-             first_k_dense_replace=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+             first_k_dense_replace=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+             q_lora_rank=None)  # transformers' default is 1536: low-rank queries; the cases ask for them
 CASES = {
     "v2": ("v2", {}),
     "v2-q-lora": ("v2", {"q_lora_rank": 12}),
