@@ -103,6 +103,12 @@ def test_softmax_scale_follows_yarn_mscale_as_hf_does():
         mh.MultiHeadLatentAttention.from_module(layer)
 
 
+def test_multihead_attention_from_module_names_the_class_that_converts_deepseek():
+    layer = deepseek_model("v2").model.layers[0].self_attn
+    with pytest.raises(mh.AttentionError, match=r"Convert it with mh.MultiHeadLatentAttention.from_module\(layer\)"):
+        mh.MultiHeadAttention.from_module(layer)
+
+
 def test_other_modules_are_refused():
     with pytest.raises(mh.AttentionError, match="expects a DeepSeek V2/V3 attention layer"):
         mh.MultiHeadLatentAttention.from_module(torch.nn.Linear(4, 4))

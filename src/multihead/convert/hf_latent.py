@@ -25,6 +25,7 @@ from torch import nn
 
 from multihead.convert.hf_config import hf_config, hf_dropout, hf_rope
 from multihead.convert.hf_decoders import _copy_rms_norm
+from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.latent import MultiHeadLatentAttention
 
@@ -44,10 +45,26 @@ def softmax_scale(qk_head_dim: int, rope_parameters: Mapping | None) -> float:
     return scale
 
 
+def is_deepseek_attention(module: nn.Module) -> bool:
+    """Whether `module` is a transformers DeepSeek V2/V3 attention layer (latent keys and values)."""
+    config = hf_config(module)
+    return config is not None and config.model_type in MODEL_TYPES and getattr(module, "kv_b_proj", None) is not None
+
+
+@register_converter("DeepSeek V2/V3 latent attention (convert it with MultiHeadLatentAttention.from_module)")
+def refuse_latent_attention(module: nn.Module, **hints) -> None:
+    """MultiHeadAttention.from_module on a DeepSeek layer: say which class converts it."""
+    if is_deepseek_attention(module):
+        raise AttentionError(f"{type(module).__name__} is multi-head latent attention: every head's keys and values "
+                             "come from one cached latent, which MultiHeadAttention cannot hold. Convert it with "
+                             "mh.MultiHeadLatentAttention.from_module(layer).")
+    return None
+
+
 def latent_from_module(module: nn.Module) -> MultiHeadLatentAttention:
     """A causal MultiHeadLatentAttention with the weights of a DeepSeek V2/V3 attention layer."""
     config = hf_config(module)
-    if config is None or config.model_type not in MODEL_TYPES or getattr(module, "kv_b_proj", None) is None:
+    if not is_deepseek_attention(module):
         got = config.model_type if config is not None else "no transformers config"
         raise AttentionError(f"MultiHeadLatentAttention.from_module expects a DeepSeek V2/V3 attention layer "
                              f"(model_type in {list(MODEL_TYPES)}, with kv_b_proj); got {type(module).__name__} "

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 
-from multihead.convert.hf_config import hf_config
-from multihead.convert.hf_latent import MODEL_TYPES
+from multihead.convert.hf_latent import MODEL_TYPES, is_deepseek_attention
 from multihead.errors import AttentionError
 from multihead.hf.attention import as_mask
 from multihead.latent import MultiHeadLatentAttention
@@ -123,8 +122,7 @@ def use_latent_cache(model: nn.Module) -> nn.Module:
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            config = hf_config(child)
-            if config is not None and config.model_type in MODEL_TYPES and hasattr(child, "kv_b_proj"):
+            if is_deepseek_attention(child):
                 ours = MultiHeadLatentAttention.from_module(child)
                 setattr(parent, name, LatentAttention(ours, child.layer_idx))
                 swapped += 1
