@@ -235,3 +235,51 @@ def mask_of_kind(kind: str, B: int, H: int, Lq: int, Lk: int, seed: int = 0):
                                              (torch.arange(Lk) >= Lk // 2 + 1).long().expand(B, Lk).contiguous()),
     }
     return builders[kind]()
+
+
+# --- multi-head latent attention reference (DeepSeek MLA, naive form) ------------------------------
+
+def reference_mla(mla, x, compute_dtype=torch.float64, keep=None):
+    """A MultiHeadLatentAttention's output, written out plainly in `compute_dtype`, causal, positions 0..L-1.
+
+    Reads the module's weights (kv_b_proj per head, the two RMSNorms, RoPE angles from `mla.rope.cos_sin`)
+    and expands every head's keys and values. x (B, L, E) -> (B, L, E) in compute_dtype. keep: bool
+    broadcastable to (B, H, L, L) (True = may attend), and-ed with causal.
+    """
+    cast = lambda t: None if t is None else t.to(compute_dtype)  # noqa: E731  (keeps autograd)
+    B, L, _ = x.shape
+    H, C, Dn, R, Dv = mla.num_heads, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim
+    x = cast(x)
+
+    def linear(layer, t):
+        out = t @ cast(layer.weight).T
+        return out if layer.bias is None else out + cast(layer.bias)
+
+    def rms(norm, t):
+        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + norm.eps) * cast(norm.weight)
+
+    q = linear(mla.q_proj, x) if mla.q_proj is not None else linear(
+        mla.q_b_proj, rms(mla.q_a_layernorm, linear(mla.q_a_proj, x)))
+    q = q.view(B, L, H, Dn + R).transpose(1, 2)  # (B, H, L, Dn + R)
+    latent, k_rope = linear(mla.kv_a_proj_with_mqa, x).split((C, R), dim=-1)
+    latent = rms(mla.kv_a_layernorm, latent)  # (B, L, C)
+    cos, sin = (cast(t) for t in mla.rope.cos_sin(torch.arange(L)))  # (1, L, R)
+
+    def turn(t):  # t (..., L, R), pairs (2k, 2k + 1) when interleaved, else (k, k + R/2)
+        if mla.rope.interleaved:
+            a, b = t[..., 0::2], t[..., 1::2]
+            other = torch.stack((-b, a), dim=-1).flatten(-2)
+        else:
+            other = torch.cat((-t[..., R // 2:], t[..., :R // 2]), dim=-1)
+        return t * cos + other * sin
+
+    q = torch.cat((q[..., :Dn], turn(q[..., Dn:])), dim=-1)
+    kv = linear(mla.kv_b_proj, latent).view(B, L, H, Dn + Dv).transpose(1, 2)  # (B, H, L, Dn + Dv)
+    k = torch.cat((kv[..., :Dn], turn(k_rope[:, None]).expand(B, H, L, R)), dim=-1)
+    scores = q @ k.transpose(-1, -2) * mla.scale  # (B, H, L, L)
+    allowed = torch.ones(L, L, dtype=torch.bool).tril()
+    if keep is not None:
+        allowed = allowed & keep
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ kv[..., Dn:]  # (B, H, L, Dv)
+    return linear(mla.o_proj, out.transpose(1, 2).reshape(B, L, H * Dv))

@@ -12,7 +12,7 @@ from multihead.bench import cli, memory, report
 from multihead.bench.peers import FLOOR_VARIANTS, Shape
 from multihead.bench.registry import build, names
 from multihead.bench.results import SuiteResult, Target
-from multihead.bench.suites import decode, padded, parallel, roofline, scaling, shootout, small
+from multihead.bench.suites import decode, latent, padded, parallel, roofline, scaling, shootout, small
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare
 
@@ -25,6 +25,8 @@ TINY = {
     decode: decode.Sizes(contexts=(16,), heads=4, kv_heads=2, head_dim=8, ragged_batch=2, ragged_longest=16,
                          window=4, window_length=16, window_heads=2, window_head_dim=8, rotation_mib=1),
     parallel: parallel.Sizes(32, heads=2, head_dim=8, world_sizes=(1, 2)),
+    latent: latent.Sizes(context=8, hidden=32, heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=2,
+                         v_head_dim=4, gqa_kv_heads=1, dtypes=("fp32",)),
 }
 
 

@@ -24,6 +24,7 @@ from multihead.errors import AttentionError
 from multihead.gated import GatedMultiHeadAttention
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
+from multihead.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
 from multihead import doors  # noqa: F401  (wires the tools' services onto the core's classes)
 
@@ -64,6 +65,7 @@ __all__ = [
     "KVCache",
     "Mask",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "RoPE",
     "alibi_slopes",
     "attention",

@@ -40,12 +40,15 @@ class KVCache(nn.Module):
             if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
                 raise AttentionError(f"KVCache {name} must be a positive int; got {n!r}.")
         Dv = value_dim or head_dim
-        factory = {"device": device, "dtype": dtype}
-        self.register_buffer("keys", torch.zeros(batch_size, num_kv_heads, max_len, head_dim, **factory))
-        self.register_buffer("values", torch.zeros(batch_size, num_kv_heads, max_len, Dv, **factory))
+        self._allocate(batch_size, max_len, num_kv_heads, head_dim, Dv, {"device": device, "dtype": dtype})
         self.register_buffer("lengths", torch.zeros(batch_size, dtype=torch.long, device=device))
         self._filled = 0  # eager only: an upper bound on every length, known on the host without a sync
         self._same_lengths = True  # eager only: every sequence has exactly `_filled` tokens
+
+    def _allocate(self, B: int, M: int, Hkv: int, D: int, Dv: int, factory: dict) -> None:
+        """Register the `keys` (B, Hkv, M, D) and `values` (B, Hkv, M, Dv) buffers (a subclass may share them)."""
+        self.register_buffer("keys", torch.zeros(B, Hkv, M, D, **factory))
+        self.register_buffer("values", torch.zeros(B, Hkv, M, Dv, **factory))
 
     @property
     def max_len(self) -> int:
@@ -66,7 +69,7 @@ class KVCache(nn.Module):
         index = index.to(self.keys.device)
         if values_checkable(index) and B and not bool(((index >= 0) & (index < B)).all()):
             raise AttentionError(f"reorder indices must lie in [0, {B}); got {index.tolist()}.")
-        for buf in (self.keys, self.values, self.lengths):
+        for buf in self.buffers(recurse=False):  # keys, values, lengths (each storage once)
             buf.copy_(buf.index_select(0, index))
 
     def append(self, k: torch.Tensor, v: torch.Tensor, new_tokens: torch.Tensor | None = None):

@@ -26,7 +26,7 @@ from multihead.bench.timing import set_clock, set_threads
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
-SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel")
+SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, inter
 
     whole_head=True for models whose attention turns all D features whatever the dict says (Llama and
     its cousins read head_dim alone); False where "partial_rotary_factor" sets R < D (GPT-NeoX).
-    interleaved: pairs of neighbouring features turn together (Llama 4's complex view), not halves.
+    interleaved: pairs of neighbouring features (2k, 2k + 1) turn together (Llama 4, DeepSeek), not halves.
     Raises AttentionError for rope kinds mh.RoPE does not compute.
     """
     params = getattr(config, "rope_parameters", None)

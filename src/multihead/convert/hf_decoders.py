@@ -119,7 +119,8 @@ def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str, offset: flo
         target.weight.copy_(weight + offset)
         target.eps = eps
         probe = torch.randn(3, D, generator=torch.Generator().manual_seed(0)).to(weight)
-        same = torch.allclose(source(probe), target(probe), rtol=1e-4, atol=1e-5)
+        loose = weight.dtype in (torch.bfloat16, torch.float16)  # the two norms round differently there
+        same = torch.allclose(source(probe), target(probe), rtol=2e-2 if loose else 1e-4, atol=2e-2 if loose else 1e-5)
     if not same:
         raise AttentionError(
             f"{name} ({type(source).__name__}) does not compute x / sqrt(mean(x^2) + eps) * ({offset} + weight) over "

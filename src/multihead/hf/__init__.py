@@ -23,9 +23,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from multihead.errors import AttentionError
 from multihead.hf.attention import hf_attention
+from multihead.hf.latent import use_latent_cache
 from multihead.hf.masks import hf_mask
 
-__all__ = ["NAME", "hf_attention", "hf_mask", "register"]
+__all__ = ["NAME", "hf_attention", "hf_mask", "register", "use_latent_cache"]
 
 NAME = "multihead"
 

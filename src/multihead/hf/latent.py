@@ -1,0 +1,132 @@
+"""`use_latent_cache(model)`: a transformers DeepSeek V2/V3 model decodes with multihead's MLA and latent caches.
+
+    import multihead as mh, multihead.hf
+    mh.hf.use_latent_cache(model)            # every DeepseekV2/V3Attention -> MultiHeadLatentAttention
+    model.generate(ids, max_new_tokens=32)   # same greedy tokens; each step reads the latents once
+
+transformers' own layer caches the latent too, but re-expands every cached token through kv_b_proj at
+each step (N × C × H × (Dn + Dv) multiply-adds per layer). The swapped layer attends over the latents
+in absorbed form instead (one-token steps; prompts run naive).
+
+How it meets transformers' cache: the model still owns the Cache object (a DynamicCache that generate
+or the model makes, or one you pass). The first time a swapped layer sees it, it puts a `LatentLayer`
+in that layer's slot: a cache layer that holds a multihead LatentCache (grown by doubling as tokens
+come) and answers transformers' questions (sequence length, mask sizes, reset, beam reordering, batch
+repetition and selection). Positions are the model's `position_ids` and the mask is the model's own
+4-D mask (padding and causality), so left-padded batches work as in transformers.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, DynamicLayer
+
+from multihead.convert.hf_latent import MODEL_TYPES, is_deepseek_attention
+from multihead.errors import AttentionError
+from multihead.hf.attention import as_mask
+from multihead.latent import MultiHeadLatentAttention
+from multihead.latent_cache import LatentCache
+
+FIRST_CAPACITY = 64  # tokens per sequence in a new LatentCache; doubled whenever a call needs more
+
+
+class LatentLayer(DynamicLayer):
+    """One layer's slot in a transformers Cache, holding a multihead LatentCache (B, M, C) + (B, M, R)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latent: LatentCache | None = None
+
+    def room_for(self, mla: MultiHeadLatentAttention, B: int, Lq: int) -> LatentCache:
+        """The LatentCache, made or grown so that Lq more tokens fit."""
+        if self.latent is None:
+            self.latent = mla.new_cache(B, max(FIRST_CAPACITY, 2 * Lq))
+            self.is_initialized = True
+        needed = self.latent.held + Lq
+        if needed > self.latent.max_len:
+            self.latent = self.latent.resized(max_len=max(needed, 2 * self.latent.max_len))
+        return self.latent
+
+    def update(self, *args, **kwargs):
+        raise AttentionError("this cache layer holds multihead latents; only a layer swapped by "
+                             "multihead.hf.use_latent_cache can write to it.")
+
+    def get_seq_length(self) -> int:
+        return 0 if self.latent is None else self.latent.held
+
+    def reset(self) -> None:
+        self.latent, self.is_initialized = None, False
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.latent is not None:
+            self.latent.reorder(beam_idx)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.latent is not None:
+            B = self.latent.keys.shape[0]
+            self.latent = self.latent.resized(torch.arange(B).repeat_interleave(repeats))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.latent is not None:
+            self.latent = self.latent.resized(torch.as_tensor(indices).long())
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove:
+            raise AttentionError("a latent cache cannot be cropped (assisted generation); generate without it.")
+
+    def offload(self) -> None:  # the latents stay where they are
+        return None
+
+    def prefetch(self) -> None:
+        return None
+
+
+class LatentAttention(nn.Module):
+    """Stands in for a DeepSeek attention layer: same call and return as transformers' layer."""
+
+    def __init__(self, mla: MultiHeadLatentAttention, layer_idx: int) -> None:
+        super().__init__()
+        self.mla, self.layer_idx = mla, layer_idx
+        self.is_causal = True
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
+                cache: Cache | None = None, position_ids: torch.Tensor | None = None, **kwargs):
+        """hidden_states (B, Lq, E) -> ((B, Lq, E), None), at `position_ids` under the model's mask."""
+        mask = as_mask(self, attention_mask, True, None)
+        positions = None if position_ids is None else position_ids.to(hidden_states.device)
+        if cache is None:
+            return self.mla(hidden_states, mask=mask, positions=positions), None
+        B, Lq, _ = hidden_states.shape
+        latent = self._layer_of(cache).room_for(self.mla, B, Lq)
+        return self.mla.attend_cached(hidden_states, latent, positions, mask), None
+
+    def _layer_of(self, cache: Cache) -> LatentLayer:
+        """This layer's LatentLayer in `cache`, put there on first use (the slot must still be empty)."""
+        layers = cache.layers
+        while len(layers) <= self.layer_idx:
+            layers.append(DynamicLayer())
+        layer = layers[self.layer_idx]
+        if not isinstance(layer, LatentLayer):
+            if not isinstance(layer, DynamicLayer) or layer.get_seq_length():
+                raise AttentionError(f"layer {self.layer_idx}'s cache already holds {type(layer).__name__} states; "
+                                     "a latent cache starts empty (generate again, or pass a new DynamicCache).")
+            layer = layers[self.layer_idx] = LatentLayer()
+        return layer
+
+
+def use_latent_cache(model: nn.Module) -> nn.Module:
+    """Swap every DeepSeek V2/V3 attention layer of `model` for multihead's MLA with a latent cache.
+
+    Returns the model (changed in place). Raises AttentionError when it has no such layer.
+    """
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if is_deepseek_attention(child):
+                ours = MultiHeadLatentAttention.from_module(child)
+                setattr(parent, name, LatentAttention(ours, child.layer_idx))
+                swapped += 1
+    if not swapped:
+        raise AttentionError(f"use_latent_cache expects a transformers DeepSeek V2/V3 model (model_type in "
+                             f"{list(MODEL_TYPES)}); found no such attention layer in {type(model).__name__}.")
+    return model

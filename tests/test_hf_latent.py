@@ -1,0 +1,73 @@
+"""mh.hf.use_latent_cache: a transformers DeepSeek model generates the same tokens with multihead's latent caches."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import multihead as mh
+
+pytestmark = pytest.mark.models
+transformers = pytest.importorskip("transformers")
+
+import multihead.hf  # noqa: E402  (needs transformers)
+import multihead.hf.latent as hf_latent  # noqa: E402
+from test_convert_hf_latent import VOCAB, deepseek_model  # noqa: E402
+
+NEW = 12
+
+
+def left_padded_batch():
+    """(input_ids (3, 10), attention_mask) with rows 1 and 2 left-padded by 3 and 7 tokens."""
+    ids = torch.randint(3, VOCAB, (3, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    mask[2, :7] = 0
+    return ids, mask
+
+
+def generate(model, **options):
+    ids, mask = left_padded_batch()
+    return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+                          pad_token_id=0, **options)
+
+
+@pytest.mark.parametrize("version,overrides",
+                         [pytest.param("v2", {}, marks=pytest.mark.slow), ("v3", {"q_lora_rank": 12})])
+def test_greedy_tokens_identical_to_hf(version, overrides, monkeypatch):
+    monkeypatch.setattr(hf_latent, "FIRST_CAPACITY", 4)  # the latent caches grow several times on the way
+    model = deepseek_model(version, **overrides)
+    expected = generate(model)
+    assert mh.hf.use_latent_cache(model) is model
+    swapped = [layer.self_attn for layer in model.model.layers]
+    assert all(isinstance(attn, hf_latent.LatentAttention) for attn in swapped)
+    assert torch.equal(generate(model), expected)
+
+
+def test_beams_and_several_sequences_per_prompt():
+    model = deepseek_model("v3")
+    expected = generate(model, num_beams=2, num_return_sequences=2)
+    mh.hf.use_latent_cache(model)
+    assert torch.equal(generate(model, num_beams=2, num_return_sequences=2), expected)
+
+
+def test_logits_and_the_cache_layers():
+    model = deepseek_model("v3")
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        mh.hf.use_latent_cache(model)
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    torch.testing.assert_close(out.logits, expected, rtol=0, atol=1e-5)
+    cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+    assert all(isinstance(layer, hf_latent.LatentLayer) for layer in cache.layers)
+    assert cache.get_seq_length() == 10
+    assert cache.layers[0].latent.latents.shape[-1] == 16  # (B, M, C): latents, not per-head keys
+    cache.reset()
+    assert cache.get_seq_length() == 0
+
+
+def test_other_models_are_refused():
+    with pytest.raises(mh.AttentionError, match="found no such attention layer"):
+        mh.hf.use_latent_cache(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    with pytest.raises(mh.AttentionError, match="holds multihead latents"):
+        hf_latent.LatentLayer().update(torch.zeros(1), torch.zeros(1))
