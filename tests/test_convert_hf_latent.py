@@ -4,7 +4,8 @@ Each case builds a two-layer model from a tiny random config with transformers' 
 downloads: hidden 48, 4 heads, latent 16, nope 8, rope 4, v 6; V2 and V3 with and without low-rank
 queries, V3 with both rotary layouts), its weights drawn larger than HF's init so that scores spread
 out. Forward hooks capture the second layer's attention input and output inside the model's own forward,
-first over the prompt, then one token at a time against HF's own DynamicCache. The converted layer, fed
+first over the prompt, then one token at a time against HF's own DynamicCache (one case with DeepSeek V3's
+YaRN scaling). The converted layer, fed
 the same hidden states, must give the same rows within 1e-5 (fp32): over the whole sequence, and with
 its latent cache, prefill then single steps (absorbed).
 """
@@ -34,6 +35,10 @@ CASES = {
     "v3": ("v3", {}),
     "v3-q-lora": ("v3", {"q_lora_rank": 12}),
     "v3-half-split": ("v3", {"rope_interleave": False}),
+    # DeepSeek V3's released RoPE: YaRN past 8 positions, an attention factor from unequal mscales
+    "v3-yarn": ("v3", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale": 1.0,
+                                           "mscale_all_dim": 0.707, "original_max_position_embeddings": 8,
+                                           "beta_fast": 32.0, "beta_slow": 1.0}}),
 }
 
 
@@ -99,8 +104,7 @@ def test_softmax_scale_follows_yarn_mscale_as_hf_does():
     assert softmax_scale(12, config.rope_parameters) == pytest.approx(12 ** -0.5 * mscale ** 2, rel=1e-12)
     assert softmax_scale(12, config.rope_parameters) == pytest.approx(layer.scaling, rel=1e-12)
     assert softmax_scale(12, {"rope_type": "default", "rope_theta": 1e4}) == 12 ** -0.5
-    with pytest.raises(mh.AttentionError, match="yarn"):  # mh.RoPE does not compute YaRN's frequencies yet
-        mh.MultiHeadLatentAttention.from_module(layer)
+    assert mh.MultiHeadLatentAttention.from_module(layer).rope.scaling.kind == "yarn"  # equal to HF: case v3-yarn
 
 
 def test_multihead_attention_from_module_names_the_class_that_converts_deepseek():

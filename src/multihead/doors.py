@@ -4,6 +4,7 @@ The core (attention, masks, backends, dispatch, module, cache, positions, captur
 tool. A few methods users expect on core objects are a tool's work:
 
     MultiHeadAttention.from_module(other)   convert: weights from another attention module
+    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3 attention layer
     attn.to_torch()                         convert: an equal nn.MultiheadAttention
     record._repr_html_()                    explain: a capture record drawn as the interactive page
 
@@ -20,6 +21,7 @@ from types import ModuleType
 from torch import nn
 
 from multihead.capture import Recorder
+from multihead.latent import MultiHeadLatentAttention
 from multihead.module import MultiHeadAttention
 
 
@@ -37,6 +39,11 @@ def from_module(cls: type[MultiHeadAttention], module: nn.Module, **hints) -> Mu
     return tool("convert.registry").from_module(module, **hints)
 
 
+def latent_from_module(cls: type[MultiHeadLatentAttention], module: nn.Module) -> MultiHeadLatentAttention:
+    """The MLA of a transformers DeepseekV2Attention / DeepseekV3Attention, same weights and outputs."""
+    return tool("convert.hf_latent").latent_from_module(module)
+
+
 def to_torch(self: MultiHeadAttention) -> nn.MultiheadAttention:
     """An nn.MultiheadAttention with the same weights and outputs (where torch can express it)."""
     return tool("convert.to_torch").to_torch(self)
@@ -49,4 +56,5 @@ def record_html(self: Recorder) -> str:
 
 MultiHeadAttention.from_module = classmethod(from_module)
 MultiHeadAttention.to_torch = to_torch
+MultiHeadLatentAttention.from_module = classmethod(latent_from_module)
 Recorder._repr_html_ = record_html

@@ -25,6 +25,8 @@ scale, 1/sqrt(Dn + R) unless `scale` says otherwise (DeepSeek multiplies it by Y
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -92,12 +94,9 @@ class MultiHeadLatentAttention(nn.Module):
         self.o_proj = nn.Linear(H * Dv, embed_dim, bias=bias, **factory)
         self.rope = rope
 
-    @classmethod
-    def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention:
-        """The MLA of a transformers DeepseekV2Attention / DeepseekV3Attention, same weights and outputs."""
-        from multihead.convert.hf_latent import latent_from_module
-
-        return latent_from_module(module)
+    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
+        @classmethod
+        def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention: ...
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> LatentCache:
         """An empty LatentCache: latents (batch_size, max_len, C), rotary keys (batch_size, max_len, R)."""
