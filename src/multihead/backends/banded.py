@@ -7,8 +7,9 @@ the block, so the work is about Lq * (block + W) instead of Lq * Lk: it follows 
     scores of one block:  q[:, :, i0:i1] (B, H, Bq, D)  x  k[:, :, lo:hi] (B, Hkv, hi - lo, D)
 
 The spans come from the mask's parts (`Part.key_span`) as host ints, from shapes alone: no values
-are read, so this backend also runs under torch.compile. "auto" picks it when the spans skip at
-least MIN_SKIPPED of the (Lq, Lk) grid.
+are read, so this backend also runs under torch.compile when asked for by name (one graph per length).
+"auto" picks it in eager mode when the spans skip at least MIN_SKIPPED of the (Lq, Lk) grid; under
+torch.compile it leaves the call to one dense or Flex call, which compiles once for every length.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from multihead.backends.problem import Problem
 from multihead.errors import AttentionError
+from multihead.backends.reference import connected_zeros
 from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
@@ -23,6 +25,9 @@ MIN_KEYS = 2048  # below this many keys one dense call is cheaper than several b
 # Constant, not formatted with Lk: under torch.compile(dynamic=True) formatting a symbolic length
 # would pin it, and every new length would then compile again.
 TOO_FEW_KEYS = f"fewer than {MIN_KEYS} keys; one dense call is cheaper than blocks"
+COMPILING = ("under torch.compile blocks cut at the lengths would compile a new graph per length; one call "
+             "serves every length (flex's BlockMask skips the same blocks on CUDA)")
+TOO_LITTLE_SKIPPED = f"the blocks would skip only part of the (Lq, Lk) grid (needs {MIN_SKIPPED:.0%})"
 UNKNOWN_SPANS = "the key spans differ per sequence (bottom-right with Mask.lengths); the length-aware path takes those"
 
 
@@ -68,14 +73,15 @@ class BandedBackend:
 
     def declines(self, p: Problem) -> str | None:
         B, H, Lq, Lk = p.dims
+        if torch.compiler.is_compiling():  # before any comparison of a length: no guard on it
+            return COMPILING
         if Lk < MIN_KEYS:  # checked first: the common small call costs no span arithmetic
             return TOO_FEW_KEYS
         blocks = _blocks(p)[0]
         if blocks is None:
             return UNKNOWN_SPANS
-        skipped = _skipped(p, blocks)
-        if skipped < MIN_SKIPPED:
-            return f"the blocks would skip only {skipped:.0%} of the (Lq, Lk) grid (needs {MIN_SKIPPED:.0%})"
+        if _skipped(p, blocks) < MIN_SKIPPED:
+            return TOO_LITTLE_SKIPPED
         return None
 
     def describe(self, p: Problem) -> str:
@@ -90,8 +96,8 @@ class BandedBackend:
         outs = []
         for q_lo, q_hi, k_lo, k_hi in blocks:
             q = p.q[:, :, q_lo:q_hi]  # (B, H, Bq, D)
-            if k_hi <= k_lo:  # this block sees no key: exact zeros, still connected to q
-                outs.append(q.new_zeros(()).expand(*q.shape[:3], p.v.shape[-1]) + q[..., :1] * 0)
+            if k_hi <= k_lo:  # this block sees no key: exact zeros (NaN in q too), still connected to q
+                outs.append(connected_zeros(q, (*q.shape[:3], p.v.shape[-1]), p.v.dtype))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
             outs.append(run_sdpa(q, k, v, p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))

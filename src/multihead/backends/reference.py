@@ -55,6 +55,12 @@ def zero_where(where: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return torch.where(where, torch.zeros((), dtype=t.dtype, device=t.device), t)
 
 
+def connected_zeros(t: torch.Tensor, shape, dtype: torch.dtype) -> torch.Tensor:
+    """Exact zeros of `shape` still connected to `t` (gradient 0), even where t holds NaN or inf."""
+    zero = zero_where(torch.ones((), dtype=torch.bool, device=t.device), t.reshape(-1)[:1])  # (1,)
+    return zero.to(dtype).expand(shape)
+
+
 def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     """k and v with every key that no query may see set to 0, so NaN or inf there never reaches out."""
     if p.mask is None:

@@ -8,7 +8,8 @@ Rows with no key at all must come out exactly zero with zero gradient, not NaN:
 - when the mask blocks only whole keys, the row's keys are all zeroed already, so the mask becomes
   additive (0 or the dtype's minimum): such a row spreads evenly over zero values and gives exactly 0;
 - otherwise the row is opened for the kernel and its output set to 0 afterwards.
-Neither costs a host sync. These forms are built once per mask and grid, not once per call.
+Neither costs a host sync. A NaN in a query row comes out as a NaN row, as in torch's math (see
+LOSES_NAN_QUERIES for the kernel that needs help with that). These forms are built once per mask and grid, not once per call.
 """
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from multihead.backends.problem import Problem
 from multihead.backends.reference import zero_where
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
+
+# Devices whose fused kernel, given no mask, returns a NaN query row as zeros (it reads a row whose
+# scores are all NaN as a fully masked one): torch 2.13's CPU flash kernel.
+LOSES_NAN_QUERIES = ("cpu",)
 
 
 class SdpaMask(NamedTuple):
@@ -77,6 +82,8 @@ def run_sdpa(q, k, v, mask: Mask | None, ix, dropout: float, scale: float, gqa: 
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
+    if attn_mask is None and q.device.type in LOSES_NAN_QUERIES:
+        out = torch.add(out, q.sum(-1, keepdim=True), alpha=0)  # a NaN query row stays NaN, as in torch's math
     return out if form.dead is None else zero_where(form.dead, out)
 
 

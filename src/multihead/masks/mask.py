@@ -204,10 +204,14 @@ class Mask:
                 and any(t.requires_grad for t in leaves)):
             return build()
         if leaves:
+            if any(t.is_inference() for t in leaves):  # no version counter: an edit could not be seen
+                return build()
             key = key + tuple(t._version for t in leaves)
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, build())
-        return self._memo[1]
+        memo = self._memo  # read once: another thread may replace it between a check and a read
+        if memo is None or memo[0] != key:
+            memo = (key, build())
+            self._memo = memo
+        return memo[1]
 
     def only_key_blocks(self, ix: Index) -> bool:
         """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
