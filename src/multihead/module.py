@@ -17,8 +17,10 @@ from torch import nn
 
 from multihead.attention import attention
 from multihead.cache import KVCache
+from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Mask
+from multihead.positions import alibi_slopes
 
 PROJECTIONS = ("q", "k", "v", "out")
 
@@ -89,8 +91,6 @@ class MultiHeadAttention(nn.Module):
             raise AttentionError(f"rope must be an mh.RoPE or None; got {type(rope).__name__}.")
         if rope is not None and alibi:
             raise AttentionError("rope and alibi are two ways to encode positions; choose one.")
-        from multihead.dispatch import backend_names
-
         if backend != "auto" and backend not in backend_names():
             raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
 
@@ -111,8 +111,6 @@ class MultiHeadAttention(nn.Module):
         self.k_norm = nn.RMSNorm(head_dim, eps=1e-6, **factory) if qk_norm else None
         self.sinks = nn.Parameter(torch.zeros(num_heads, **factory)) if sinks else None
         if alibi:
-            from multihead.positions import alibi_slopes
-
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads).to(device=device), persistent=False)
         else:
             self.alibi_slopes = None

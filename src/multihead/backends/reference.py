@@ -13,10 +13,15 @@ zero with zero gradient: its uniform weights are all blocked, so nothing flows e
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.problem import Problem
+from multihead.backends.reasons import declines
+
+if TYPE_CHECKING:
+    from multihead.backends.problem import Problem
 
 
 def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -72,21 +77,23 @@ def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     return zero_where(hidden, p.k), zero_where(hidden, p.v)
 
 
+MATERIALISES = declines("math.materialises", lambda p: "reference math materialises the (B, H, Lq, Lk) = "
+                                                      f"{tuple(p.dims)} scores; slower")
+
+
 class MathBackend:
+    """Plan: None (the reference needs nothing prepared)."""
+
     name = "math"
 
-    def unsupported(self, p: Problem) -> str | None:
-        return None
+    def plan(self, p: Problem, auto: bool = True):
+        return MATERIALISES if auto else None
 
-    def declines(self, p: Problem) -> str | None:
-        B, H, Lq, Lk = p.dims
-        return f"reference math materialises the (B, H, Lq, Lk) = ({B}, {H}, {Lq}, {Lk}) scores; slower"
-
-    def describe(self, p: Problem) -> str:
+    def describe(self, p: Problem, plan=None) -> str:
         extras = "".join((", softcap" if p.softcap is not None else "", ", sinks" if p.sinks is not None else ""))
         return "plain matmul + float32 softmax + matmul" + extras
 
-    def run(self, p: Problem) -> torch.Tensor:
+    def run(self, p: Problem, plan=None) -> torch.Tensor:
         ix = p.index()
         k, v = inert_keys(p, ix)
         keep, bias = p.mask.dense(ix, p.softmax_dtype) if p.mask is not None else (None, None)
