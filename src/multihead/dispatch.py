@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import torch
+
 from multihead.backends import BACKENDS, Problem, Reason
 from multihead.backends.problem import make_problem
 from multihead.errors import AttentionError
 
 if TYPE_CHECKING:
-    import torch
-
     from multihead.masks import Mask
 
 
@@ -47,7 +47,22 @@ def pick(problem: Problem, backend: str = "auto"):
 
     backend="auto": the first backend whose plan accepts the call, else the last one that can run it
     (reference math). A backend name: that backend's plan, or AttentionError if it cannot run the call.
+    The choice and its plan are remembered on the mask for the call's signature (shapes, dtype,
+    device, options, whether autograd needs a gradient) while the mask's tensors are unchanged, so
+    a model that reuses one Mask decides once (see Mask.memoized for when nothing is remembered).
     """
+    mask = problem.mask
+    if mask is None:
+        return _choose(problem, backend)
+    q, k, v, sinks = problem.q, problem.k, problem.v, problem.sinks
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                        or sinks is not None and sinks.requires_grad)
+    signature = ("plan", backend, q.shape, k.shape, v.shape, q.dtype, q.device, problem.dropout, problem.softcap,
+                 sinks is None, grad)
+    return mask.memoized(signature, lambda: _choose(problem, backend))
+
+
+def _choose(problem: Problem, backend: str):
     if backend == "auto":
         for candidate in BACKENDS:
             plan = candidate.plan(problem, True)

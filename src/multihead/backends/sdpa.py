@@ -86,8 +86,9 @@ def run_sdpa(q, k, v, form: SdpaMask, dropout: float, scale: float, gqa: bool) -
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
-    if attn_mask is None and q.device.type in LOSES_NAN_QUERIES:
-        out = torch.add(out, q.sum(-1, keepdim=True), alpha=0)  # a NaN query row stays NaN, as in torch's math
+    if attn_mask is None and q.device.type in LOSES_NAN_QUERIES:  # a NaN query row stays NaN, as in torch
+        nan_rows = q.sum(-1, keepdim=True)  # (.., Lq, 1): NaN where the row holds NaN (or inf)
+        out = out.add_(nan_rows, alpha=0) if not out.requires_grad else torch.add(out, nan_rows, alpha=0)
     return out if form.dead is None else zero_where(form.dead, out)
 
 
