@@ -95,6 +95,13 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
     if Dk != D:
         raise AttentionError(f"q and k must share the head dim D; got q D={D}, k D={Dk}.")
     if Hkv == 0 or H % Hkv:
+        if q.shape[2] == k.shape[2] == v.shape[2] and Hkv:  # dim 2 agrees, dim 1 does not: heads there?
+            raise AttentionError(
+                f"q {shape_str(q.shape)} and k {shape_str(k.shape)} differ in dim 1 but agree in dim 2: this looks "
+                f"like the (B, L, H, D) layout of a .view(B, L, H, D), with lengths {H} and {Hkv} in dim 1. "
+                "mh.attention takes (B, H, L, D): call .transpose(1, 2) on q, k and v first. (If they are "
+                f"(B, H, L, D), query heads H={H} must be a multiple of key/value heads Hkv={Hkv}.)"
+            )
         raise AttentionError(
             f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv} (grouped-query attention)."
         )
