@@ -1,6 +1,7 @@
 """A call decides once: one plan per call, reasons as constant codes worded only by mh.dispatch."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import multihead as mh
@@ -67,3 +68,13 @@ def test_pick_returns_the_backend_and_the_plan_it_runs():
     q, k, v = _qkv()
     chosen, plan = pick(make_problem(q, k, v, None, True, None, 0.0))
     assert chosen.name == "sdpa" and plan.is_causal
+
+
+def test_a_reused_mask_is_checked_once_per_size_and_still_refuses_a_wrong_one(monkeypatch):
+    q, k, v = _qkv()
+    mask = mh.Mask.key_padding(torch.zeros(2, 6, dtype=torch.bool))
+    mh.attention(q, k, v, mask)
+    monkeypatch.setattr(type(mask.parts[0]), "check", lambda *a: (_ for _ in ()).throw(AssertionError("again")))
+    mh.attention(q, k, v, mask)  # the same sizes: not checked again
+    with pytest.raises(AssertionError, match="again"):
+        mh.attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], mask)  # new sizes: checked

@@ -119,11 +119,12 @@ class Mask:
         Mask.segments(ids)      packed sequences: attend only within the same segment id
     """
 
-    __slots__ = ("parts", "_memo", "_tensors", "_extents")
+    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
         self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
+        self._checked = None  # eager only: the last (B, H, Lq, Lk, device) every part was checked against
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
@@ -159,9 +160,21 @@ class Mask:
 
     # ---------------------------------------------------------------- checks and grids
     def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
-        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values."""
+        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values.
+
+        Checks read shapes and devices only, which a mask's tensors keep, so a mask reused at the
+        same sizes is checked once (eager; under torch.compile the checks are traced every time).
+        """
+        if torch.compiler.is_compiling():  # never compare symbolic sizes with remembered ones (no guards)
+            for part in self.parts:
+                part.check(B, H, Lq, Lk, device)
+            return
+        signature = (B, H, Lq, Lk, device)
+        if self._checked == signature:
+            return
         for part in self.parts:
             part.check(B, H, Lq, Lk, device)
+        self._checked = signature
 
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """(query_lens or None, key_lens), each (B,), when exactly one part limits sequence lengths."""
