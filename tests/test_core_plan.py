@@ -78,3 +78,15 @@ def test_a_reused_mask_is_checked_once_per_size_and_still_refuses_a_wrong_one(mo
     mh.attention(q, k, v, mask)  # the same sizes: not checked again
     with pytest.raises(AssertionError, match="again"):
         mh.attention(q[:, :, :5], k[:, :, :5], v[:, :, :5], mask)  # new sizes: checked
+
+
+def test_causal_true_on_a_reused_mask_reuses_one_combined_mask_and_its_plan():
+    q, k, v = _qkv()
+    mask = mh.Mask.key_padding(torch.tensor([[False] * 5 + [True]] * 2))
+    first = make_problem(q, k, v, mask, True, None, 0.0).mask
+    assert make_problem(q, k, v, mask, True, None, 0.0).mask is first
+    assert repr(first) == repr(mask & mh.Mask.causal())
+    keep = torch.ones(6, 6, dtype=torch.bool).tril() & (torch.arange(6) < 5)
+    expected = mh.attention(q, k, v, mh.Mask.keep(keep))
+    torch.testing.assert_close(mh.attention(q, k, v, mask, causal=True), expected)
+    torch.testing.assert_close(mh.attention(q, k, v, mask, causal=True), expected)

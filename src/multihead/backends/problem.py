@@ -112,7 +112,7 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
             "offsets), Mask.key_padding(t) (True = padding) or Mask.lengths(valid_lens)."
         )
     if causal is True or (causal is not False and check_flag(causal, "causal")):
-        mask = _CAUSAL if mask is None else mask & _CAUSAL
+        mask = _CAUSAL if mask is None else mask.and_cached(_CAUSAL)
     if mask is not None:
         mask.check(B, H, Lq, Lk, q.device)
     if scale is None:

@@ -119,12 +119,13 @@ class Mask:
         Mask.segments(ids)      packed sequences: attend only within the same segment id
     """
 
-    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked")
+    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked", "_combined")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
         self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
         self._checked = None  # eager only: the last (B, H, Lq, Lk, device) every part was checked against
+        self._combined = None  # eager only: (other, self & other) for the last mask combined with `and_cached`
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
@@ -154,6 +155,17 @@ class Mask:
         if not isinstance(other, Mask):
             return NotImplemented
         return Mask(self.parts + other.parts)
+
+    def and_cached(self, other: Mask) -> Mask:
+        """`self & other`, the same Mask object each time for the same `other` (eager): so a call that
+        adds causal=True to a reused mask keeps the combined mask's remembered checks, plan and forms."""
+        combined = self._combined
+        if combined is not None and combined[0] is other:
+            return combined[1]
+        result = self & other
+        if not torch.compiler.is_compiling():
+            self._combined = (other, result)
+        return result
 
     def __repr__(self) -> str:
         return "Mask(" + " & ".join(p.describe() for p in self.parts) + ")" if self.parts else "Mask()"
