@@ -159,12 +159,13 @@ class Mask:
     def and_cached(self, other: Mask) -> Mask:
         """`self & other`, the same Mask object each time for the same `other` (eager): so a call that
         adds causal=True to a reused mask keeps the combined mask's remembered checks, plan and forms."""
+        if torch.compiler.is_compiling():  # read nothing remembered: eager calls may change it (no guards)
+            return self & other
         combined = self._combined
         if combined is not None and combined[0] is other:
             return combined[1]
         result = self & other
-        if not torch.compiler.is_compiling():
-            self._combined = (other, result)
+        self._combined = (other, result)
         return result
 
     def __repr__(self) -> str:
