@@ -116,3 +116,26 @@ def test_attention_error_is_a_value_error():
 
 def test_catalogue_is_large_enough():
     assert len(CATALOGUE) >= 30
+
+
+# --- messages that point at the right thing -------------------------------------------------------
+
+def test_a_batch_length_heads_layout_is_recognised_and_the_transpose_named():
+    q, k = torch.randn(2, 10, 12, 64), torch.randn(2, 12, 12, 64)  # (B, L, H, D) with Lq=10, Lk=12
+    with pytest.raises(mh.AttentionError, match=r"\(B, L, H, D\).*transpose\(1, 2\)"):
+        mh.attention(q, k, k)
+
+
+@pytest.mark.parametrize("keyword, points_to", [("attn_mask", "Mask.block"), ("key_padding_mask", "Mask.key_padding")])
+def test_torch_mask_keywords_on_the_module_point_to_mask_and_compat(keyword, points_to):
+    attn = mh.MultiHeadAttention(16, 2)
+    with pytest.raises(TypeError, match=points_to) as caught:
+        attn(torch.randn(1, 3, 16), **{keyword: torch.zeros(1, 3, dtype=torch.bool)})
+    assert isinstance(caught.value, mh.AttentionError)
+    assert "multihead.compat.MultiheadAttention" in str(caught.value)
+
+
+def test_a_key_padding_mask_of_the_wrong_shape_is_reported_in_the_shape_the_user_passed():
+    q = torch.randn(2, 2, 5, 8)
+    with pytest.raises(mh.AttentionError, match=r"Mask.key_padding mask has shape \(2, 7\); expected \(B=2, Lk=5\)"):
+        mh.attention(q, q, q, mh.Mask.key_padding(torch.zeros(2, 7, dtype=torch.bool)))

@@ -11,6 +11,7 @@ import torch
 
 import multihead as mh
 from multihead.attention import make_problem
+from multihead.backends.reasons import Reason
 from multihead.backends.flex import FlexBackend
 from multihead.masks import Index
 from tests.helpers import reference_attention
@@ -145,7 +146,7 @@ def test_under_compile_on_cpu_auto_leaves_flex_alone(monkeypatch):
     assert "flex_attention" not in _compiled_graph_code("cpu")
     problem = make_problem(*_qkv(), None, True, None, 0.0, 5.0)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # the reason, as torch.compile sees it
-    assert "CUDA only" in FlexBackend().declines(problem)
+    assert "CUDA only" in FlexBackend().plan(problem, auto=True).text(problem)
 
 
 def test_describe_names_the_mods_and_the_skipped_blocks():
@@ -249,10 +250,12 @@ def test_under_compile_on_cuda_auto_picks_flex_only_where_sdpa_cannot_run(monkey
     assert "flex_attention" in _compiled_graph_code("cuda")  # softcap: SDPA refuses, flex beats the math
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     q, k, v = _qkv(device="cuda", d=16)
-    assert FlexBackend().declines(make_problem(q, k, v, None, True, None, 0.0, 5.0)) is None  # softcap
-    assert "no dense mask" in FlexBackend().declines(make_problem(q, k, v, None, True, None, 0.0))
+    softcapped = make_problem(q, k, v, None, True, None, 0.0, 5.0)
+    assert not isinstance(FlexBackend().plan(softcapped, auto=True), Reason)  # SDPA cannot run softcap
+    plain = make_problem(q, k, v, None, True, None, 0.0)
+    assert "no dense mask" in FlexBackend().plan(plain, auto=True).text(plain)
     small = make_problem(*_qkv(device="cuda", d=8), None, True, None, 0.0)
-    assert "from 16 to 256" in FlexBackend().unsupported(small)
+    assert "from 16 to 256" in FlexBackend().plan(small, auto=False).text(small)
 
 
 @cuda

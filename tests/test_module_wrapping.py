@@ -147,13 +147,24 @@ def test_load_state_dict_rejects_add_bias_kv_state():
     assert all(torch.equal(before[n], t) for n, t in ours.state_dict().items())
 
 
-def test_a_quantized_key_projection_still_gets_a_float_cache():
+def test_a_dynamically_quantized_key_projection_gets_a_float_cache_that_matches_the_full_pass():
     torch.manual_seed(0)
     m = mh.MultiHeadAttention(32, 4, causal=True).eval()
-    m.k_proj = torch.ao.nn.quantized.dynamic.Linear(32, 32)
+    float_k = m.k_proj
+    quantized = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(float_k), {torch.nn.Linear},
+                                                       dtype=torch.qint8)[0]
+    assert isinstance(quantized, torch.ao.nn.quantized.dynamic.Linear)
+    m.k_proj = quantized
     cache = m.new_cache(1, 8)
     assert cache.keys.dtype == torch.float32
     x = torch.randn(1, 5, 32)
     with torch.no_grad():
         steps = torch.cat([m(x[:, :3], cache=cache), m(x[:, 3:4], cache=cache), m(x[:, 4:], cache=cache)], 1)
-        torch.testing.assert_close(steps, m(x), atol=1e-5, rtol=1e-5)
+        full = m(x)
+        # Dynamic quantization picks each call's int8 activation scale from that call's inputs, so
+        # the cached steps and the full pass quantize the same tokens with different scales: their
+        # keys may differ by about one quantization step of the activations times |W| row sums.
+        step = x.abs().max() / 127  # the largest per-call activation step (the full pass's)
+        key_error = step * float_k.weight.abs().sum(1).max()
+        assert (m.k_proj(x) - float_k(x)).abs().max() <= key_error  # the bound holds for the keys
+        torch.testing.assert_close(steps, full, atol=float(key_error), rtol=0)

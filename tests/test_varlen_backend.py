@@ -111,7 +111,9 @@ def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
 ])
 def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
     q, k, v = _qkv()
-    assert why in VarlenBackend().unsupported(make_problem(q, k, v, mask, False, None, 0.0))
+    problem = make_problem(q, k, v, mask, False, None, 0.0)
+    reason = VarlenBackend().plan(problem, auto=False)
+    assert reason.cannot and why in reason.text(problem)
     with pytest.raises(mh.AttentionError, match="cannot run this call"):
         mh.attention(q, k, v, mask, backend="varlen")
 

@@ -15,7 +15,8 @@ Slots past a sequence's length are never attended to. A call that cannot be done
 batch, head, dtype or device mismatch) raises AttentionError and leaves the cache as it was.
 
 Under torch.compile the cache attends over all M slots (static shapes: no recompiles from one step
-to the next); in eager it attends only up to the longest sequence so far.
+to the next); in eager it attends only up to the longest sequence so far. Compiled, the capacity check
+is a device-side assertion (no host sync): a call past max_len fails with a RuntimeError naming it.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from multihead.masks import Mask
 from multihead.masks.causal import CausalPart
 from multihead.masks.lengths import LengthsPart
 from multihead.masks.mask import values_checkable
+
+OVERFLOW = "the KV cache has no room for these tokens: make a larger cache with new_cache(batch_size, max_len)"
 
 
 class KVCache(nn.Module):
@@ -142,7 +145,12 @@ class KVCache(nn.Module):
             if values_checkable(new_tokens) and not bool(((new_tokens >= 0) & (new_tokens <= Lq)).all()):
                 raise AttentionError(f"new token counts must lie in [0, {Lq}]; got {new_tokens.tolist()}.")
         if torch.compiler.is_compiling():
-            return  # lengths live on the device; reading them would break the graph
+            # The lengths live in the graph, not on the host: a device-side assertion checks them with
+            # no host sync. It runs before the writes, and fails the compiled call with a RuntimeError
+            # carrying this message (a graph cannot raise AttentionError).
+            if B:
+                torch._assert_async(self.lengths.max() + Lq <= M, f"{OVERFLOW} (max_len={M})")
+            return
         if values_checkable(self.lengths):
             longest = int(self.lengths.max()) if B else 0
         else:

@@ -7,6 +7,34 @@ class AttentionError(ValueError):
     """Bad input to multihead: the message says what was expected and what came."""
 
 
+class KeywordError(AttentionError, TypeError):
+    """A keyword multihead does not take (often torch's name for one it does): a TypeError, as Python
+    raises for unknown keywords, and an AttentionError whose message points to the right one."""
+
+
+TORCH_KEYWORDS = {
+    "attn_mask": "mask=Mask.block(attn_mask) for torch's bool mask (True = blocked), or "
+                 "mask=Mask.additive(attn_mask) for a float one",
+    "key_padding_mask": "mask=Mask.key_padding(key_padding_mask) (True = padding, as in torch)",
+    "is_causal": "causal=True",
+    "need_weights": "mh.capture_attention(model) to record the attention weights",
+    "average_attn_weights": "mh.capture_attention(model) to record the attention weights",
+}
+
+
+def torch_keyword_error(who: str, names) -> KeywordError:
+    """The error for torch.nn.MultiheadAttention keywords passed to multihead: what to write instead."""
+    hints = [f"{name}=... -> {TORCH_KEYWORDS[name]}" for name in names if name in TORCH_KEYWORDS]
+    unknown = [name for name in names if name not in TORCH_KEYWORDS]
+    text = f"{who} got unexpected keyword argument(s) {', '.join(map(repr, names))}."
+    if hints:
+        text += (" These are torch.nn.MultiheadAttention's keywords; here masks are a multihead.Mask: "
+                 + "; ".join(hints) + ". For torch's exact signature use multihead.compat.MultiheadAttention.")
+    if unknown:
+        text += " It takes query, key, value, and the keywords mask, causal, cache and positions."
+    return KeywordError(text)
+
+
 def shape_str(shape) -> str:
     """`(2, 7)` for a torch.Size or tuple, the form every error message uses."""
     dims = tuple(int(d) for d in shape)

@@ -19,7 +19,7 @@ from torch import nn
 from multihead.attention import attention
 from multihead.cache import KVCache
 from multihead.dispatch import backend_names
-from multihead.errors import AttentionError, check_flag, check_number, shape_str
+from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
 from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.torch_state import torch_mha_state_to_ours
@@ -134,7 +134,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None, *,
                 mask: Mask | None = None, causal: bool = False, cache: KVCache | None = None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+                positions: torch.Tensor | None = None, **unexpected) -> torch.Tensor:
         """query (B, Lq, E); key (B, Lk, kdim) and value (B, Lk, vdim) default to query (self-attention).
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.
@@ -145,7 +145,10 @@ class MultiHeadAttention(nn.Module):
         only be Mask.lengths(lens, query_lens=lens) for a right-padded prompt.
         positions: (Lq,) or (B, Lq) integer positions for rope (default: arange, after the cache).
         Returns (B, Lq, out_dim) in the input layout.
+        torch's attn_mask= / key_padding_mask= raise KeywordError (a TypeError) saying which Mask to use.
         """
+        if unexpected:
+            raise torch_keyword_error("MultiHeadAttention.forward", list(unexpected))
         key = query if key is None else key
         value = key if value is None else value
         unbatched = isinstance(query, torch.Tensor) and query.dim() == 2

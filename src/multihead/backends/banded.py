@@ -7,23 +7,47 @@ the block, so the work is about Lq * (block + W) instead of Lq * Lk: it follows 
     scores of one block:  q[:, :, i0:i1] (B, H, Bq, D)  x  k[:, :, lo:hi] (B, Hkv, hi - lo, D)
 
 The spans come from the mask's parts (`Part.key_span`) as host ints, from shapes alone: no values
-are read, so this backend also runs under torch.compile. "auto" picks it when the spans skip at
-least MIN_SKIPPED of the (Lq, Lk) grid.
+are read, so this backend also runs under torch.compile when asked for by name (one graph per length).
+"auto" picks it in eager mode when there are at least min_keys(device type) keys and the spans skip
+at least MIN_SKIPPED of the (Lq, Lk) grid; under torch.compile it leaves the call to one dense or
+Flex call, which compiles once for every length.
 """
 from __future__ import annotations
 
 import torch
 
 from multihead.backends.problem import Problem
-from multihead.errors import AttentionError
-from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
+from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reference import connected_zeros
+from multihead.backends.sdpa import run_sdpa, score_variants_unsupported, sdpa_mask
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
-MIN_KEYS = 2048  # below this many keys one dense call is cheaper than several blocks
-# Constant, not formatted with Lk: under torch.compile(dynamic=True) formatting a symbolic length
-# would pin it, and every new length would then compile again.
-TOO_FEW_KEYS = f"fewer than {MIN_KEYS} keys; one dense call is cheaper than blocks"
-UNKNOWN_SPANS = "the key spans differ per sequence (bottom-right with Mask.lengths); the length-aware path takes those"
+# below this many keys one dense call is cheaper than several blocks, per device type
+MIN_KEYS_BY_DEVICE = {"cpu": 2048, "cuda": 2048}
+MIN_KEYS = 2048  # any other device
+
+
+def min_keys(device_type: str) -> int:
+    """The fewest keys for which "auto" cuts blocks on this device type."""
+    return MIN_KEYS_BY_DEVICE.get(device_type, MIN_KEYS)
+
+
+def _skipped_words(p: Problem) -> str:
+    blocks, _ = _blocks(p)
+    return f"the blocks would skip only {_skipped(p, blocks):.0%} of the (Lq, Lk) grid (needs {MIN_SKIPPED:.0%})"
+
+
+NEEDS_SPANS = cannot("banded.needs-spans", "needs a mask that limits which keys each block of queries may see "
+                                           "(e.g. Mask.window)")
+EMPTY = empty_sequences("banded.empty", "the fused kernels")
+UNKNOWN_SPANS = cannot("banded.unknown-spans", "the key spans differ per sequence (bottom-right with "
+                                               "Mask.lengths); the length-aware path takes those")
+COMPILING = declines("banded.compiling", "under torch.compile blocks cut at the lengths would compile a new graph "
+                                         "per length; one call serves every length (flex's BlockMask skips the "
+                                         "same blocks on CUDA)")
+TOO_FEW_KEYS = declines("banded.too-few-keys", lambda p: f"fewer than {min_keys(p.q.device.type)} keys; one dense "
+                                                         "call is cheaper than blocks")
+TOO_LITTLE_SKIPPED = declines("banded.too-little-skipped", _skipped_words)
 
 
 def block_size(Lq: int, span_hint: int) -> int:
@@ -32,7 +56,7 @@ def block_size(Lq: int, span_hint: int) -> int:
 
 
 def _blocks(p: Problem):
-    """[(q_lo, q_hi, k_lo, k_hi)] for the problem's query blocks, or None when a span is unknown."""
+    """([(q_lo, q_hi, k_lo, k_hi)] for the problem's query blocks, or None when a span is unknown; the grid)."""
     B, H, Lq, Lk = p.dims
     ix = p.index(rows_may_shift=True)
     last = p.mask.key_span(Lq - 1, Lq, ix)  # the last query sees a full window
@@ -56,43 +80,45 @@ def _skipped(p: Problem, blocks) -> float:
 
 
 class BandedBackend:
+    """Plan: (blocks [(q_lo, q_hi, k_lo, k_hi)], the whole grid's Index)."""
+
     name = "banded"
 
-    def unsupported(self, p: Problem) -> str | None:
+    def plan(self, p: Problem, auto: bool = True):
         if p.mask is None:
-            return "needs a mask that limits which keys each block of queries may see (e.g. Mask.window)"
+            return NEEDS_SPANS
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
-            return f"the fused kernels need non-empty sequences; got Lq={Lq}, Lk={Lk}"
-        return score_variants_unsupported(p)
-
-    def declines(self, p: Problem) -> str | None:
-        B, H, Lq, Lk = p.dims
-        if Lk < MIN_KEYS:  # checked first: the common small call costs no span arithmetic
-            return TOO_FEW_KEYS
-        blocks = _blocks(p)[0]
+            return EMPTY
+        variants = score_variants_unsupported(p)
+        if variants is not None:
+            return variants
+        if auto:
+            if torch.compiler.is_compiling():  # before any comparison of a length: no guard on it
+                return COMPILING
+            if Lk < min_keys(p.q.device.type):  # the common small call costs no span arithmetic
+                return TOO_FEW_KEYS
+        blocks, ix = _blocks(p)
         if blocks is None:
             return UNKNOWN_SPANS
-        skipped = _skipped(p, blocks)
-        if skipped < MIN_SKIPPED:
-            return f"the blocks would skip only {skipped:.0%} of the (Lq, Lk) grid (needs {MIN_SKIPPED:.0%})"
-        return None
+        if auto and _skipped(p, blocks) < MIN_SKIPPED:
+            return TOO_LITTLE_SKIPPED
+        return blocks, ix
 
-    def describe(self, p: Problem) -> str:
-        blocks, _ = _blocks(p)
+    def describe(self, p: Problem, plan) -> str:
+        blocks, _ = plan
         return (f"F.scaled_dot_product_attention per block of {blocks[0][1] - blocks[0][0]} queries on the keys "
                 f"it may see ({len(blocks)} calls, {_skipped(p, blocks):.0%} of the (Lq, Lk) grid skipped)")
 
-    def run(self, p: Problem) -> torch.Tensor:
-        blocks, ix = _blocks(p)
-        if blocks is None:
-            raise AttentionError(f"backend 'banded' cannot run this call: {UNKNOWN_SPANS}.")
+    def run(self, p: Problem, plan) -> torch.Tensor:
+        blocks, ix = plan
         outs = []
         for q_lo, q_hi, k_lo, k_hi in blocks:
             q = p.q[:, :, q_lo:q_hi]  # (B, H, Bq, D)
-            if k_hi <= k_lo:  # this block sees no key: exact zeros, still connected to q
-                outs.append(q.new_zeros(()).expand(*q.shape[:3], p.v.shape[-1]) + q[..., :1] * 0)
+            if k_hi <= k_lo:  # this block sees no key: exact zeros (NaN in q too), still connected to q
+                outs.append(connected_zeros(q, (*q.shape[:3], p.v.shape[-1]), p.v.dtype))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
-            outs.append(run_sdpa(q, k, v, p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))
+            form = sdpa_mask(p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.q.dtype)
+            outs.append(run_sdpa(q, k, v, form, p.dropout, p.scale, p.gqa))
         return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)

@@ -46,6 +46,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from multihead.backends.problem import Problem
+from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.backends.reference import inert_keys
 from multihead.backends.sdpa import score_variants_unsupported, sdpa_mask
 from multihead.masks import Index, Mask
@@ -152,43 +153,67 @@ def _flex(q, k, v, score_mod, block_mask, scale: float, gqa: bool, lse: bool):
     return result
 
 
+NOT_IN_TORCH = cannot("flex.not-in-torch", "this torch has no torch.nn.attention.flex_attention (it needs "
+                                           "torch >= 2.5)")
+EMPTY = empty_sequences("flex.empty", "flex_attention")
+DROPOUT = cannot("flex.dropout", "flex_attention has no dropout")
+NO_BACKWARD_HERE = cannot("flex.no-backward", lambda p: f"torch's flex_attention has no backward on "
+                                                        f"{p.q.device.type} (inputs here need grad)")
+HEAD_DIMS = cannot("flex.head-dims", lambda p: f"the compiled GPU flex kernel takes head dims from "
+                                               f"{COMPILED_HEAD_DIMS[0]} to {COMPILED_HEAD_DIMS[1]}; got "
+                                               f"D={p.q.shape[-1]}, Dv={p.v.shape[-1]}")
+FLOAT64 = cannot("flex.float64", "the compiled GPU flex kernel has no float64")
+CPU_LSE = cannot("flex.cpu-lse", "the compiled CPU flex kernel cannot return the log-sum-exp that sinks need")
+EAGER = declines("flex.eager", "outside torch.compile flex_attention is unfused: it materialises the (B, H, Lq, Lk) "
+                               "scores like the reference math, with more overhead")
+NOT_CUDA = declines("flex.not-cuda", "under torch.compile it is picked on CUDA only (the CPU kernel is "
+                                     "inference-only)")
+SDPA_FASTER = declines("flex.sdpa-faster", "SDPA runs this call with no dense mask; its flash kernels are faster")
+PICKED_ON = ("cuda",)  # device types where "auto" picks it under torch.compile
+
+
 class FlexBackend:
+    """Plan: FlexForms (the BlockMask and whether a score_mod adds biases)."""
+
     name = "flex"
 
-    def unsupported(self, p: Problem) -> str | None:
+    def plan(self, p: Problem, auto: bool = True):
+        why = self._cannot(p)
+        if why is not None:
+            return why
+        if auto:
+            if not torch.compiler.is_compiling():
+                return EAGER
+            if p.q.device.type not in PICKED_ON:
+                return NOT_CUDA
+            # the dense form is only traced here (torch.compile drops what nothing uses)
+            if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
+                return SDPA_FASTER
+        return forms_for(p)
+
+    def _cannot(self, p: Problem):
         if flex_attention is None:
-            return "this torch has no torch.nn.attention.flex_attention (it needs torch >= 2.5)"
+            return NOT_IN_TORCH
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
-            return f"flex_attention needs non-empty sequences; got Lq={Lq}, Lk={Lk}"
+            return EMPTY
         if p.dropout:
-            return "flex_attention has no dropout"
+            return DROPOUT
         device = p.q.device.type
         if device in NO_BACKWARD and needs_grad(p):
-            return f"torch's flex_attention has no backward on {device} (inputs here need grad)"
+            return NO_BACKWARD_HERE
         compiling = torch.compiler.is_compiling()
         D, Dv = p.q.shape[-1], p.v.shape[-1]
         lo, hi = COMPILED_HEAD_DIMS
         if compiling and device not in NO_BACKWARD and not lo <= min(D, Dv) <= max(D, Dv) <= hi:
-            return f"the compiled GPU flex kernel takes head dims from {lo} to {hi}; got D={D}, Dv={Dv}"
+            return HEAD_DIMS
         if compiling and device not in NO_BACKWARD and p.q.dtype == torch.float64:
-            return "the compiled GPU flex kernel has no float64"
+            return FLOAT64
         if compiling and device == "cpu" and p.sinks is not None:
-            return "the compiled CPU flex kernel cannot return the log-sum-exp that sinks need"
+            return CPU_LSE
         return None
 
-    def declines(self, p: Problem) -> str | None:
-        if not torch.compiler.is_compiling():
-            return ("outside torch.compile flex_attention is unfused: it materialises the (B, H, Lq, Lk) "
-                    "scores like the reference math, with more overhead")
-        if p.q.device.type != "cuda":
-            return "under torch.compile it is picked on CUDA only (the CPU kernel is inference-only)"
-        # the dense form is only traced here (torch.compile drops what nothing uses)
-        if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
-            return "SDPA runs this call with no dense mask; its flash kernels are faster"
-        return None
-
-    def describe(self, p: Problem) -> str:
+    def describe(self, p: Problem, forms: FlexForms) -> str:
         B, H, Lq, Lk = p.dims
         ix = p.index()
         parts = p.mask.parts if p.mask is not None else ()
@@ -198,7 +223,7 @@ class FlexBackend:
         text = "torch.nn.attention.flex_attention"
         text += f", mask_mod = {' & '.join(keeps)}" if keeps else ", no mask_mod"
         text += f", score_mod = {' + '.join(scores)}" if scores else ", no score_mod"
-        block_mask = forms_for(p).block_mask
+        block_mask = forms.block_mask
         if block_mask is not None:
             Bm, Hm = block_mask.kv_indices.shape[:2]
             text += (f", BlockMask of {block_mask.BLOCK_SIZE[0]}x{block_mask.BLOCK_SIZE[1]} blocks over "
@@ -211,10 +236,9 @@ class FlexBackend:
             text += " (eager: unfused, the scores are materialised)"
         return text
 
-    def run(self, p: Problem) -> torch.Tensor:
+    def run(self, p: Problem, forms: FlexForms) -> torch.Tensor:
         k, v = inert_keys(p, p.index())
         _, _, Lq, Lk = p.dims
-        forms = forms_for(p)
         score_mod = None
         if p.softcap is not None or forms.adds_bias:
             softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,

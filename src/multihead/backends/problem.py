@@ -1,11 +1,16 @@
-"""Problem: one validated attention call, the unit every backend receives."""
+"""Problem: one validated attention call, the unit every backend receives; make_problem checks and builds it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from multihead.backends.reference import attention_weights
+from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Index, Mask
+
+_CAUSAL = Mask.causal()
 
 
 @dataclass(eq=False, slots=True)
@@ -62,7 +67,72 @@ class Problem:
 
     def weights(self) -> torch.Tensor:
         """The reference attention weights (B, H, Lq, Lk) in the softmax dtype; blocked entries exactly 0."""
-        from multihead.backends.reference import attention_weights
-
         keep, bias = self.dense_mask()
         return attention_weights(self.q, self.k, keep, bias, self.scale, self.softcap, self.sinks)
+
+
+def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None) -> Problem:
+    """Check every input and fold `causal` into the mask. Raises AttentionError."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise AttentionError(f"{name} must be a torch.Tensor of shape (B, H, L, D); got {type(t).__name__}.")
+        if t.dim() != 4:
+            raise AttentionError(f"{name} must have 4 dims (B, H, L, D); got shape {shape_str(t.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if not q.is_floating_point():
+        raise AttentionError(f"q, k, v must be floating point; got {q.dtype}.")
+    if not (q.device == k.device == v.device):
+        raise AttentionError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}.")
+    B, H, Lq, D = q.shape
+    Bk, Hkv, Lk, Dk = k.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise AttentionError(
+            f"k and v must agree on (B, Hkv, Lk); got k {shape_str(k.shape)} and v {shape_str(v.shape)}."
+        )
+    if Bk != B:
+        raise AttentionError(f"q has batch {B} but k/v have batch {Bk}.")
+    if Dk != D:
+        raise AttentionError(f"q and k must share the head dim D; got q D={D}, k D={Dk}.")
+    if Hkv == 0 or H % Hkv:
+        if q.shape[2] == k.shape[2] == v.shape[2] and Hkv:  # dim 2 agrees, dim 1 does not: heads there?
+            raise AttentionError(
+                f"q {shape_str(q.shape)} and k {shape_str(k.shape)} differ in dim 1 but agree in dim 2: this looks "
+                f"like the (B, L, H, D) layout of a .view(B, L, H, D), with lengths {H} and {Hkv} in dim 1. "
+                "mh.attention takes (B, H, L, D): call .transpose(1, 2) on q, k and v first. (If they are "
+                f"(B, H, L, D), query heads H={H} must be a multiple of key/value heads Hkv={Hkv}.)"
+            )
+        raise AttentionError(
+            f"query heads H={H} must be a multiple of key/value heads Hkv={Hkv} (grouped-query attention)."
+        )
+    if mask is not None and not isinstance(mask, Mask):
+        raise AttentionError(
+            f"mask must be a multihead.Mask; got {type(mask).__name__}. Say what your tensor means: "
+            "Mask.keep(t) (True = attend), Mask.block(t) (True = blocked), Mask.additive(t) (float "
+            "offsets), Mask.key_padding(t) (True = padding) or Mask.lengths(valid_lens)."
+        )
+    if causal is True or (causal is not False and check_flag(causal, "causal")):
+        mask = _CAUSAL if mask is None else mask.and_cached(_CAUSAL)
+    if mask is not None:
+        mask.check(B, H, Lq, Lk, q.device)
+    if scale is None:
+        scale = 1.0 / math.sqrt(D) if D else 1.0
+    elif type(scale) is not float or not 0.0 < scale < math.inf:  # the common float passes without a call
+        check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
+    if type(dropout) is not float or not 0.0 <= dropout < 1.0:
+        check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
+    if softcap is not None:
+        check_number(softcap, "softcap", "a positive finite number or None", lambda x: math.isfinite(x) and x > 0)
+        softcap = float(softcap)
+    if sinks is not None:
+        _check_sinks(sinks, H, q)
+    return Problem(q, k, v, mask, float(scale), float(dropout), softcap, sinks)
+
+
+def _check_sinks(sinks, H: int, q: torch.Tensor) -> None:
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        raise AttentionError(f"sinks must be a float tensor of shape (H={H},); got {sinks!r:.60}.")
+    if tuple(sinks.shape) != (H,):
+        raise AttentionError(f"sinks must have shape (H={H},); got {shape_str(sinks.shape)}.")
+    if sinks.device != q.device:
+        raise AttentionError(f"sinks are on {sinks.device} but q is on {q.device}.")

@@ -13,10 +13,15 @@ zero with zero gradient: its uniform weights are all blocked, so nothing flows e
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.problem import Problem
+from multihead.backends.reasons import declines
+
+if TYPE_CHECKING:
+    from multihead.backends.problem import Problem
 
 
 def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -55,6 +60,12 @@ def zero_where(where: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return torch.where(where, torch.zeros((), dtype=t.dtype, device=t.device), t)
 
 
+def connected_zeros(t: torch.Tensor, shape, dtype: torch.dtype) -> torch.Tensor:
+    """Exact zeros of `shape` still connected to `t` (gradient 0), even where t holds NaN or inf."""
+    zero = zero_where(torch.ones((), dtype=torch.bool, device=t.device), t.reshape(-1)[:1])  # (1,)
+    return zero.to(dtype).expand(shape)
+
+
 def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     """k and v with every key that no query may see set to 0, so NaN or inf there never reaches out."""
     if p.mask is None:
@@ -66,21 +77,23 @@ def inert_keys(p: Problem, ix) -> tuple[torch.Tensor, torch.Tensor]:
     return zero_where(hidden, p.k), zero_where(hidden, p.v)
 
 
+MATERIALISES = declines("math.materialises", lambda p: "reference math materialises the (B, H, Lq, Lk) = "
+                                                      f"{tuple(p.dims)} scores; slower")
+
+
 class MathBackend:
+    """Plan: None (the reference needs nothing prepared)."""
+
     name = "math"
 
-    def unsupported(self, p: Problem) -> str | None:
-        return None
+    def plan(self, p: Problem, auto: bool = True):
+        return MATERIALISES if auto else None
 
-    def declines(self, p: Problem) -> str | None:
-        B, H, Lq, Lk = p.dims
-        return f"reference math materialises the (B, H, Lq, Lk) = ({B}, {H}, {Lq}, {Lk}) scores; slower"
-
-    def describe(self, p: Problem) -> str:
+    def describe(self, p: Problem, plan=None) -> str:
         extras = "".join((", softcap" if p.softcap is not None else "", ", sinks" if p.sinks is not None else ""))
         return "plain matmul + float32 softmax + matmul" + extras
 
-    def run(self, p: Problem) -> torch.Tensor:
+    def run(self, p: Problem, plan=None) -> torch.Tensor:
         ix = p.index()
         k, v = inert_keys(p, ix)
         keep, bias = p.mask.dense(ix, p.softmax_dtype) if p.mask is not None else (None, None)

@@ -8,7 +8,8 @@ Rows with no key at all must come out exactly zero with zero gradient, not NaN:
 - when the mask blocks only whole keys, the row's keys are all zeroed already, so the mask becomes
   additive (0 or the dtype's minimum): such a row spreads evenly over zero values and gives exactly 0;
 - otherwise the row is opened for the kernel and its output set to 0 afterwards.
-Neither costs a host sync. These forms are built once per mask and grid, not once per call.
+Neither costs a host sync. A NaN in a query row comes out as a NaN row, as in torch's math (see
+LOSES_NAN_QUERIES for the kernel that needs help with that). These forms are built once per mask and grid, not once per call.
 """
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ import torch
 from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched kernel entry
 
 from multihead.backends.problem import Problem
+from multihead.backends.reasons import Reason, cannot, empty_sequences
 from multihead.backends.reference import zero_where
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
+
+# Devices whose fused kernel, given no mask, returns a NaN query row as zeros (it reads a row whose
+# scores are all NaN as a fully masked one): torch 2.13's CPU flash kernel.
+LOSES_NAN_QUERIES = ("cpu",)
 
 
 class SdpaMask(NamedTuple):
@@ -54,19 +60,22 @@ def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> SdpaMask:
     return SdpaMask(keep if bias is None else bias, False, dead, hidden)
 
 
-def run_sdpa(q, k, v, mask: Mask | None, ix, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
-    """SDPA on one grid (the whole batch, or one sequence's slice): inert hidden keys, dead rows exactly 0.
+NO_MASK = SdpaMask(None, False, None, None)
 
-    ix: the grid's Index, or a function that makes it (the whole grid: its form is remembered per mask,
-    so a call that finds it needs no Index at all).
-    """
+
+def whole_form(p: Problem) -> SdpaMask:
+    """The problem's mask as SDPA takes it on the whole grid, built once per mask and grid (memoized)."""
+    mask = p.mask
     if mask is None:
-        form = SdpaMask(None, False, None, None)
-    elif callable(ix):
-        key = (q.shape[2], k.shape[2], q.dtype, q.device)
-        form = mask.memoized(key, lambda: sdpa_mask(mask, ix(), q.dtype))
-    else:
-        form = sdpa_mask(mask, ix, q.dtype)
+        return NO_MASK
+    Lq, Lk, dtype, device = p.q.shape[2], p.k.shape[2], p.q.dtype, p.q.device
+    # SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped
+    return mask.memoized((Lq, Lk, dtype, device), lambda: sdpa_mask(mask, p.index(rows_may_shift=True), dtype))
+
+
+def run_sdpa(q, k, v, form: SdpaMask, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
+    """SDPA on one grid (the whole batch, one sequence's slice, or one block) with its mask's `form`:
+    hidden keys inert, dead rows exactly 0, NaN query rows NaN."""
     if form.hidden is not None:
         k, v = zero_where(form.hidden, k), zero_where(form.hidden, v)
     attn_mask = form.attn_mask
@@ -77,6 +86,9 @@ def run_sdpa(q, k, v, mask: Mask | None, ix, dropout: float, scale: float, gqa: 
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = _sdpa(q, k, v, attn_mask, dropout, form.is_causal, scale=scale, enable_gqa=gqa)
+    if attn_mask is None and q.device.type in LOSES_NAN_QUERIES:  # a NaN query row stays NaN, as in torch
+        nan_rows = q.sum(-1, keepdim=True)  # (.., Lq, 1): NaN where the row holds NaN (or inf)
+        out = out.add_(nan_rows, alpha=0) if not out.requires_grad else torch.add(out, nan_rows, alpha=0)
     return out if form.dead is None else zero_where(form.dead, out)
 
 
@@ -106,33 +118,35 @@ def describe_mask(form: SdpaMask) -> str:
     return f"dense {kind} mask of shape {tuple(form.attn_mask.shape)}{inert}"
 
 
-def score_variants_unsupported(p: Problem) -> str | None:
+SOFTCAP = cannot("fused.softcap", "SDPA cannot apply softcap (tanh on the scores) inside the kernel")
+SINKS = cannot("fused.sinks", "SDPA has no sink logits in its softmax denominator")
+EMPTY = empty_sequences("sdpa.empty", "the fused kernels")
+
+
+def score_variants_unsupported(p: Problem) -> Reason | None:
     """Why the fused kernels cannot compute this problem's score variants, or None."""
     if p.softcap is not None:
-        return "SDPA cannot apply softcap (tanh on the scores) inside the kernel"
+        return SOFTCAP
     if p.sinks is not None:
-        return "SDPA has no sink logits in its softmax denominator"
+        return SINKS
     return None
 
 
 class SdpaBackend:
+    """Plan: the mask's SdpaMask form on the whole grid."""
+
     name = "sdpa"
 
-    def unsupported(self, p: Problem) -> str | None:
+    def plan(self, p: Problem, auto: bool = True) -> SdpaMask | Reason:
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
-            return f"the fused kernels need non-empty sequences; got Lq={Lq}, Lk={Lk}"
-        return score_variants_unsupported(p)
+            return EMPTY
+        return score_variants_unsupported(p) or whole_form(p)
 
-    def declines(self, p: Problem) -> str | None:
-        return None
-
-    def describe(self, p: Problem) -> str:
-        form = sdpa_mask(p.mask, p.index(rows_may_shift=True), p.q.dtype)
+    def describe(self, p: Problem, form: SdpaMask) -> str:
         kernel = sdpa_kernel_report(p.q, p.k, p.v, form.attn_mask, form.is_causal, p.dropout, p.scale, p.gqa)
         return (f"F.scaled_dot_product_attention, {describe_mask(form)}" + (", enable_gqa=True" if p.gqa else "")
                 + f"; torch runs {kernel}")
 
-    def run(self, p: Problem) -> torch.Tensor:
-        # SDPA's softmax has no sinks, so a per-row constant in the bias may be dropped
-        return run_sdpa(p.q, p.k, p.v, p.mask, lambda: p.index(rows_may_shift=True), p.dropout, p.scale, p.gqa)
+    def run(self, p: Problem, form: SdpaMask) -> torch.Tensor:
+        return run_sdpa(p.q, p.k, p.v, form, p.dropout, p.scale, p.gqa)

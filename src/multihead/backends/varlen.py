@@ -7,36 +7,40 @@ work follows the real lengths, sum of (q_hi - q_lo) * (k_hi - k_lo), instead of 
 other part of the mask (causal, window, ALiBi, dense masks) is evaluated on the slice itself: a
 bottom-right causal mask lines up each sequence's last query with its last key, as on the whole grid.
 
-The slices are cut at host-side values, so this backend reads them (free on CPU). It is not used
+The slices are cut at host-side values, so this backend reads them, once per call, in its plan (free
+on CPU). It is not used
 under torch.compile or tracing, and "auto" leaves it alone on accelerators, where reading them would
 stall the device.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
 from multihead.backends.problem import Problem
-from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
+from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.sdpa import run_sdpa, score_variants_unsupported, sdpa_mask
 from multihead.masks import Index
 
-# "auto" picks this backend only when the padding is worth the extra kernel calls:
-MIN_PADDING = 0.10  # at least this fraction of the (Lq, Lk) grid is skipped, and
-MIN_SAVED_PER_CALL = 1 << 22  # at least this many multiply-adds (score entries x D) saved per extra call
+# "auto" picks this backend only when the padding is worth the extra kernel calls, per device type:
+# at least MIN_PADDING of the (Lq, Lk) grid is skipped, and at least MIN_SAVED_PER_CALL multiply-adds
+# (score entries x D) are saved per extra call. Only the CPU reads lengths for free.
+MIN_PADDING = 0.10
+MIN_SAVED_PER_CALL = 1 << 22
+FREE_HOST_READS = ("cpu",)
+
+
+class VarlenPlan(NamedTuple):
+    part: object  # the part that cuts rows into slices
+    slices: list  # [(b, q_lo, q_hi, k_lo, k_hi)], read on the host once
 
 
 def _slicer(p: Problem):
     """The one part that cuts rows into slices, or None."""
     found = [part for part in p.mask.parts if part.can_slice()] if p.mask is not None else []
     return found[0] if len(found) == 1 else None
-
-
-def _slices(p: Problem):
-    """(slicing part, [(b, q_lo, q_hi, k_lo, k_hi)]) read on the host, or a reason string."""
-    part = _slicer(p)
-    B, H, Lq, Lk = p.dims
-    found = part.slices(Lq, Lk)
-    return found if isinstance(found, str) else (part, found)
 
 
 def _skipped(p: Problem, slices) -> tuple[float, int]:
@@ -51,6 +55,31 @@ def _skipped(p: Problem, slices) -> tuple[float, int]:
     return (1.0 - valid / dense if dense else 0.0), H * p.q.shape[-1] * (dense - valid)
 
 
+def _slices_of(p: Problem) -> list:
+    """The slices again, for mh.dispatch's words only (never on the hot path)."""
+    return _slicer(p).slices(*p.dims[2:])
+
+
+NO_SLICER = cannot("varlen.no-slicer", "needs one part that cuts rows into slices: Mask.lengths with valid_lens "
+                                       "of shape (B,), or Mask.segments")
+COMPILING = cannot("varlen.compiling", "cuts slices at host-side values, which torch.compile and tracing cannot "
+                                       "follow")
+EMPTY = empty_sequences("varlen.empty", "the fused kernels")
+DEVICE_STALL = declines("varlen.device-stall", "reading the lengths on the host would stall the device; the dense "
+                                               "path stays on it")
+LITTLE_PADDING = declines("varlen.little-padding", lambda p: (
+    f"only {_skipped(p, _slices_of(p))[0]:.0%} of the (Lq, Lk) grid is padding (needs {MIN_PADDING:.0%}); "
+    f"one dense call beats {len(_slices_of(p))} per-slice calls"))
+TOO_LITTLE_SAVED = declines("varlen.too-little-saved", lambda p: (
+    f"skipping the padding saves {_skipped(p, _slices_of(p))[1]} multiply-adds, under {MIN_SAVED_PER_CALL} per "
+    f"slice; {len(_slices_of(p))} separate kernel calls would cost more than they save"))
+
+
+def _unsliceable(words: str):
+    """The slicing part's own reason (a constant string) as a refusal."""
+    return cannot("varlen.unsliceable", words)
+
+
 def _connected_zeros(q, k, v, Lq: int) -> torch.Tensor:
     """Exact zeros (H, Lq, Dv) still connected to q, k and v, so backward() always works (with zero
     gradient), even where the inputs hold NaN."""
@@ -62,69 +91,64 @@ def _connected_zeros(q, k, v, Lq: int) -> torch.Tensor:
 
 
 class VarlenBackend:
+    """Plan: VarlenPlan (the slicing part and its slices, read on the host once per call)."""
+
     name = "varlen"
 
-    def unsupported(self, p: Problem) -> str | None:
-        if _slicer(p) is None:  # a constant reason: no repr on the hot path
-            return ("needs one part that cuts rows into slices: Mask.lengths with valid_lens of shape (B,), "
-                    "or Mask.segments")
+    def plan(self, p: Problem, auto: bool = True):
+        part = _slicer(p)
+        if part is None:
+            return NO_SLICER
         if torch.compiler.is_compiling() or torch.jit.is_tracing():
-            return "cuts slices at host-side values, which torch.compile and tracing cannot follow"
+            return COMPILING
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
-            return f"the fused kernels need non-empty sequences; got Lq={Lq}, Lk={Lk}"
+            return EMPTY
         variants = score_variants_unsupported(p)
         if variants is not None:
             return variants
-        if p.q.device.type == "cpu":  # reading the slices is free here; elsewhere run() finds out
-            found = _slices(p)
-            return found if isinstance(found, str) else None
-        return None
+        if auto and p.q.device.type not in FREE_HOST_READS:
+            return DEVICE_STALL
+        slices = part.slices(Lq, Lk)  # the one host read of this call
+        if isinstance(slices, str):
+            return _unsliceable(slices)
+        if auto:
+            fraction, saved = _skipped(p, slices)
+            if fraction < MIN_PADDING:
+                return LITTLE_PADDING
+            if saved < MIN_SAVED_PER_CALL * len(slices):
+                return TOO_LITTLE_SAVED
+        return VarlenPlan(part, slices)
 
-    def declines(self, p: Problem) -> str | None:
-        if p.q.device.type != "cpu":
-            return "reading the lengths on the host would stall the device; the dense path stays on it"
-        _, slices = _slices(p)
-        fraction, saved = _skipped(p, slices)
-        if fraction < MIN_PADDING:
-            return (f"only {fraction:.0%} of the (Lq, Lk) grid is padding (needs {MIN_PADDING:.0%}); "
-                    f"one dense call beats {len(slices)} per-slice calls")
-        if saved < MIN_SAVED_PER_CALL * len(slices):
-            return (f"skipping the padding saves {saved} multiply-adds, under {MIN_SAVED_PER_CALL} per "
-                    f"slice; {len(slices)} separate kernel calls would cost more than they save")
-        return None
-
-    def describe(self, p: Problem) -> str:
-        _, slices = _slices(p)
-        fraction, _ = _skipped(p, slices)
-        return (f"F.scaled_dot_product_attention per slice on its valid part ({len(slices)} calls, "
+    def describe(self, p: Problem, plan: VarlenPlan) -> str:
+        fraction, _ = _skipped(p, plan.slices)
+        return (f"F.scaled_dot_product_attention per slice on its valid part ({len(plan.slices)} calls, "
                 f"{fraction:.0%} of the (Lq, Lk) grid skipped as padding)"
                 + (", enable_gqa=True" if p.gqa else ""))
 
-    def run(self, p: Problem) -> torch.Tensor:
-        found = _slices(p)
-        if isinstance(found, str):
-            from multihead.errors import AttentionError
-
-            raise AttentionError(f"backend 'varlen' cannot run this call: {found}.")
-        part, slices = found
+    def run(self, p: Problem, plan: VarlenPlan) -> torch.Tensor:
         B, H, Lq, Lk = p.dims
-        ix = p.index()
-        q_ext = ix.q_extent if isinstance(ix.q_extent, int) else ix.q_extent.view(-1).tolist()
-        k_ext = ix.k_extent if isinstance(ix.k_extent, int) else ix.k_extent.view(-1).tolist()
+        # Each sequence's extents are its slice's ends: only Mask.lengths (B,) gives extents, and then
+        # it is the part that cut the slices (b, 0, query_len, 0, key_len). No second host read.
+        own_extents = p.mask.extents() is not None
         # unbind / cat / stack rather than writing slices into one zero tensor: their backward
         # allocates each gradient once, where slice writes would allocate one full-size gradient each.
         qs, ks, vs = p.q.unbind(0), p.k.unbind(0), p.v.unbind(0)  # B x (H or Hkv, L, D)
+        by_row = [[] for _ in range(B)]
+        for s in sorted(plan.slices):
+            if s[2] > s[1] and s[4] > s[3]:
+                by_row[s[0]].append(s)
         rows = []
         for b in range(B):
             pieces, at = [], 0
-            for _, q_lo, q_hi, k_lo, k_hi in sorted(s for s in slices if s[0] == b and s[2] > s[1] and s[4] > s[3]):
+            for _, q_lo, q_hi, k_lo, k_hi in by_row[b]:
                 if q_lo > at:
                     pieces.append(qs[b].new_zeros(H, q_lo - at, p.v.shape[-1]))  # rows no slice covers
-                ext = (q_ext if isinstance(q_ext, int) else q_ext[b], k_ext if isinstance(k_ext, int) else k_ext[b])
-                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (part,), p.q.device)
+                ext = (q_hi, k_hi) if own_extents else (Lq, Lk)
+                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (plan.part,), p.q.device)
+                form = sdpa_mask(p.mask, grid, p.q.dtype)
                 out = run_sdpa(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
-                               p.mask, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
+                               form, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
                 pieces.append(out[0])
                 at = q_hi
             if not pieces:  # no query of this row sees a key: the row's output is 0

@@ -28,7 +28,10 @@ class AdditivePart(Part):
     def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor:
         t = ix.dense(self.offsets)
         t = t.masked_fill(torch.isneginf(t), 0.0)  # blocked by keep(), not by arithmetic
-        return t.clamp_min(torch.finfo(dtype).min).to(dtype)  # -1e9 in fp16 stays finite, never -inf
+        # clamped at a bound both dtypes hold, then cast: -1e9 in fp16 stays finite (never -inf), and
+        # an fp16 / bf16 mask joins float32 scores (or the reverse) without an overflowing constant
+        lowest = max(torch.finfo(t.dtype).min, torch.finfo(dtype).min)
+        return t.clamp_min(lowest).to(dtype)
 
     def describe(self) -> str:
         return f"additive{shape_str(self.offsets.shape)}"

@@ -16,7 +16,9 @@ class AlibiPart(Part):
     """Per-head slopes (H,): adds -slope[h] * (i - j), i the query position under `align`.
 
     Softmax ignores a term that is constant along a row, so where the backend allows it
-    (`Index.rows_may_shift`) the bias is slope[h] * (j - Lk) of shape (1, H, 1, Lk): no (Lq, Lk) grid.
+    (`Index.rows_may_shift`) and the bias is wanted in float32 or wider, it is slope[h] * (j - Lk) of
+    shape (1, H, 1, Lk): no (Lq, Lk) grid. In bf16 / fp16 it is always built from absolute distances
+    in float32 and cast once.
     """
 
     slopes: torch.Tensor
@@ -29,10 +31,13 @@ class AlibiPart(Part):
             raise AttentionError(f"Mask.alibi slopes have shape {shape_str(self.slopes.shape)}; expected (H={H},).")
 
     def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor:
-        slopes = ix.dense(self.slopes.to(dtype).view(1, -1, 1, 1))  # (1, H, 1, 1)
-        if ix.rows_may_shift:
-            return slopes * (ix.k - ix.Lk).to(dtype)  # (1, H, 1, Lk): the row constant dropped
-        return -slopes * (ix.query_position(self.align) - ix.k).to(dtype)  # (1 or B, H, Lq, Lk)
+        work = torch.promote_types(dtype, torch.float32)  # built in the softmax dtype, at least float32
+        slopes = ix.dense(self.slopes.to(work).view(1, -1, 1, 1))  # (1, H, 1, 1)
+        if ix.rows_may_shift and work == dtype:  # dropping the row constant is exact only in float32+
+            return slopes * (ix.k - ix.Lk).to(work)  # (1, H, 1, Lk)
+        # from absolute distances: the keys near each query get small, exactly representable biases
+        # even when cast to bf16 / fp16 (a shifted bias would round their differences away)
+        return (-slopes * (ix.query_position(self.align) - ix.k).to(work)).to(dtype)  # (1 or B, H, Lq, Lk)
 
     def describe(self) -> str:
         return f"alibi{shape_str(self.slopes.shape)}"

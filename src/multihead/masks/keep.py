@@ -15,11 +15,16 @@ class KeepPart(Part):
     """A bool keep tensor (True = may attend), broadcastable to (B, H, Lq, Lk)."""
 
     keep_tensor: torch.Tensor
+    given_as: str = ""  # "key_padding": built from a (B, Lk) padding mask, reported in that shape
     tensor_fields = ("keep_tensor",)
 
     def check(self, B, H, Lq, Lk, device) -> None:
         super().check(B, H, Lq, Lk, device)
-        check_broadcast(self.keep_tensor, B, H, Lq, Lk)
+        t = self.keep_tensor
+        if self.given_as == "key_padding" and not (t.shape[0] in (1, B) and t.shape[-1] == Lk):
+            raise AttentionError(f"Mask.key_padding mask has shape {shape_str((t.shape[0], t.shape[-1]))}; "
+                                 f"expected (B={B}, Lk={Lk}), True = padding key.")
+        check_broadcast(t, B, H, Lq, Lk)
 
     def keep(self, ix: Index) -> torch.Tensor:
         return ix.dense(self.keep_tensor)
@@ -69,4 +74,4 @@ def key_padding(cls, t) -> Mask:
     pad = as_bool(t, "Mask.key_padding")
     if pad.dim() != 2:
         raise AttentionError(f"Mask.key_padding expects shape (B, Lk); got {shape_str(pad.shape)}.")
-    return cls((KeepPart(~pad[:, None, None, :]),))  # (B, 1, 1, Lk)
+    return cls((KeepPart(~pad[:, None, None, :], "key_padding"),))  # (B, 1, 1, Lk)

@@ -42,9 +42,20 @@ class LengthsPart(Part):
         return keep
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
-        if self.key_lens.dim() != 1 or not self.inert_keys:
+        if not self.inert_keys:
             return None
-        return ix.k < ix.per_batch(self.key_lens)  # (B, 1, 1, Lk)
+        return ix.k < ix.per_batch(self.longest_key_lens())  # (B, 1, 1, Lk)
+
+    def longest_key_lens(self) -> torch.Tensor:
+        """(B,) keys any valid query of each row may see: the lengths, or their maximum over queries."""
+        lens = self.key_lens
+        if lens.dim() == 1:
+            return lens
+        Lq = lens.shape[1]
+        if self.query_lens is not None:  # padded queries keep nothing, so their lengths do not count
+            padded = torch.arange(Lq, device=lens.device) >= self.query_lens[:, None]  # (B, Lq)
+            lens = lens.masked_fill(padded, 0)
+        return lens.amax(dim=1) if Lq else lens.new_zeros(lens.shape[0])
 
     def can_slice(self) -> bool:
         return self.key_lens.dim() == 1

@@ -120,11 +120,13 @@ class Mask:
         Mask.chunks(size)       key j is kept when it shares query i's chunk: i // size == j // size
     """
 
-    __slots__ = ("parts", "_memo", "_tensors", "_extents")
+    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked", "_combined")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
         self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
+        self._checked = None  # eager only: the last (B, H, Lq, Lk, device) every part was checked against
+        self._combined = None  # eager only: (other, self & other) for the last mask combined with `and_cached`
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
@@ -157,14 +159,38 @@ class Mask:
             return NotImplemented
         return Mask(self.parts + other.parts)
 
+    def and_cached(self, other: Mask) -> Mask:
+        """`self & other`, the same Mask object each time for the same `other` (eager): so a call that
+        adds causal=True to a reused mask keeps the combined mask's remembered checks, plan and forms."""
+        if torch.compiler.is_compiling():  # read nothing remembered: eager calls may change it (no guards)
+            return self & other
+        combined = self._combined
+        if combined is not None and combined[0] is other:
+            return combined[1]
+        result = self & other
+        self._combined = (other, result)
+        return result
+
     def __repr__(self) -> str:
         return "Mask(" + " & ".join(p.describe() for p in self.parts) + ")" if self.parts else "Mask()"
 
     # ---------------------------------------------------------------- checks and grids
     def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
-        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values."""
+        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values.
+
+        Checks read shapes and devices only, which a mask's tensors keep, so a mask reused at the
+        same sizes is checked once (eager; under torch.compile the checks are traced every time).
+        """
+        if torch.compiler.is_compiling():  # never compare symbolic sizes with remembered ones (no guards)
+            for part in self.parts:
+                part.check(B, H, Lq, Lk, device)
+            return
+        signature = (B, H, Lq, Lk, device)
+        if self._checked == signature:
+            return
         for part in self.parts:
             part.check(B, H, Lq, Lk, device)
+        self._checked = signature
 
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """(query_lens or None, key_lens), each (B,), when exactly one part limits sequence lengths."""
@@ -207,10 +233,14 @@ class Mask:
                 and any(t.requires_grad for t in leaves)):
             return build()
         if leaves:
+            if any(t.is_inference() for t in leaves):  # no version counter: an edit could not be seen
+                return build()
             key = key + tuple(t._version for t in leaves)
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, build())
-        return self._memo[1]
+        memo = self._memo  # read once: another thread may replace it between a check and a read
+        if memo is None or memo[0] != key:
+            memo = (key, build())
+            self._memo = memo
+        return memo[1]
 
     def only_key_blocks(self, ix: Index) -> bool:
         """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
