@@ -82,7 +82,7 @@ def run_cached(module, driver: CacheDriver, x: torch.Tensor, prompt: int) -> tor
         driver.reset()
     state = _new_state(driver, x.shape[0], x.shape[1])
     rows = []
-    for chunk in (x[:, :prompt], *x[:, prompt:].split(1, dim=1)):
+    for chunk in _chunks(x, prompt):
         kwargs = {driver.flag: True} if driver.flag else {}
         if driver.past:
             kwargs[driver.past] = state
@@ -95,6 +95,11 @@ def run_cached(module, driver: CacheDriver, x: torch.Tensor, prompt: int) -> tor
     if driver.reset is not None:
         driver.reset()
     return torch.cat(rows, dim=1)
+
+
+def _chunks(x: torch.Tensor, prompt: int) -> list[torch.Tensor]:
+    """The prompt x[:, :prompt], then one token at a time, each contiguous as a decode loop passes it."""
+    return [x[:, :prompt].contiguous()] + [x[:, t:t + 1].contiguous() for t in range(prompt, x.shape[1])]
 
 
 def cached_variant(weights, x: torch.Tensor, prompt: int, mistake: str | None) -> torch.Tensor:
@@ -136,6 +141,10 @@ def check_cached(module, spec: CallSpec, roles, tol: float, report) -> None:
     report.conventions.append(("cache", {"protocol": driver.name, "prompt": PROMPT, "steps": STEPS}))
     error = relative_error(got, full)
     if error <= tol:
+        return
+    alone = torch.cat([invoke(module, spec, chunk) for chunk in _chunks(x, PROMPT)], dim=1)
+    if relative_error(got, alone) <= tol:  # each call as if nothing were cached: the cache is not read
+        report.conventions[-1] = ("cache:unused", {"protocol": driver.name})
         return
     report.verdict, report.error = "fail", error
     weights = roles.weights(module)

@@ -9,6 +9,7 @@ mixed ones are the pairing bugs: the pairs the turn rotates are not the pairs th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,9 +53,7 @@ class Rotary:
 
     def turn(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """t (B, H, L, D) turned to ``positions`` (L,); shape unchanged."""
-        angles = positions.to(torch.float64)[:, None] * self.frequencies(t.shape[-1])  # (L, D/2)
-        table = angles.repeat_interleave(2, dim=-1) if self.tables_interleaved else torch.cat((angles, angles), -1)
-        cos, sin = table.cos().to(t.dtype)[None], table.sin().to(t.dtype)[None]  # (1, L, D)
+        cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)
         return apply_rotary(t, cos, sin, self.turn_interleaved)
 
     def module(self, head_dim: int) -> RoPE:
@@ -62,6 +61,14 @@ class Rotary:
         rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved)
         rope.inv_freq = self.frequencies(head_dim)  # float64: positions (float32) * inv_freq -> float64 angles
         return rope
+
+
+@functools.lru_cache(maxsize=256)
+def _tables(rope: Rotary, head_dim: int, positions: tuple[int, ...], dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (1, L, D) in the rotary's table layout (the checker asks for the same few many times)."""
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(head_dim)  # (L, D/2)
+    table = angles.repeat_interleave(2, dim=-1) if rope.tables_interleaved else torch.cat((angles, angles), -1)
+    return table.cos().to(dtype)[None], table.sin().to(dtype)[None]
 
 
 def bases(module, kwargs: dict) -> tuple[float, ...]:

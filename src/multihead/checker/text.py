@@ -231,6 +231,9 @@ CONVENTION_TEXT = {
     "cache": ("KV cache driven through {protocol}: a prompt of {prompt} tokens, then {steps} single steps, "
               "compared with the full forward", "通过 {protocol} 使用 KV 缓存：先输入 {prompt} 个词的提示，"
               "再逐个输入 {steps} 个词，与一次性完整前向的结果比较"),
+    "cache:unused": ("cache argument ({protocol}): not read back (each call attends to its own tokens only), "
+                     "so cached decoding was not checked", "缓存参数（{protocol}）：没有被读回（每次调用只关注自己输入的词），"
+                     "因此没有检查带缓存的解码"),
 }
 
 # mask encoding name -> (English, Chinese)

@@ -142,8 +142,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             report.verdict = "pass"
     else:
         match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
-        if not report.bug and turned is not None:  # RoPE and another bug: name it with the closest rotation
-            match = _name_the_bug(module, spec, turned[1], cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
+        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if turned else ():
+            match = _name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
+            if report.bug:  # RoPE and another bug, named under the pairing that fits best
+                break
         if report.bug and spec.mask_param and spec.encoding is not None and spec.encoding.family != "causal":
             _mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     if report.verdict == "pass" and spec.mask_param and keep_shifts_scores(module, spec, plain[0][:3]):
@@ -178,16 +180,21 @@ LONGER = (12, 16, 24, 40, 64)  # probe lengths after a PASS at short ones: appro
 
 def _rope_match(module, spec: CallSpec, assignments, cases, wanted, bases):
     """(the closest match, the assignments turned by its Rotary): the first rotation that reproduces the
-    outputs (correct pairings first, then mixed ones: a pairing bug), else the closest correct one (its
-    assignments then name a second bug)."""
-    best = None
+    outputs (correct pairings first, then mixed ones: a pairing bug), else the closest mixed one."""
     for correct in (True, False):
         turned = [replace(roles, rope=rope) for rope in rotaries(bases, correct) for roles in assignments]
         match = closest(module, spec, turned, cases, wanted, [None])
-        best = best or (match, [roles for roles in turned if roles.rope == match.roles.rope])
         if match.error <= ROPE_TOLERANCE:
-            return match, [roles for roles in turned if roles.rope == match.roles.rope]
-    return best
+            break
+    return match, [roles for roles in turned if roles.rope == match.roles.rope]
+
+
+def _pairings_by_fit(module, spec: CallSpec, assignments, cases, wanted, bases) -> list[list]:
+    """The assignments turned by each correct pairing (first base), the pairing whose closest catalogue
+    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing."""
+    forms = [None] + forms_to_try(spec.encoding is not None, spec.causal)
+    turned = [[replace(roles, rope=rope) for roles in assignments] for rope in rotaries(bases[:1], True)[1::2]]
+    return sorted(turned, key=lambda rotated: closest(module, spec, rotated, cases, wanted, forms).error)
 
 
 def _check_longer(module, spec: CallSpec, roles, plain, tol: float, report) -> None:
