@@ -225,9 +225,9 @@ CONVENTION_TEXT = {
                  "键/值头有 {kv_heads} 个，每个由一组查询头共享（GQA）"),
     "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（因此按 float32 比较）"),
     "rope:half": ("RoPE on q and k, half-split pairs (i, i + D/2), base {base}",
-                  "对 q 和 k 施加了 RoPE，按前后两半配对 (i, i + D/2)，base 为 {base}"),
+                  "对 q 和 k 施加了 RoPE，按前后两半配对 (i, i + D/2)，基数 base 为 {base}"),
     "rope:interleaved": ("RoPE on q and k, interleaved pairs (2i, 2i + 1), base {base}",
-                         "对 q 和 k 施加了 RoPE，按相邻两个配对 (2i, 2i + 1)，base 为 {base}"),
+                         "对 q 和 k 施加了 RoPE，按相邻两个配对 (2i, 2i + 1)，基数 base 为 {base}"),
     "cache": ("KV cache driven through {protocol}: a prompt of {prompt} tokens, then {steps} single steps, "
               "compared with the full forward", "通过 {protocol} 使用 KV 缓存：先输入 {prompt} 个词的提示，"
               "再逐个输入 {steps} 个词，与一次性完整前向的结果比较"),
