@@ -3,7 +3,9 @@
 The verdict, in order (each step only when the previous ones did not explain the outputs):
 
 1. some role assignment reproduces the outputs with the correct maths -> forward + gradient comparison
-   with ``MultiHeadAttention`` (``compare.py``) -> PASS;
+   with ``MultiHeadAttention`` (``compare.py``) -> PASS; for self-attention, with q and k turned by RoPE
+   in either pairing when plain maths does not fit (``rotary.py``; mixed pairings are bugs), and with the
+   module's KV cache driven step by step after the PASS (``incremental.py``);
 2. a catalogue form reproduces them -> FAIL with that bug (``diagnose.closest``);
 3. a causal buffer applied after the softmax (weights zeroed through ``tril``) -> mask-after-softmax;
 4. a measured scale other than 1/sqrt(D) reproduces them -> the scale bug it names (``scale.py``);
