@@ -121,3 +121,25 @@ def test_rope_and_cache_bugs_are_named_in_english_and_chinese(target, bug, code)
 def test_a_cache_argument_never_read_is_noted_and_the_module_still_passes():
     report = check(str(ZOO / "ok_gpt2_conv1d.py:Attention"))
     assert report.passed and ("cache:unused", {"protocol": "layer_past"}) in report.conventions
+
+
+def _edited(tmp_path, old: str, new: str) -> str:
+    text = (ZOO / "ok_rope_kv_cache.py").read_text()
+    assert old in text
+    (tmp_path / "edited.py").write_text(text.replace(old, new))
+    return f"{tmp_path / 'edited.py'}:CachedRoPEAttention"
+
+
+def test_a_cached_step_that_raises_fails_with_the_learners_line(tmp_path):
+    target = _edited(tmp_path, "k = torch.cat([past_kv[0], k], dim=2)", "k = torch.cat([past_kv[0], k], dim=1)")
+    report = check(target)
+    assert report.verdict == "fail" and report.bug is None
+    assert "past_kv + use_cache" in report.reason and "torch.cat([past_kv[0], k], dim=1)" in report.reason
+
+
+def test_cached_rows_that_no_variant_explains_fail_from_the_first_wrong_token(tmp_path):
+    target = _edited(tmp_path, "start = 0 if past_kv is None else past_kv[0].shape[2]",
+                     "start = 0 if past_kv is None else past_kv[0].shape[2] + 1")
+    report = check(target, lang="zh")
+    assert report.verdict == "fail" and report.bug is None
+    assert f"从第 {PROMPT + 1} 个词开始就不一致" in report.reason
