@@ -95,7 +95,7 @@ def test_correct_rope_cached_modules_pass_with_their_pairing_and_cache_named(tar
 
 def test_a_kept_cache_with_positions_offset_passes_and_from_zero_is_named(tmp_path):
     text = (ZOO / "kv_cache_positions_from_zero.py").read_text()
-    fixed = text.replace("def rope(self, x):\n        T = x.shape[2]", "def rope(self, x, start=0):\n        T = x.shape[2]")
+    fixed = text.replace("def rope(self, x):", "def rope(self, x, start=0):")
     fixed = fixed.replace("torch.arange(T, dtype=x.dtype)", "torch.arange(start, start + T, dtype=x.dtype)")
     fixed = fixed.replace("q, k = self.rope(q), self.rope(k)",
                           "start = self.k_cache.shape[2] if use_cache and self.k_cache is not None else 0\n"
