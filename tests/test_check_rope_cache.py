@@ -85,12 +85,13 @@ def test_cached_variant_without_mistake_is_the_causal_reference_and_each_mistake
 
 
 @pytest.mark.parametrize("target, layout", [("ok_rope_kv_cache.py:CachedRoPEAttention", "rope:half"),
-                                            ("ok_gptj_rope_cache_object.py:GPTJAttention", "rope:interleaved")])
-def test_correct_rope_cached_modules_pass_with_their_pairing_and_cache_named(target, layout):
+                                            ("ok_gptj_rope_cache_object.py:GPTJAttention", "rope:interleaved"),
+                                            ("ok_sdpa_mqa_cache.py:MultiQueryAttention", None)])
+def test_correct_cached_modules_pass_with_their_pairing_and_cache_named(target, layout):
     report = check(str(ZOO / target))
     assert report.passed, str(report)
     keys = [key for key, _ in report.conventions]
-    assert layout in keys and "cache" in keys
+    assert "cache" in keys and (layout in keys if layout else not any(k.startswith("rope") for k in keys))
 
 
 def test_a_kept_cache_with_positions_offset_passes_and_from_zero_is_named(tmp_path):

@@ -58,6 +58,7 @@ CORRECT = {
     "ok_functional_mha_weights.py:FunctionalWeightsAttention": {},
     "ok_rope_kv_cache.py:CachedRoPEAttention": {},
     "ok_gptj_rope_cache_object.py:GPTJAttention": {},
+    "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
 }
 
 
@@ -148,8 +149,11 @@ _GQA = "ok_grouped_kv_heads.py:GroupedQueryAttention"
 _FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
 _LLAMA_CACHE = "ok_rope_kv_cache.py:CachedRoPEAttention"
 _GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
+_MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
 
 MUTANTS = [
+    _m(_MQA_CACHE, "cache-causal-top-left", ("is_causal=layer_past is None", "is_causal=True"),
+       note="sdpa-is-causal-in-step"),
     _m(_LLAMA_CACHE, "cache-causal-top-left", (".tril(S - T)", ".tril()")),
     _m(_LLAMA_CACHE, "cache-positions-not-offset",
        ("torch.arange(start, start + T, device=x.device)", "torch.arange(T, device=x.device)")),
