@@ -56,6 +56,9 @@ CORRECT = {
     "ok_key_value_query_order.py:MultiHeadedAttention": {},
     "ok_required_padding_mask.py:PaddedEncoderAttention": {},
     "ok_functional_mha_weights.py:FunctionalWeightsAttention": {},
+    "ok_rope_kv_cache.py:CachedRoPEAttention": {},
+    "ok_gptj_rope_cache_object.py:GPTJAttention": {},
+    "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
 }
 
 
@@ -87,6 +90,10 @@ BUGGY = {
     "scores_times_mask.py:MaskedProduct": "mask-filled-with-zero",
     "mask_sign_flipped.py:FlippedSignAttention": "mask-sign-flipped",
     "gqa_kv_tiled.py:SharedKVAttention": "kv-heads-tiled",
+    "rope_half_split_on_interleaved.py:RotarySelfAttention": "rope-half-split-on-interleaved",
+    "rope_interleaved_on_half_split.py:PairwiseRotaryAttention": "rope-interleaved-on-half-split",
+    "kv_cache_positions_from_zero.py:StatefulRoPEAttention": "cache-positions-not-offset",
+    "kv_cache_causal_top_left.py:CachedCausalSelfAttention": "cache-causal-top-left",
     "raises_mask_fill_typo.py:TypoMaskAttention": "",
     "short_range_only.py:LocalWhenLongAttention": "",
 }
@@ -140,8 +147,29 @@ _KVQ = "ok_key_value_query_order.py:MultiHeadedAttention"
 _REQUIRED = "ok_required_padding_mask.py:PaddedEncoderAttention"
 _GQA = "ok_grouped_kv_heads.py:GroupedQueryAttention"
 _FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
+_LLAMA_CACHE = "ok_rope_kv_cache.py:CachedRoPEAttention"
+_GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
+_MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
 
 MUTANTS = [
+    _m(_MQA_CACHE, "cache-causal-top-left", ("is_causal=layer_past is None", "is_causal=True"),
+       note="sdpa-is-causal-in-step"),
+    _m(_LLAMA_CACHE, "cache-causal-top-left", (".tril(S - T)", ".tril()")),
+    _m(_LLAMA_CACHE, "cache-positions-not-offset",
+       ("torch.arange(start, start + T, device=x.device)", "torch.arange(T, device=x.device)")),
+    _m(_LLAMA_CACHE, "rope-half-split-on-interleaved",
+       ("torch.cat((freqs, freqs), dim=-1)", "freqs.repeat_interleave(2, dim=-1)")),
+    _m(_LLAMA_CACHE, "kv-heads-tiled", ("k = k.repeat_interleave(group, dim=1)", "k = k.repeat(1, group, 1, 1)"),
+       ("v = v.repeat_interleave(group, dim=1)", "v = v.repeat(1, group, 1, 1)")),
+    _m(_LLAMA_CACHE, "missing-scale", (" / math.sqrt(self.head_dim)", "")),
+    _m(_GPTJ_CACHE, "rope-interleaved-on-half-split",
+       ("sin = sinusoid.sin().repeat_interleave(2, dim=-1)", "sin = torch.cat((sinusoid.sin(),) * 2, dim=-1)"),
+       ("cos = sinusoid.cos().repeat_interleave(2, dim=-1)", "cos = torch.cat((sinusoid.cos(),) * 2, dim=-1)")),
+    _m(_GPTJ_CACHE, "cache-causal-top-left", ("diagonal=S - L + 1", "diagonal=1")),
+    _m(_GPTJ_CACHE, "cache-positions-not-offset",
+       ("q, k = self.rotary(q, past), self.rotary(k, past)", "q, k = self.rotary(q, 0), self.rotary(k, 0)")),
+    _m(_GPTJ_CACHE, "keys-used-as-values", ("torch.matmul(torch.softmax(w, dim=-1), v)",
+                                            "torch.matmul(torch.softmax(w, dim=-1), k)")),
     _m(_GQA, "kv-heads-tiled", ("torch.repeat_interleave(xk, group, dim=2)", "xk.repeat(1, 1, group, 1)"),
        ("torch.repeat_interleave(xv, group, dim=2)", "xv.repeat(1, 1, group, 1)")),
     _m(_REQUIRED, "missing-scale", (" / math.sqrt(c // self.n_heads)", "")),

@@ -31,7 +31,9 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    assignments that fit (orders, fused thirds, head counts) are candidates.
 8. Verdict (``verdict.py``): the candidate that reproduces the outputs with the correct maths is
    compared with ``MultiHeadAttention`` on outputs and gradients (``compare.py``), then at longer
-   lengths up to 64 tokens, and a keep mask added times +1e9 is ruled out -> PASS; otherwise
+   lengths up to 64 tokens, and a keep mask added times +1e9 is ruled out -> PASS (a module that turns q
+   and k by position is compared with RoPE in the pairing it uses, ``rotary.py``; a module with a KV
+   cache must then give the same rows from a prompt and single steps, ``incremental.py``); otherwise
    the catalogue's variants (``catalogue.py``, ``diagnose.py``) and the measured scale (``scale.py``)
    name the bug (the order of those tries is in ``verdict.py``), and the mask convention is re-read
    under that bug. A mask that could not be verified never passes.

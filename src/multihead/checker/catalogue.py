@@ -51,6 +51,11 @@ BUGS: tuple[Bug, ...] = (
     Bug("mask-ignored", "masked-fill", ("ignore-mask",)),
     Bug("mask-sign-flipped", "mask-fill-value", ()),
     Bug("kv-heads-tiled", "gqa-memory", ("kv-heads-tiled",)),
+    # judged by behaviour outside reference_variant's forms: RoPE pairings (rotary.py), cached steps (incremental.py)
+    Bug("rope-half-split-on-interleaved", "rope", ()),
+    Bug("rope-interleaved-on-half-split", "rope", ()),
+    Bug("cache-positions-not-offset", "kv-cache", ()),
+    Bug("cache-causal-top-left", "kv-cache", ()),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
@@ -108,15 +113,19 @@ def _tiled_rows(keep: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = False,
                       mistake: str | None = None, fill: float = -math.inf,
-                      scale: float | None = None) -> torch.Tensor:
+                      scale: float | None = None, positions: tuple | None = None) -> torch.Tensor:
     """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become;
-    ``scale`` (default 1/sqrt(D)) multiplies the scores."""
+    ``scale`` (default 1/sqrt(D)) multiplies the scores; ``weights.rope`` (if set) turns q and k to
+    ``positions`` = (q positions (Lq,), k positions (Lk,)), default 0 ... L-1."""
     if mistake == "ignore-mask":
         keep = None  # e.g. `scores.masked_fill(...)` whose result is thrown away
     num_heads, kv_heads = weights.num_heads, weights.num_kv_heads
     q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
     k = _split(_project(xk, weights.k), kv_heads, mistake)  # (B, Hkv, Lk, D)
     v = _split(_project(xv, weights.v), kv_heads, mistake)  # (B, Hkv, Lk, D)
+    if weights.rope is not None:
+        q_at, k_at = positions or (torch.arange(q.shape[-2]), torch.arange(k.shape[-2]))
+        q, k = weights.rope.turn(q, q_at), weights.rope.turn(k, k_at)
     if kv_heads != num_heads and mistake == "kv-heads-tiled":  # query head h reads kv head h % Hkv
         k, v = (t.repeat(1, num_heads // kv_heads, 1, 1) for t in (k, v))  # (B, H, Lk, D)
     elif kv_heads != num_heads:  # query head h reads kv head h // (H / Hkv)

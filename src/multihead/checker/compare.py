@@ -41,6 +41,8 @@ def reference_parameters(weights: Weights) -> tuple[MultiHeadAttention, dict]:
     learner's own tensors, so that gradients reach them (no output projection: its identity stays)."""
     pairs = {"q_proj": weights.q, "k_proj": weights.k, "v_proj": weights.v, "out_proj": weights.o}
     reference = linears_to_module(*pairs.values(), num_heads=weights.num_heads)
+    if weights.rope is not None:  # q and k turned by mh.RoPE in the layout the learner's module uses
+        reference.rope = weights.rope.module(weights.head_dim)
     params = {}
     for name, pair in pairs.items():
         if pair is not None:

@@ -33,6 +33,7 @@ class Weights:
     v: tuple
     o: tuple | None
     num_heads: int
+    rope: object = None  # a rotary.Rotary turning q and k, or None
 
     @property
     def head_dim(self) -> int:
@@ -52,13 +53,14 @@ class RoleAssignment:
     num_heads: int
     style: str  # "separate", "fused", "fused-per-head", "per-head", "fused-kv"
     labels: dict[str, str] = field(default_factory=dict)  # role -> description overriding the pieces'
+    rope: object = None  # a rotary.Rotary the module turns q and k with, or None
 
     def weights(self, module: nn.Module | None = None) -> Weights:
         """The current parameters (differentiable views of the learner's own tensors)."""
         qkv = [_stack([_rows(proj, rows) for proj, rows in self.pieces[r]]) for r in ROLES]
         out = self.pieces.get("o") or []
         o = _rows(*out[0]) if out else None
-        return Weights(*qkv, o=o, num_heads=self.num_heads)
+        return Weights(*qkv, o=o, num_heads=self.num_heads, rope=self.rope)
 
     def describe(self) -> dict[str, str]:
         """Role -> where it lives, e.g. {"q": "c_attn rows 0:16", "o": "(none)"}."""

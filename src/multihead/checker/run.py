@@ -34,6 +34,7 @@ from multihead.checker.names import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NA
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
+from multihead.checker.rotary import bases
 from multihead.checker.text import bug_name, bug_names, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
 
@@ -195,7 +196,7 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
     module.eval()
     spec = apply_hints(read_signature(module.forward), hints)
     setup = Setup(_input_dims(module, kwargs), _heads_hint(module, kwargs, hints), hints,
-                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square)
+                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, kwargs))
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
             invoke(module, spec, *inputs(setup.dims, PROBE_BATCH, 5, 5, torch.float32, 0))

@@ -29,6 +29,12 @@ BUG_TITLE = {
     "mask-ignored": ("mask has no effect", "掩码没有起作用"),
     "mask-sign-flipped": ("mask added with the wrong sign", "掩码加到分数上时符号反了"),
     "kv-heads-tiled": ("key/value heads tiled, not grouped", "键/值头按整体平铺复制，而不是按组复制"),
+    "rope-half-split-on-interleaved": ("half-split RoPE turn on interleaved cos/sin",
+                                       "cos/sin 按相邻成对排列，却用了前后两半配对的旋转"),
+    "rope-interleaved-on-half-split": ("interleaved RoPE turn on half-split cos/sin",
+                                       "cos/sin 按前后两半排列，却用了相邻成对的旋转"),
+    "cache-positions-not-offset": ("positions not offset by the cache length", "位置没有加上缓存长度"),
+    "cache-causal-top-left": ("causal mask aligned top-left in a cached step", "缓存解码时因果掩码按左上角对齐"),
 }
 
 
@@ -139,6 +145,43 @@ BUG_TEXT = {
         "键/值头是用 repeat 复制的（第 j 个键/值头被分给了第 j、j + Hkv……个查询头）；"
         "而每个键/值头应属于一组相邻的查询头：应写 repeat_interleave(H // Hkv, dim=1)，"
         "让第 h 个查询头读取第 h // (H // Hkv) 个键/值头。"),
+    "rope-half-split-on-interleaved": (
+        "RoPE pairs the wrong features. The cos/sin tables repeat each frequency on neighbouring features "
+        "(repeat_interleave(freqs, 2): pairs (0, 1), (2, 3), ...), but the turn is rotate_half, which pairs "
+        "feature i with i + D/2. The result is not a rotation: scores no longer depend on the distance alone. "
+        "Use one layout for both: cat((freqs, freqs), -1) with rotate_half (GPT-NeoX, Llama), or the "
+        "interleaved tables with the pairwise turn (-x[1::2], x[0::2]) (GPT-J, Meta's complex form), whichever "
+        "the checkpoint was trained with.",
+        "RoPE 配错了特征对。cos/sin 表把每个频率放在相邻的两个特征上（repeat_interleave(freqs, 2)，"
+        "即 (0, 1)、(2, 3)……成对），旋转却用了 rotate_half，它把第 i 个特征和第 i + D/2 个配成一对。"
+        "这样算出来的已经不是旋转，分数也就不再只取决于两个位置的距离。两处要用同一种排列："
+        "要么 cat((freqs, freqs), -1) 配 rotate_half（GPT-NeoX、Llama 的写法），"
+        "要么相邻成对的表配逐对旋转 (-x[1::2], x[0::2])（GPT-J、Meta 复数写法），以模型训练时用的那种为准。"),
+    "rope-interleaved-on-half-split": (
+        "RoPE pairs the wrong features. The cos/sin tables are half-split (cat((freqs, freqs), -1): feature i "
+        "shares its frequency with i + D/2), but the turn pairs neighbours ((-x[1::2], x[0::2]), the "
+        "interleaved layout). The result is not a rotation: scores no longer depend on the distance alone. "
+        "Use one layout for both: the half-split tables with rotate_half (GPT-NeoX, Llama), or "
+        "repeat_interleave(freqs, 2) with the pairwise turn (GPT-J), whichever the checkpoint was trained with.",
+        "RoPE 配错了特征对。cos/sin 表是前后两半排列的（cat((freqs, freqs), -1)，第 i 个特征和第 i + D/2 个"
+        "共用一个频率），旋转却把相邻的两个特征配成一对（(-x[1::2], x[0::2])，即交错排列）。"
+        "这样算出来的已经不是旋转，分数也就不再只取决于两个位置的距离。两处要用同一种排列："
+        "要么前后两半的表配 rotate_half（GPT-NeoX、Llama 的写法），"
+        "要么 repeat_interleave(freqs, 2) 配逐对旋转（GPT-J 的写法），以模型训练时用的那种为准。"),
+    "cache-positions-not-offset": (
+        "With the cache, every call starts its positions at 0: the new token is turned as if it were the first "
+        "one (off by the prompt). Its position is the number of tokens already cached: "
+        "positions = torch.arange(past_len, past_len + L), where past_len is the cache's length before this call.",
+        "用缓存时，每次调用的位置都从 0 开始，新词被当成第一个词来旋转（差了整个提示的长度）。"
+        "新词的位置应是缓存里已有的词数：positions = torch.arange(past_len, past_len + L)，"
+        "其中 past_len 是这次调用之前缓存的长度。"),
+    "cache-causal-top-left": (
+        "In a cached step the causal mask is aligned top-left (torch.ones(Lq, Lk).tril()): with one new query "
+        "and Lk cached keys it sees only key 0. The new queries are the last Lq positions, so align it "
+        "bottom-right: tril(Lk - Lq), i.e. query i sees keys j <= i + Lk - Lq.",
+        "缓存解码的一步里，因果掩码是按左上角对齐的（torch.ones(Lq, Lk).tril()）：只有一个新查询、"
+        "缓存里有 Lk 个键时，它只能看到第 0 个键。新的查询是最后 Lq 个位置，掩码应按右下角对齐："
+        "写成 tril(Lk - Lq)，也就是第 i 个查询能看到 j <= i + Lk - Lq 的键。"),
     "mask-ignored": (
         "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
         "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
@@ -181,6 +224,16 @@ CONVENTION_TEXT = {
     "kv-heads": ("key/value heads: {kv_heads}, each shared by a group of query heads (GQA)",
                  "键/值头有 {kv_heads} 个，每个由一组查询头共享（GQA）"),
     "dtype:float32": ("runs in float32 only (compared in float32)", "只能在 float32 下运行（因此按 float32 比较）"),
+    "rope:half": ("RoPE on q and k, half-split pairs (i, i + D/2), base {base}",
+                  "对 q 和 k 施加了 RoPE，按前后两半配对 (i, i + D/2)，基数 base 为 {base}"),
+    "rope:interleaved": ("RoPE on q and k, interleaved pairs (2i, 2i + 1), base {base}",
+                         "对 q 和 k 施加了 RoPE，按相邻两个配对 (2i, 2i + 1)，基数 base 为 {base}"),
+    "cache": ("KV cache driven through {protocol}: a prompt of {prompt} tokens, then {steps} single steps, "
+              "compared with the full forward", "通过 {protocol} 使用 KV 缓存：先输入 {prompt} 个词的提示，"
+              "再逐个输入 {steps} 个词，与一次性完整前向的结果比较"),
+    "cache:unused": ("cache argument ({protocol}): not read back (each call attends to its own tokens only), "
+                     "so cached decoding was not checked", "缓存参数（{protocol}）：没有被读回（每次调用只关注自己输入的词），"
+                     "因此没有检查带缓存的解码"),
 }
 
 # mask encoding name -> (English, Chinese)
@@ -288,6 +341,12 @@ MESSAGES = {
                                   "too (a causal fill and a mask fill that are not the same number?)",
                                   "这是根据不带掩码的输出判断的：带掩码时，输出与这种错误写法也对不上"
                                   "（因果屏蔽和掩码用的填充值是否不一样？）"),
+    "cache-raises": ("with its cache ({protocol}: a prompt, then one token at a time) it raises {error} at {where}",
+                     "使用缓存时（{protocol}：先输入提示，再逐个输入词）抛出异常 {error}，出错的代码：{where}"),
+    "cache-differs": ("with its cache ({protocol}), a prompt of {prompt} tokens then one token at a time gives "
+                      "other rows than its full forward, from token {row} on (max error {error:.2e})",
+                      "使用缓存时（{protocol}），先输入 {prompt} 个词的提示、再逐个输入词，得到的结果与完整前向不同，"
+                      "从第 {row} 个词开始就不一致（最大误差 {error:.2e}）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出都被隐藏了"),
 }

@@ -3,7 +3,9 @@
 The verdict, in order (each step only when the previous ones did not explain the outputs):
 
 1. some role assignment reproduces the outputs with the correct maths -> forward + gradient comparison
-   with ``MultiHeadAttention`` (``compare.py``) -> PASS;
+   with ``MultiHeadAttention`` (``compare.py``) -> PASS; for self-attention, with q and k turned by RoPE
+   in either pairing when plain maths does not fit (``rotary.py``; mixed pairings are bugs), and with the
+   module's KV cache driven step by step after the PASS (``incremental.py``);
 2. a catalogue form reproduces them -> FAIL with that bug (``diagnose.closest``);
 3. a causal buffer applied after the softmax (weights zeroed through ``tril``) -> mask-after-softmax;
 4. a measured scale other than 1/sqrt(D) reproduces them -> the scale bug it names (``scale.py``);
@@ -16,7 +18,7 @@ A mask argument whose convention could not be verified never ends in PASS (``mas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -26,12 +28,14 @@ from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
+from multihead.checker.incremental import check_cached
 from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding,
                                      encoding_by_agreement, keep_shifts_scores, tried_text)
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs, describe_seen
 from multihead.checker.roles import candidate_roles
+from multihead.checker.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
 from multihead.checker.scale import measure_scale
 from multihead.checker.text import bug_name, say
 
@@ -48,6 +52,7 @@ class Setup:
     context_limited: bool  # built with a context length: probes stay within 6 tokens, Lq = Lk
     square: int | None = None  # Lq = Lk = head_dim (the retry after an exception), else None
     dtype: torch.dtype = torch.float64
+    rope_bases: tuple[float, ...] = (DEFAULT_BASE,)  # the RoPE wavelength bases to try (rotary.bases)
 
     @property
     def tol(self) -> float:
@@ -74,7 +79,7 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
         report.reason = say("no-roles", report.lang, seen=seen)
         return report
     return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
-                    setup.tol, report)
+                    setup.tol, report, setup.rope_bases)
 
 
 def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
@@ -116,20 +121,33 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
     return found, describe_seen(seen.projections, seen.seen)
 
 
-def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report):
+def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report,
+             rope_bases: tuple[float, ...] = (DEFAULT_BASE,)):
     """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
     the bug whose variant reproduces them (if one does). See the module docstring for the order."""
     cases = plain + make_masked(spec)
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
     match = closest(module, spec, assignments, cases, wanted, [None])
+    turned = None
+    if match.error > tol and spec.inputs == "x":  # q and k turned by position: RoPE, in which pairing?
+        turned = _rope_match(module, spec, assignments, cases, wanted, rope_bases)
+        if turned[0].error <= ROPE_TOLERANCE:
+            match, assignments, tol = turned[0], turned[1], max(tol, ROPE_TOLERANCE)
+            report.bug, turned = match.roles.rope.bug, None
     report.verdict, report.error = "fail", match.error
-    if match.error <= tol:
+    if report.bug:  # the rotation's pairing is the bug
+        pass
+    elif match.error <= tol:
         report.error, report.grad_error = compare_with_reference(module, spec, match.roles, cases)
         if max(report.error, report.grad_error) <= tol:
             report.verdict = "pass"
     else:
         match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
+        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if turned else ():
+            match = _name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
+            if report.bug:  # RoPE and another bug, named under the pairing that fits best
+                break
         if report.bug and spec.mask_param and spec.encoding is not None and spec.encoding.family != "causal":
             _mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     if report.verdict == "pass" and spec.mask_param and keep_shifts_scores(module, spec, plain[0][:3]):
@@ -139,6 +157,8 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
                               for key, values in report.conventions]
     if report.verdict == "pass":
         _check_longer(module, spec, match.roles, plain, tol, report)
+    if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
+        check_cached(module, spec, match.roles, tol, report)
     if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
         report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
                                                     tried=tried_text(report.lang))
@@ -151,10 +171,32 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
     if weights.num_kv_heads != weights.num_heads:
         report.conventions.append(("kv-heads", {"kv_heads": weights.num_kv_heads}))
+    if weights.rope is not None:
+        report.conventions.append(("rope:" + ("interleaved" if weights.rope.tables_interleaved else "half"),
+                                   {"base": f"{weights.rope.base:g}"}))
     return report
 
 
 LONGER = (12, 16, 24, 40, 64)  # probe lengths after a PASS at short ones: approximations exact only when short
+
+
+def _rope_match(module, spec: CallSpec, assignments, cases, wanted, bases):
+    """(the closest match, the assignments turned by its Rotary): the first rotation that reproduces the
+    outputs (correct pairings first, then mixed ones: a pairing bug), else the closest mixed one."""
+    for correct in (True, False):
+        turned = [replace(roles, rope=rope) for rope in rotaries(bases, correct) for roles in assignments]
+        match = closest(module, spec, turned, cases, wanted, [None])
+        if match.error <= ROPE_TOLERANCE:
+            break
+    return match, [roles for roles in turned if roles.rope == match.roles.rope]
+
+
+def _pairings_by_fit(module, spec: CallSpec, assignments, cases, wanted, bases) -> list[list]:
+    """The assignments turned by each correct pairing (first base), the pairing whose closest catalogue
+    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing."""
+    forms = [None] + forms_to_try(spec.encoding is not None, spec.causal)
+    turned = [[replace(roles, rope=rope) for roles in assignments] for rope in rotaries(bases[:1], True)[1::2]]
+    return sorted(turned, key=lambda rotated: closest(module, spec, rotated, cases, wanted, forms).error)
 
 
 def _check_longer(module, spec: CallSpec, roles, plain, tol: float, report) -> None:

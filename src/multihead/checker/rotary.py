@@ -1,0 +1,86 @@
+"""RoPE inside a learner's module: the rotations the checker tries on q and k, judged by behaviour.
+
+A module that turns its queries and keys by position reproduces none of the plain variants. The checker
+then tries ``Rotary`` variants: the cos/sin tables in one layout (half-split ``cat(f, f)`` as in
+GPT-NeoX / Llama, or interleaved ``repeat_interleave(f, 2)`` as in GPT-J) and the quarter turn in one
+layout (``multihead.positions.apply_rotary``). Equal layouts are correct RoPE (``mh.RoPE`` in that layout);
+mixed ones are the pairing bugs: the pairs the turn rotates are not the pairs the tables were made for.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from multihead.positions import RoPE
+from multihead.positions.rotary import apply_rotary
+
+BASE_NAMES = ("base", "theta", "rope_theta", "rope_base", "rotary_base", "rotary_emb_base")
+DEFAULT_BASE = 10000.0
+# The learner's angles are often made in float32 (positions * inv_freq): at 64 positions that moves an
+# angle by up to 64 * 2**-24 rad; the checker accepts this rounding, and no more, when RoPE is applied.
+ROPE_TOLERANCE = 2e-5
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """One way of turning q and k: ``tables_interleaved`` is the cos/sin layout, ``turn_interleaved`` the
+    quarter turn's; ``float32`` = frequencies rounded to float32 (as a float32 inv_freq buffer holds them)."""
+
+    base: float
+    tables_interleaved: bool
+    turn_interleaved: bool
+    float32: bool
+
+    @property
+    def correct(self) -> bool:
+        return self.tables_interleaved == self.turn_interleaved
+
+    @property
+    def bug(self) -> str | None:
+        """The catalogue id of a mixed pairing, None for correct RoPE."""
+        if self.correct:
+            return None
+        return "rope-half-split-on-interleaved" if self.tables_interleaved else "rope-interleaved-on-half-split"
+
+    def frequencies(self, head_dim: int) -> torch.Tensor:
+        """(D/2,) float64: base ** (-2i / D)."""
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+        freqs = 1.0 / self.base ** exponents
+        return freqs.float().double() if self.float32 else freqs
+
+    def turn(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """t (B, H, L, D) turned to ``positions`` (L,); shape unchanged."""
+        cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)
+        return apply_rotary(t, cos, sin, self.turn_interleaved)
+
+    def module(self, head_dim: int) -> RoPE:
+        """``mh.RoPE`` in this (correct) layout with these exact frequencies, for the reference module."""
+        rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved)
+        rope.inv_freq = self.frequencies(head_dim)  # float64: positions (float32) * inv_freq -> float64 angles
+        return rope
+
+
+@functools.lru_cache(maxsize=256)
+def _tables(rope: Rotary, head_dim: int, positions: tuple[int, ...], dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin (1, L, D) in the rotary's table layout (the checker asks for the same few many times)."""
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(head_dim)  # (L, D/2)
+    table = angles.repeat_interleave(2, dim=-1) if rope.tables_interleaved else torch.cat((angles, angles), -1)
+    return table.cos().to(dtype)[None], table.sin().to(dtype)[None]
+
+
+def bases(module, kwargs: dict) -> tuple[float, ...]:
+    """The wavelength bases to try: any named base/theta among the constructor arguments or the module's
+    attributes, then 10000."""
+    found = [kwargs.get(name, getattr(module, name, None)) for name in BASE_NAMES]
+    numbers = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+    return tuple(dict.fromkeys(numbers + [DEFAULT_BASE]))
+
+
+def rotaries(bases_to_try: tuple[float, ...], correct: bool) -> list[Rotary]:
+    """The correct layouts (``correct``) or the mixed ones, at every base, float32 frequencies first."""
+    layouts = [(False, False), (True, True)] if correct else [(True, False), (False, True)]
+    return [Rotary(base, tables, turn, float32) for tables, turn in layouts for base in bases_to_try
+            for float32 in (True, False)]
