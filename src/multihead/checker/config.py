@@ -62,15 +62,3 @@ class GuessedConfig:
 
 def _nested(value):
     return GuessedConfig(value) if isinstance(value, dict) else value
-
-
-def parse_config(text) -> dict | None:
-    """The --config JSON object (or a dict), or None when no config is given."""
-    from multihead.checker.load import LoadError, json_object
-
-    if text is None or isinstance(text, dict):
-        return text
-    if not isinstance(text, str):
-        raise LoadError(f"config must be a dict of attributes or its JSON text, got {type(text).__name__}",
-                        f"config 必须是属性组成的 dict 或其 JSON 文本，实际是 {type(text).__name__}")
-    return json_object(text, "--config", '{"n_embd": 16, "n_head": 4}', "attributes", "属性")

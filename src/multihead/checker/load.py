@@ -18,8 +18,18 @@ from pathlib import Path
 from torch import nn
 
 from multihead.checker.config import GuessedConfig
-from multihead.checker.names import (EMBED_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES, SWITCH_ON, guess_value,
-                                     is_config_name, is_dropout, is_head_count_name, is_head_size_name, tried_text)
+from multihead.checker.names import (
+    EMBED_NAMES,
+    LENGTH_NAMES,
+    QUERY_SIZE_NAMES,
+    SWITCH_ON,
+    guess_value,
+    is_config_name,
+    is_dropout,
+    is_head_count_name,
+    is_head_size_name,
+    tried_text,
+)
 
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
@@ -98,6 +108,16 @@ def parse_init(text: str | None) -> dict:
     if text is None:
         return {}
     return json_object(text, "--init", '{"d_model": 16, "num_heads": 4}', "keyword arguments", "关键字参数")
+
+
+def parse_config(text) -> dict | None:
+    """The --config JSON object (or a dict), or None when no config is given."""
+    if text is None or isinstance(text, dict):
+        return text
+    if not isinstance(text, str):
+        raise LoadError(f"config must be a dict of attributes or its JSON text, got {type(text).__name__}",
+                        f"config 必须是属性组成的 dict 或其 JSON 文本，实际是 {type(text).__name__}")
+    return json_object(text, "--config", '{"n_embd": 16, "n_head": 4}', "attributes", "属性")
 
 
 def json_object(text: str, option: str, example: str, what: str, what_zh: str) -> dict:

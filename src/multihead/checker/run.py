@@ -23,14 +23,31 @@ from torch import nn
 from multihead.checker import conventions as conv
 from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signature
 from multihead.checker.catalogue import BUG_OF_FORM
-from multihead.checker.config import GuessedConfig, parse_config
+from multihead.checker.config import GuessedConfig
 from multihead.checker.diagnose import match_exception, random_weights
 from multihead.checker.hints import Hints, apply_hints, parse_hints
-from multihead.checker.load import (LoadError, build, load_class, misspelled_forward, parse_init, size_values,
-                                    switched_on, with_head_count)
+from multihead.checker.load import (
+    LoadError,
+    build,
+    load_class,
+    misspelled_forward,
+    parse_config,
+    parse_init,
+    size_values,
+    switched_on,
+    with_head_count,
+)
 from multihead.checker.masks import all_keep_encoding
-from multihead.checker.names import (EMBED, EMBED_NAMES, HEAD_NAMES, KEY_SIZE_NAMES, LENGTH_NAMES, QUERY_SIZE_NAMES,
-                                     VALUE_SIZE_NAMES, is_head_count_name)
+from multihead.checker.names import (
+    EMBED,
+    EMBED_NAMES,
+    HEAD_NAMES,
+    KEY_SIZE_NAMES,
+    LENGTH_NAMES,
+    QUERY_SIZE_NAMES,
+    VALUE_SIZE_NAMES,
+    is_head_count_name,
+)
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
