@@ -8,8 +8,8 @@ import pytest
 from torch import nn
 
 from multihead.checker import check
-from multihead.checker.config import GuessedConfig, parse_config
-from multihead.checker.load import LoadError, build, guess_init, size_values, with_head_count
+from multihead.checker.config import GuessedConfig
+from multihead.checker.load import LoadError, build, guess_init, parse_config, size_values, with_head_count
 from multihead.checker.names import guess_value, is_config_name, tried_text
 from multihead.cli import main
 from zoo_mutants import target_path
