@@ -16,6 +16,7 @@ import torch
 
 from multihead.backends.problem import Problem
 from multihead.errors import AttentionError
+from multihead.backends.scored import scored_note
 from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
@@ -81,7 +82,8 @@ class BandedBackend:
     def describe(self, p: Problem) -> str:
         blocks, _ = _blocks(p)
         return (f"F.scaled_dot_product_attention per block of {blocks[0][1] - blocks[0][0]} queries on the keys "
-                f"it may see ({len(blocks)} calls, {_skipped(p, blocks):.0%} of the (Lq, Lk) grid skipped)")
+                f"it may see ({len(blocks)} calls, {_skipped(p, blocks):.0%} of the (Lq, Lk) grid skipped)"
+                + scored_note(p, "block"))
 
     def run(self, p: Problem) -> torch.Tensor:
         blocks, ix = _blocks(p)

@@ -19,6 +19,7 @@ from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched 
 
 from multihead.backends.problem import Problem
 from multihead.backends.reference import zero_where
+from multihead.backends.scored import reference_on_grid, scored_note, transforms_scores
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
 
@@ -60,6 +61,8 @@ def run_sdpa(q, k, v, mask: Mask | None, ix, dropout: float, scale: float, gqa: 
     ix: the grid's Index, or a function that makes it (the whole grid: its form is remembered per mask,
     so a call that finds it needs no Index at all).
     """
+    if transforms_scores(mask):  # a score_mod: no fused kernel takes it (see backends/scored.py)
+        return reference_on_grid(q, k, v, mask, ix() if callable(ix) else ix, dropout, scale, gqa)
     if mask is None:
         form = SdpaMask(None, False, None, None)
     elif callable(ix):
@@ -128,6 +131,8 @@ class SdpaBackend:
         return None
 
     def describe(self, p: Problem) -> str:
+        if transforms_scores(p.mask):
+            return "in place of F.scaled_dot_product_attention" + scored_note(p, "call")
         form = sdpa_mask(p.mask, p.index(rows_may_shift=True), p.q.dtype)
         kernel = sdpa_kernel_report(p.q, p.k, p.v, form.attn_mask, form.is_causal, p.dropout, p.scale, p.gqa)
         return (f"F.scaled_dot_product_attention, {describe_mask(form)}" + (", enable_gqa=True" if p.gqa else "")

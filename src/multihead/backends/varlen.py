@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.problem import Problem
+from multihead.backends.scored import scored_note
 from multihead.backends.sdpa import run_sdpa, score_variants_unsupported
 from multihead.masks import Index
 
@@ -99,7 +100,7 @@ class VarlenBackend:
         fraction, _ = _skipped(p, slices)
         return (f"F.scaled_dot_product_attention per slice on its valid part ({len(slices)} calls, "
                 f"{fraction:.0%} of the (Lq, Lk) grid skipped as padding)"
-                + (", enable_gqa=True" if p.gqa else ""))
+                + (", enable_gqa=True" if p.gqa else "") + scored_note(p, "slice"))
 
     def run(self, p: Problem) -> torch.Tensor:
         found = _slices(p)
@@ -122,7 +123,7 @@ class VarlenBackend:
                 if q_lo > at:
                     pieces.append(qs[b].new_zeros(H, q_lo - at, p.v.shape[-1]))  # rows no slice covers
                 ext = (q_ext if isinstance(q_ext, int) else q_ext[b], k_ext if isinstance(k_ext, int) else k_ext[b])
-                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (part,), p.q.device)
+                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (part,), p.q.device, H=H)
                 out = run_sdpa(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
                                p.mask, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
                 pieces.append(out[0])
