@@ -50,8 +50,11 @@ class Case:
 
 
 def make_case(rng: random.Random, *, max_len: int = 20, kinds=KINDS, dtypes=DTYPES, max_parts: int = 3,
-              variants: bool = True) -> Case:
-    """A random Case; lengths 1..max_len, at most max_parts mask parts (one lengths part at most)."""
+              variants: bool = True, first: str | None = None) -> Case:
+    """A random Case; lengths 1..max_len, at most max_parts mask parts (one lengths part at most).
+
+    first: a kind the mask starts with (the others are drawn after it, in random order around it).
+    """
     H = rng.choice((1, 2, 4))
     Lq = rng.randint(1, max_len)
     case = Case(B=rng.choice((1, 2, 3)), H=H, Hkv=rng.choice([d for d in (1, 2, 4) if H % d == 0]), Lq=Lq,
@@ -59,8 +62,10 @@ def make_case(rng: random.Random, *, max_len: int = 20, kinds=KINDS, dtypes=DTYP
                 dtype=rng.choice(dtypes), seed=rng.getrandbits(31))
     g = torch.Generator().manual_seed(case.seed + 1)
     chosen: list[str] = []
-    for _ in range(rng.randint(0, max_parts)):
-        kind = rng.choice(kinds)
+    drawn = [rng.choice(kinds) for _ in range(rng.randint(0, max_parts))]
+    if first is not None:
+        drawn.insert(rng.randint(0, len(drawn)), first)
+    for kind in drawn:
         if kind.startswith("lengths") and any(c.startswith("lengths") for c in chosen):
             continue
         chosen.append(kind)

@@ -16,11 +16,13 @@ KNOWN = {
     3: "issue 17 item 3 (Mask.additive in bf16/fp16 crashes), fixed on the core branch",
     4: "issue 17 item 4 (a mask built in inference_mode breaks the memo), fixed on the core branch",
     5: "issue 17 item 5 (NaN in a query row comes back as 0 on sdpa), fixed on the core branch",
+    "precision": ("issue 17 'Precision' (float biases summed and passed in the input dtype on the fast path), "
+                  "fixed on the core branch"),
     6: "issue 17 item 6 ((B, Lq) lengths let NaN past the lengths through), fixed on the core branch",
 }
 
 
-def reason(item: int) -> str:
+def reason(item) -> str:
     return KNOWN[item]
 
 
@@ -33,4 +35,6 @@ def known_defect(case: Case, backend: str, mode: str, message: str) -> str | Non
         return KNOWN[3]
     if 2 in KNOWN and "alibi" in kinds and case.dtype in LOW and " off by " in message:
         return KNOWN[2]
+    if "precision" in KNOWN and "additive" in kinds and case.dtype in LOW and " off by " in message:
+        return KNOWN["precision"]
     return None
