@@ -3,8 +3,9 @@
     PYTHONPATH=src python -m tests.conformance.campaign --configs 10000 [--start 0] [--max-len 20]
 
 Each configuration is one random Case (shapes, dtype, mask parts, softcap, sinks), in one mode (grad,
-no_grad, inference_mode), run on every backend (flex on every 10th: eager flex is slow). Prints every failure (the seed rebuilds the case:
-make_case(random.Random(seed))) and a summary; exits 1 when anything failed. Not part of the test
+no_grad, inference_mode), run on every backend (flex on every 50th: eager flex is slow). Prints every
+failure (the seed rebuilds the case: make_case(random.Random(seed))) and a summary; exits 1 when a
+failure is not explained by a known defect (known.py). Not part of the test
 suite's default run (test_conformance_properties.py runs a small version).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from tests.conformance.check import BACKENDS, MODES, check_case
 from tests.conformance.known import known_defect
 
-FLEX_EVERY = 10  # eager flex costs about 0.5 s a call (it builds a BlockMask): every 10th configuration
+FLEX_EVERY = 50  # eager flex costs about 0.5 s a call (it builds a BlockMask): every 50th configuration
 
 
 def main(argv=None) -> int:

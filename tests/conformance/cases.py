@@ -43,7 +43,8 @@ class Case:
         return tuple(torch.randn(s, generator=g, dtype=torch.float64).to(self.dtype) for s in shapes)
 
     def __repr__(self) -> str:
-        extras = (f", softcap={self.softcap:.3g}" if self.softcap else "") + (", sinks" if self.sinks is not None else "")
+        extras = f", softcap={self.softcap:.3g}" if self.softcap else ""
+        extras += ", sinks" if self.sinks is not None else ""
         return (f"Case(B={self.B}, H={self.H}, Hkv={self.Hkv}, Lq={self.Lq}, Lk={self.Lk}, D={self.D}, "
                 f"{str(self.dtype).removeprefix('torch.')}, [{' & '.join(map(repr, self.specs))}]{extras}, "
                 f"seed={self.seed})")

@@ -69,9 +69,10 @@ def build_mask(specs: list[PartSpec]) -> Mask | None:
 
 
 # ---------------------------------------------------------------- the reference's own dense evaluation
-def full_indices(B: int, H: int, Lq: int, Lk: int):
-    """(b, h, i, j) as int64 tensors of the full shape (B, H, Lq, Lk)."""
-    return torch.meshgrid(torch.arange(B), torch.arange(H), torch.arange(Lq), torch.arange(Lk), indexing="ij")
+def grid_indices(B: int, H: int, Lq: int, Lk: int):
+    """(b, h, i, j) as int64 tensors (B, 1, 1, 1), (1, H, 1, 1), (1, 1, Lq, 1), (1, 1, 1, Lk)."""
+    return (torch.arange(B).view(-1, 1, 1, 1), torch.arange(H).view(1, -1, 1, 1), torch.arange(Lq).view(1, 1, -1, 1),
+            torch.arange(Lk).view(1, 1, 1, -1))
 
 
 def extents(specs: list[PartSpec], B: int, Lq: int, Lk: int):
@@ -91,7 +92,8 @@ def query_position(align: str, i, b, q_ext, k_ext):
 
 def dense_terms(specs: list[PartSpec], B: int, H: int, Lq: int, Lk: int):
     """(keep (B, H, Lq, Lk) bool, [score term: function scores64 -> scores64]) in part order."""
-    b, h, i, j = full_indices(B, H, Lq, Lk)
+    b, h, i, j = grid_indices(B, H, Lq, Lk)
+    full = (B, H, Lq, Lk)
     q_ext, k_ext = extents(specs, B, Lq, Lk)
     keep = torch.ones(B, H, Lq, Lk, dtype=torch.bool)
     terms = []
@@ -99,37 +101,37 @@ def dense_terms(specs: list[PartSpec], B: int, H: int, Lq: int, Lk: int):
         a = spec.args
         kind = spec.kind
         if kind in ("keep", "block"):
-            t = torch.broadcast_to(a["t"].cpu() != 0, (B, H, Lq, Lk))
-            keep &= t if kind == "keep" else ~t
+            t = torch.broadcast_to(a["t"].cpu() != 0, full)
+            keep = keep & (t if kind == "keep" else ~t)
         elif kind == "additive":
-            t = torch.broadcast_to(a["t"].cpu().double(), (B, H, Lq, Lk))
-            keep &= t != float("-inf")
+            t = torch.broadcast_to(a["t"].cpu().double(), full)
+            keep = keep & (t != float("-inf"))
             offsets = torch.where(t == float("-inf"), 0.0, t)
             terms.append(lambda s, o=offsets: s + o)
         elif kind == "lengths":
             valid = a["valid"].cpu().long()
             if valid.dim() == 1:
-                keep &= j < valid[b]
+                keep = keep & (j < valid[b])
             else:
-                keep &= j < valid[b, i]
+                keep = keep & (j < valid[b, i])
             if a.get("query") is not None:
-                keep &= i < a["query"].cpu().long()[b]
+                keep = keep & (i < a["query"].cpu().long()[b])
         elif kind == "key_padding":
-            keep &= ~(a["pad"].cpu() != 0)[b, j]
+            keep = keep & (~(a["pad"].cpu() != 0)[b, j])
         elif kind == "causal":
-            keep &= j <= query_position(a["align"], i, b, q_ext, k_ext)
+            keep = keep & (j <= query_position(a["align"], i, b, q_ext, k_ext))
         elif kind == "window":
-            keep &= j > query_position(a["align"], i, b, q_ext, k_ext) - a["size"]
+            keep = keep & (j > query_position(a["align"], i, b, q_ext, k_ext) - a["size"])
         elif kind == "alibi":
             slopes = a["slopes"].cpu().double()
             distance = (query_position(a["align"], i, b, q_ext, k_ext) - j).double()
             terms.append(lambda s, d=-slopes[h] * distance: s + d)
         elif kind == "segments":
-            keep &= a["ids"].cpu()[b, i] == a["key_ids"].cpu()[b, j]
+            keep = keep & (a["ids"].cpu()[b, i] == a["key_ids"].cpu()[b, j])
         elif kind == "mask_mod":
-            keep &= torch.broadcast_to(a["fn"](b, h, i, j).cpu(), (B, H, Lq, Lk))
+            keep = keep & (a["fn"](b, h, i, j).cpu())
         elif kind == "score_mod":
-            terms.append(lambda s, fn=a["fn"]: fn(s, b, h, i, j).to(s.dtype))
+            terms.append(lambda s, fn=a["fn"]: torch.broadcast_to(fn(s, b, h, i, j), s.shape).to(s.dtype))
         else:
             raise KeyError(kind)
     return keep, terms
