@@ -1,4 +1,4 @@
-"""Known defects of the core (issue 17, items 2-6), fixed on the core branch: how to recognise them.
+"""Known defects of the core (issue 17, items 2-6, and one the campaign found), how to recognise them.
 
 After that branch merges, empty KNOWN and remove the xfail marks that cite these items: every test
 then holds the whole contract. `known_defect` is how the property tests and campaign.py set aside a
@@ -18,6 +18,9 @@ KNOWN = {
     5: "issue 17 item 5 (NaN in a query row comes back as 0 on sdpa), fixed on the core branch",
     "precision": ("issue 17 'Precision' (float biases summed and passed in the input dtype on the fast path), "
                   "fixed on the core branch"),
+    "one_query": ("found by the conformance campaign, not in issue 17: with Lq = 1, Mask.only_key_blocks reads "
+                  "Mask.lengths' query_lens as a key-only mask (the query dim has size 1), so sdpa does not zero a "
+                  "padded query; reported to the core branch"),
     6: "issue 17 item 6 ((B, Lq) lengths let NaN past the lengths through), fixed on the core branch",
 }
 
@@ -35,6 +38,9 @@ def known_defect(case: Case, backend: str, mode: str, message: str) -> str | Non
         return KNOWN[3]
     if 2 in KNOWN and "alibi" in kinds and case.dtype in LOW and " off by " in message:
         return KNOWN[2]
+    if "one_query" in KNOWN and case.Lq == 1 and any(s.kind == "lengths" and s.args.get("query") is not None
+                                                     for s in case.specs) and backend in ("auto", "sdpa", "banded"):
+        return KNOWN["one_query"]
     if "precision" in KNOWN and "additive" in kinds and case.dtype in LOW and " off by " in message:
         return KNOWN["precision"]
     return None

@@ -1,5 +1,5 @@
-"""Reproducers of the core defects that issue 17 lists (items 3 and 4), each at the size, dtype and mode
-where it appears. Marked xfail(strict=False) until the core branch's fixes merge; then remove the marks
+"""Reproducers of the core defects that issue 17 lists (items 3 and 4), and of one the conformance
+campaign found, each at the size, dtype and mode where it appears. Marked xfail(strict=False) until the core branch's fixes merge; then remove the marks
 (and empty known.KNOWN). Items 2, 5 and 6 have theirs in test_conformance_long.py and test_conformance_nan.py.
 """
 from __future__ import annotations
@@ -64,3 +64,13 @@ def test_a_lengths_mask_built_in_inference_mode_runs(backend):
     specs = [PartSpec("lengths", {"valid": torch.tensor([5, 8])})]
     exact = reference_attention(q.double(), k.double(), v.double(), specs)
     assert (out.double() - exact).abs().max() < 1e-5
+
+
+@pytest.mark.xfail(strict=False, reason=reason("one_query"))
+@pytest.mark.parametrize("backend", ["auto", "sdpa", "banded"])
+def test_one_padded_query_with_lengths_is_exact_zero(backend):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(3, 2, 1, 8, generator=g) for _ in range(3))
+    valid, query = torch.tensor([1, 1, 0]), torch.tensor([0, 1, 0])  # row 0: one valid key, its query is padding
+    out = mh.attention(q, k, v, Mask.lengths(valid, query), backend=backend)
+    assert (out[0] == 0).all()

@@ -157,4 +157,6 @@ def _axis_index(size: int, i, axis: int, device) -> torch.Tensor:
         shape = [1, 1, 1, 1]
         shape[axis] = size
         return torch.arange(size, device=device).view(shape)
+    if isinstance(i, int):  # a slice's row: 4-dim, so the result keeps the grid's 4 dims even when it is alone
+        return torch.full((1, 1, 1, 1), i, device=device)
     return torch.as_tensor(i, device=device)
