@@ -133,7 +133,3 @@ def check_case(case: Case, mode: str = "grad", backends=BACKENDS) -> list[Outcom
     """Every backend's outcome on one case."""
     expected = Expected(case, mode)
     return [run_backend(case, b, mode, expected) for b in backends]
-
-
-def failures(outcomes: list[Outcome]) -> list[Outcome]:
-    return [o for o in outcomes if o.status == "fail"]

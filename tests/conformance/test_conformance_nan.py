@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead import Mask
 from tests.conformance.cases import DTYPES
 from tests.conformance.check import BACKENDS, CANNOT_RUN, tolerance
 from tests.conformance.known import reason
