@@ -19,7 +19,8 @@ import torch
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.backends.reference import connected_zeros
-from multihead.backends.sdpa import run_sdpa, score_variants_unsupported, sdpa_mask
+from multihead.backends.scored import scored_note
+from multihead.backends.sdpa import run_on_grid, score_variants_unsupported
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
 # below this many keys one dense call is cheaper than several blocks, per device type
@@ -108,7 +109,8 @@ class BandedBackend:
     def describe(self, p: Problem, plan) -> str:
         blocks, _ = plan
         return (f"F.scaled_dot_product_attention per block of {blocks[0][1] - blocks[0][0]} queries on the keys "
-                f"it may see ({len(blocks)} calls, {_skipped(p, blocks):.0%} of the (Lq, Lk) grid skipped)")
+                f"it may see ({len(blocks)} calls, {_skipped(p, blocks):.0%} of the (Lq, Lk) grid skipped)"
+                + scored_note(p, "block"))
 
     def run(self, p: Problem, plan) -> torch.Tensor:
         blocks, ix = plan
@@ -119,6 +121,5 @@ class BandedBackend:
                 outs.append(connected_zeros(q, (*q.shape[:3], p.v.shape[-1]), p.v.dtype))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
-            form = sdpa_mask(p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.q.dtype)
-            outs.append(run_sdpa(q, k, v, form, p.dropout, p.scale, p.gqa))
+            outs.append(run_on_grid(q, k, v, p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))
         return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)

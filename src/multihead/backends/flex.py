@@ -89,7 +89,9 @@ def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk:
     def score_mod(score, b, h, q_idx, kv_idx):
         if softcap is not None:
             score = softcap * torch.tanh(score / softcap)
-        if mask is not None:
+        if mask is not None and mask.transforms_scores:  # Mask.score_mod: every term in part order
+            score = mask.scores(score, point_index(mask, b, h, q_idx, kv_idx, Lq, Lk))
+        elif mask is not None:
             _, bias = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk), score.dtype)
             score = score + bias
         return score
@@ -107,11 +109,11 @@ def flex_forms(mask: Mask, B: int, H: int, Lq: int, Lk: int, device) -> FlexForm
     terms vary over (the others broadcast); which those are is read from the shapes of the dense form."""
     keep, bias = mask.dense(mask.index(B, H, Lq, Lk, device))
     if keep is None:
-        return FlexForms(None, bias is not None)
+        return FlexForms(None, bias is not None or mask.transforms_scores)
     rows, heads = ((1,) * (4 - keep.dim()) + tuple(keep.shape))[:2]
     block_mask = create_block_mask(make_mask_mod(mask, Lq, Lk), B if rows > 1 else None, H if heads > 1 else None,
                                    Lq, Lk, device=device)
-    return FlexForms(block_mask, bias is not None)
+    return FlexForms(block_mask, bias is not None or mask.transforms_scores)
 
 
 def forms_for(p: Problem) -> FlexForms:
@@ -135,6 +137,8 @@ def needs_grad(p: Problem) -> bool:
     """Whether autograd will ask for a gradient through this call."""
     if not torch.is_grad_enabled():
         return False
+    if p.mask is not None and p.mask.has_functions:  # a mask_mod / score_mod may capture learnable tensors
+        return True
     tensors = [p.q, p.k, p.v, p.sinks] + (pytree.tree_leaves(p.mask) if p.mask is not None else [])
     return any(t is not None and t.requires_grad for t in tensors)
 
@@ -219,6 +223,7 @@ class FlexBackend:
         parts = p.mask.parts if p.mask is not None else ()
         keeps = [part.describe() for part in parts if part.keep(ix) is not None]
         biases = [f"{part.describe()} bias" for part in parts if part.bias(ix, torch.float32) is not None]
+        biases += [part.describe() for part in parts if part.changes_scores]
         scores = (["softcap"] if p.softcap is not None else []) + biases
         text = "torch.nn.attention.flex_attention"
         text += f", mask_mod = {' & '.join(keeps)}" if keeps else ", no mask_mod"

@@ -59,11 +59,11 @@ class Problem:
     def dense_mask(self, dtype=None):
         """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask.
 
-        bias is in `dtype`, by default the softmax dtype.
+        bias is in `dtype`, by default the softmax dtype; with Mask.score_mod it is a function of the scores.
         """
         if self.mask is None:
             return None, None
-        return self.mask.dense(self.index(), dtype or self.softmax_dtype)
+        return self.mask.score_terms(self.index(), dtype or self.softmax_dtype)
 
     def weights(self) -> torch.Tensor:
         """The reference attention weights (B, H, Lq, Lk) in the softmax dtype; blocked entries exactly 0."""

@@ -33,7 +33,8 @@ def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
 def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None) -> torch.Tensor:
     """softmax(cap(q k^T * scale) + bias) over keys (and sinks) in at least float32, blocked entries 0.
 
-    q (B, H, Lq, D), k (B, Hkv, Lk, D) -> (B, H, Lq, Lk).
+    q (B, H, Lq, D), k (B, Hkv, Lk, D) -> (B, H, Lq, Lk). bias may also be a function scores -> scores
+    (a mask with Mask.score_mod: see Mask.score_terms).
     """
     k = repeat_kv(k, q.shape[1])
     scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
@@ -41,7 +42,7 @@ def attention_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=No
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
     if bias is not None:
-        scores = scores + bias
+        scores = bias(scores) if callable(bias) else scores + bias
     if keep is not None:
         scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
     if sinks is None:
@@ -96,7 +97,7 @@ class MathBackend:
     def run(self, p: Problem, plan=None) -> torch.Tensor:
         ix = p.index()
         k, v = inert_keys(p, ix)
-        keep, bias = p.mask.dense(ix, p.softmax_dtype) if p.mask is not None else (None, None)
+        keep, bias = p.mask.score_terms(ix, p.softmax_dtype) if p.mask is not None else (None, None)
         weights = attention_weights(p.q, k, keep, bias, p.scale, p.softcap, p.sinks)  # (B, H, Lq, Lk)
         if p.dropout:
             weights = F.dropout(weights, p.dropout)

@@ -21,6 +21,7 @@ from torch._C._nn import scaled_dot_product_attention as _sdpa  # the unpatched 
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import Reason, cannot, empty_sequences
 from multihead.backends.reference import zero_where
+from multihead.backends.scored import reference_on_grid, scored_note, transforms_scores
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
 
@@ -41,7 +42,7 @@ def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> SdpaMask:
     if mask is None:
         return SdpaMask(None, False, None, None)
     causal = mask.causal_parts(ix)
-    keep, bias = mask.dense(ix, dtype, skip=causal)
+    keep, bias = mask.dense(ix, torch.promote_types(dtype, torch.float32), skip=causal)  # summed in float32
     if keep is None and bias is None:
         return SdpaMask(None, bool(causal), None, None)
     visible = mask.key_keep(ix)
@@ -55,9 +56,23 @@ def sdpa_mask(mask: Mask | None, ix: Index, dtype: torch.dtype) -> SdpaMask:
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)  # (.., Lq, 1): rows that keep no key
         keep = keep | dead  # open them for the kernel; zeroed after
+    if bias is not None:
+        bias = kernel_bias(bias, keep, dtype, ix.rows_may_shift)
     if bias is not None and keep is not None:
         bias = bias.masked_fill(~keep, float("-inf"))
     return SdpaMask(keep if bias is None else bias, False, dead, hidden)
+
+
+def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype, rows_may_shift: bool) -> torch.Tensor:
+    """A float32 bias (.., Lq, Lk) cast once to the kernel's `dtype`. A softmax without sinks ignores a
+    constant per row, so where that is allowed each row's largest kept offset is first moved to 0: the
+    keys that carry the weight then get the low-precision dtype's finest steps (ALiBi at long lengths)."""
+    if dtype == bias.dtype:
+        return bias
+    if rows_may_shift:
+        top = (bias if keep is None else bias.masked_fill(~keep, float("-inf"))).amax(-1, keepdim=True)
+        bias = bias - torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
+    return bias.clamp_min(torch.finfo(dtype).min).to(dtype)
 
 
 NO_MASK = SdpaMask(None, False, None, None)
@@ -90,6 +105,14 @@ def run_sdpa(q, k, v, form: SdpaMask, dropout: float, scale: float, gqa: bool) -
         nan_rows = q.sum(-1, keepdim=True)  # (.., Lq, 1): NaN where the row holds NaN (or inf)
         out = out.add_(nan_rows, alpha=0) if not out.requires_grad else torch.add(out, nan_rows, alpha=0)
     return out if form.dead is None else zero_where(form.dead, out)
+
+
+def run_on_grid(q, k, v, mask: Mask | None, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
+    """SDPA on one grid (a sequence's slice, a block of queries) with the mask's form there. A mask with a
+    score function (Mask.score_mod) runs the reference math on the same grid instead (backends/scored.py)."""
+    if transforms_scores(mask):
+        return reference_on_grid(q, k, v, mask, ix, dropout, scale, gqa)
+    return run_sdpa(q, k, v, sdpa_mask(mask, ix, q.dtype), dropout, scale, gqa)
 
 
 def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.Tensor:
@@ -132,21 +155,28 @@ def score_variants_unsupported(p: Problem) -> Reason | None:
     return None
 
 
+SCORED = "reference math on the whole grid"  # the plan for a mask with a score function (no fused kernel)
+
+
 class SdpaBackend:
-    """Plan: the mask's SdpaMask form on the whole grid."""
+    """Plan: the mask's SdpaMask form on the whole grid (SCORED for a mask with a score function)."""
 
     name = "sdpa"
 
-    def plan(self, p: Problem, auto: bool = True) -> SdpaMask | Reason:
+    def plan(self, p: Problem, auto: bool = True) -> SdpaMask | str | Reason:
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
             return EMPTY
-        return score_variants_unsupported(p) or whole_form(p)
+        return score_variants_unsupported(p) or (SCORED if transforms_scores(p.mask) else whole_form(p))
 
-    def describe(self, p: Problem, form: SdpaMask) -> str:
+    def describe(self, p: Problem, form: SdpaMask | str) -> str:
+        if form is SCORED:
+            return "in place of F.scaled_dot_product_attention" + scored_note(p, "call")
         kernel = sdpa_kernel_report(p.q, p.k, p.v, form.attn_mask, form.is_causal, p.dropout, p.scale, p.gqa)
         return (f"F.scaled_dot_product_attention, {describe_mask(form)}" + (", enable_gqa=True" if p.gqa else "")
                 + f"; torch runs {kernel}")
 
-    def run(self, p: Problem, form: SdpaMask) -> torch.Tensor:
+    def run(self, p: Problem, form: SdpaMask | str) -> torch.Tensor:
+        if form is SCORED:
+            return reference_on_grid(p.q, p.k, p.v, p.mask, p.index(), p.dropout, p.scale, p.gqa)
         return run_sdpa(p.q, p.k, p.v, form, p.dropout, p.scale, p.gqa)

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
-from multihead.backends.sdpa import run_sdpa, score_variants_unsupported, sdpa_mask
+from multihead.backends.scored import scored_note
+from multihead.backends.sdpa import run_on_grid, score_variants_unsupported
 from multihead.masks import Index
 
 # "auto" picks this backend only when the padding is worth the extra kernel calls, per device type:
@@ -124,7 +125,7 @@ class VarlenBackend:
         fraction, _ = _skipped(p, plan.slices)
         return (f"F.scaled_dot_product_attention per slice on its valid part ({len(plan.slices)} calls, "
                 f"{fraction:.0%} of the (Lq, Lk) grid skipped as padding)"
-                + (", enable_gqa=True" if p.gqa else ""))
+                + (", enable_gqa=True" if p.gqa else "") + scored_note(p, "slice"))
 
     def run(self, p: Problem, plan: VarlenPlan) -> torch.Tensor:
         B, H, Lq, Lk = p.dims
@@ -145,10 +146,9 @@ class VarlenBackend:
                 if q_lo > at:
                     pieces.append(qs[b].new_zeros(H, q_lo - at, p.v.shape[-1]))  # rows no slice covers
                 ext = (q_hi, k_hi) if own_extents else (Lq, Lk)
-                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (plan.part,), p.q.device)
-                form = sdpa_mask(p.mask, grid, p.q.dtype)
-                out = run_sdpa(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
-                               form, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
+                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (plan.part,), p.q.device, H=H)
+                out = run_on_grid(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
+                                  p.mask, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
                 pieces.append(out[0])
                 at = q_hi
             if not pieces:  # no query of this row sees a key: the row's output is 0

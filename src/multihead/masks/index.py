@@ -40,15 +40,17 @@ class Index:
     satisfied: tuple = ()  # parts that keep every entry of this grid (the parts that cut it out)
     rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
     device: torch.device | str | None = None
+    B: int | None = None  # batch rows and heads of the whole grid, where b or h is None (all of them)
+    H: int | None = None
 
     @classmethod
     def grid(cls, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
         """The whole (B, H, Lq, Lk) grid; extents start as Lq and Lk (Mask.index narrows them)."""
-        return cls(None, None, None, None, Lq, Lk, Lq, Lk, rows_may_shift=rows_may_shift, device=device)
+        return cls(None, None, None, None, Lq, Lk, Lq, Lk, rows_may_shift=rows_may_shift, device=device, B=B, H=H)
 
     @classmethod
     def slice(cls, b: int, q_lo: int, q_hi: int, k_lo: int, k_hi: int, q_extent, k_extent, satisfied: tuple,
-              device) -> Index:
+              device, H: int | None = None) -> Index:
         """Row b's queries [q_lo, q_hi) and keys [k_lo, k_hi), cut out by the parts in `satisfied`.
 
         Positions stay absolute; extents are the row's (ints). The grid is plain when both spans start
@@ -57,7 +59,7 @@ class Index:
         q = torch.arange(q_lo, q_hi, device=device).view(1, 1, -1, 1)
         k = torch.arange(k_lo, k_hi, device=device).view(1, 1, 1, -1)
         return cls(b, None, q, k, q_hi - q_lo, k_hi - k_lo, q_extent, k_extent, whole=False, plain=q_lo == k_lo,
-                   satisfied=satisfied, device=device)
+                   satisfied=satisfied, device=device, H=H)
 
     @classmethod
     def point(cls, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, Lq: int, Lk: int,
@@ -87,6 +89,22 @@ class Index:
         if self.k_pos is None:
             self.k_pos = torch.arange(self.Lk, device=self.device).view(1, 1, 1, -1)
         return self.k_pos
+
+    def indices(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(b, h, q, k) as integer tensors that broadcast together to this grid (FlexAttention's indices).
+
+        Whole grid: (B, 1, 1, 1), (1, H, 1, 1), (1, 1, Lq, 1), (1, 1, 1, Lk); a slice or a block keeps its
+        row and absolute positions; a Flex point passes its scalar tensors through.
+        """
+        b, h = self.b, self.h
+        if b is None or isinstance(b, int):
+            b = torch.arange(self.B, device=self.device) if b is None else torch.full((1,), b, device=self.device)
+            b = b.view(-1, 1, 1, 1)
+        if h is None:
+            if self.H is None:
+                raise ValueError("this grid does not know its heads; build slices with Index.slice(..., H=H)")
+            h = torch.arange(self.H, device=self.device).view(1, -1, 1, 1)
+        return b, h, self.q, self.k
 
     def block(self, q_lo: int, q_hi: int, k_lo: int, k_hi: int) -> Index:
         """Queries [q_lo, q_hi) and keys [k_lo, k_hi) of this whole grid: absolute positions, same extents."""
@@ -127,6 +145,8 @@ class Index:
         t4 = t.view((1,) * (4 - t.dim()) + tuple(t.shape))
         axes = [axis for axis in range(4) if t4.shape[axis] != 1]
         grid = (lambda: self.b, lambda: self.h, lambda: self.q, lambda: self.k)
+        if not axes:  # a single value: nothing to index (t[()] fails under Flex's vmap)
+            return t4.reshape(()) if self.q.dim() == 0 else t4  # a Flex point is 0-dim; other grids 4-dim
         index = tuple(_axis_index(t4.shape[axis], grid[axis](), axis, t4.device) for axis in axes)
         return t4.reshape([t4.shape[axis] for axis in axes])[index]
 
@@ -137,4 +157,6 @@ def _axis_index(size: int, i, axis: int, device) -> torch.Tensor:
         shape = [1, 1, 1, 1]
         shape[axis] = size
         return torch.arange(size, device=device).view(shape)
+    if isinstance(i, int):  # a slice's row: 4-dim, so the result keeps the grid's 4 dims even when it is alone
+        return torch.full((1, 1, 1, 1), i, device=device)
     return torch.as_tensor(i, device=device)

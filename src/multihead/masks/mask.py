@@ -13,6 +13,11 @@ key position), and that one function gives every form a backend needs:
     extents()       valid queries / keys per sequence     (the length-aware backend's slices)
     key_span(..)    the keys a block of queries may see   (the banded backend's blocks)
     slices(..)      the independent pieces of each row     (the length-aware backend's calls)
+    score(s, ix)    the scores after this part's term     (only parts with changes_scores, e.g. score_mod)
+
+A part whose score term is not an addition (`changes_scores`, Mask.score_mod) makes every backend apply
+the terms in the order of the parts, through `Mask.scores` (see `Mask.score_terms`). A part that calls a
+user's function (`memo_safe = False`) may read tensors the mask cannot see, so its forms are never memoized.
 
 So backends never ask which kind a part is, and a new kind is one file in this package.
 Mask and every part are pytree nodes: torch.compile and torch.export take them as inputs.
@@ -20,7 +25,8 @@ Mask and every part are pytree nodes: torch.compile and torch.export take them a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -34,6 +40,8 @@ class Part:
     """One kind of mask or score term. Subclasses are frozen dataclasses; see the module docstring."""
 
     tensor_fields: ClassVar[tuple[str, ...]] = ()  # the pytree leaves; every other field is static
+    changes_scores: ClassVar[bool] = False  # its score term is `score`, not an added bias
+    memo_safe: ClassVar[bool] = True  # its forms depend only on its tensor fields and the grid
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -57,6 +65,11 @@ class Part:
     def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor | None:
         """Float added to the scaled scores, broadcastable to the grid; None when the part adds nothing."""
         return None
+
+    def score(self, s: torch.Tensor, ix: Index) -> torch.Tensor:
+        """The scores (broadcastable to the grid, softmax dtype) after this part's term: s + bias by default."""
+        b = self.bias(ix, s.dtype)
+        return s if b is None else s + b
 
     def is_causal(self, ix: Index) -> bool:
         """True when the part equals SDPA's top-left `is_causal` on this grid."""
@@ -118,9 +131,12 @@ class Mask:
         Mask.alibi(slopes)      adds -slope[h] * (i - j) to the scores (ALiBi), never materialised early
         Mask.segments(ids)      packed sequences: attend only within the same segment id
         Mask.chunks(size)       key j is kept when it shares query i's chunk: i // size == j // size
+        Mask.mask_mod(fn)       key j is kept where fn(b, h, i, j) is True (FlexAttention's mask_mod)
+        Mask.score_mod(fn)      scores become fn(score, b, h, i, j) (FlexAttention's score_mod)
     """
 
-    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked", "_combined")
+    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked", "_combined", "transforms_scores",
+                 "has_functions")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
@@ -130,6 +146,8 @@ class Mask:
         self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
+        self.transforms_scores = any(p.changes_scores for p in self.parts)  # a score_mod: see score_terms
+        self.has_functions = not all(p.memo_safe for p in self.parts)  # captures the mask cannot see
 
     if TYPE_CHECKING:  # each kind's file adds its constructor at import (mask_constructor); typed here
         @classmethod
@@ -153,6 +171,10 @@ class Mask:
         def chunks(cls, size: int, align: str = "top_left") -> Mask: ...
         @classmethod
         def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
+        @classmethod
+        def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask: ...
+        @classmethod
+        def score_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask: ...
 
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
@@ -222,6 +244,21 @@ class Mask:
             bias = bias.clamp_min(torch.finfo(bias.dtype).min)  # -1e9 in fp16 stays finite, never -inf
         return keep, bias
 
+    def scores(self, s: torch.Tensor, ix: Index) -> torch.Tensor:
+        """s (scaled, softcapped scores in the softmax dtype) after every part's score term, in part order."""
+        for part in self.parts:
+            if part not in ix.satisfied:
+                s = part.score(s, ix)
+        return s
+
+    def score_terms(self, ix: Index, dtype: torch.dtype = torch.float32):
+        """(keep, bias) as in `dense`, except that when a part transforms the scores, bias is the function
+        scores -> `self.scores(scores, ix)` (the reference math applies it in place of adding a bias)."""
+        keep, bias = self.dense(ix, dtype)
+        if self.transforms_scores:
+            bias = functools.partial(self.scores, ix=ix)
+        return keep, bias
+
     def causal_parts(self, ix: Index) -> tuple[Part, ...]:
         """The parts SDPA can take as is_causal=True on this grid."""
         return tuple(p for p in self.parts if p not in ix.satisfied and p.is_causal(ix))
@@ -229,7 +266,7 @@ class Mask:
     def memoized(self, key: tuple, build):
         """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
         leaves = self._tensors
-        if (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
+        if (self.has_functions or torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
                 and any(t.requires_grad for t in leaves)):
             return build()
         if leaves:
@@ -243,14 +280,21 @@ class Mask:
         return memo[1]
 
     def only_key_blocks(self, ix: Index) -> bool:
-        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing."""
+        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing.
+
+        A part that also limits queries (Mask.lengths with query_lens) blocks rows too, even when there is
+        one query and its keep mask has a query dim of 1.
+        """
         for part in self.parts:
             if part in ix.satisfied:
                 continue
             if part.bias(ix, torch.float32) is not None:
                 return False
             keep = part.keep(ix)
-            if keep is not None and (part.key_keep(ix) is None or keep.dim() >= 2 and keep.shape[-2] != 1):
+            if keep is None:
+                continue
+            limits_queries = (part.extents() or (None, None))[0] is not None
+            if part.key_keep(ix) is None or limits_queries or keep.dim() >= 2 and keep.shape[-2] != 1:
                 return False
         return True
 

@@ -1,0 +1,58 @@
+"""Mask.mask_mod: a user's keep function, FlexAttention's mask_mod signature.
+
+    fn(b, h, q_idx, kv_idx) -> bool tensor, True = may attend
+
+The indices are integer tensors that broadcast together (`Index.indices`): on the whole grid
+b (B, 1, 1, 1), h (1, H, 1, 1), q_idx (1, 1, Lq, 1), kv_idx (1, 1, 1, Lk); on a length-aware slice or
+a banded block the row and absolute positions of that piece; under flex_attention the scalar tensors
+flex passes. So one function written with tensor operations (comparisons, indexing captured tensors
+with the indices) runs on every backend.
+
+Tensors the function captures are not pytree leaves: torch.compile traces into the function and
+reads them as it reads any captured tensor (it guards on their identity). The mask cannot see them,
+so its forms are rebuilt on every call rather than memoized. Pytree: the function is static context.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from multihead.errors import AttentionError
+from multihead.masks.index import Index
+from multihead.masks.mask import Mask, Part, mask_constructor
+
+
+@dataclass(frozen=True, eq=False)
+class MaskModPart(Part):
+    """Keys kept where fn(b, h, q_idx, kv_idx) is True; see the module docstring."""
+
+    fn: Callable[..., torch.Tensor]
+    memo_safe = False
+
+    def keep(self, ix: Index) -> torch.Tensor:
+        out = self.fn(*ix.indices())
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
+            got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+            raise AttentionError(f"Mask.mask_mod's function must return a bool tensor (True = may attend); got {got}.")
+        return out
+
+    def describe(self) -> str:
+        return f"mask_mod({function_name(self.fn)})"
+
+
+def function_name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def check_callable(fn, who: str) -> None:
+    if not callable(fn):
+        raise AttentionError(f"{who} expects a function; got {type(fn).__name__}.")
+
+
+@mask_constructor
+def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:
+    """Keys kept where fn(b, h, q_idx, kv_idx) is True (FlexAttention's mask_mod; integer index tensors)."""
+    check_callable(fn, "Mask.mask_mod")
+    return cls((MaskModPart(fn),))
