@@ -14,8 +14,8 @@ import torch
 from tests.conformance.reference import PartSpec
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-KINDS = ("keep", "block", "additive", "lengths", "lengths_per_query", "key_padding", "causal", "window", "alibi",
-         "segments", "mask_mod", "score_mod")
+KINDS = ("keep", "block", "additive", "lengths", "lengths_per_query", "key_padding", "causal", "window", "chunks",
+         "alibi", "segments", "mask_mod", "score_mod")
 ALIGNS = ("top_left", "bottom_right")
 
 
@@ -97,9 +97,9 @@ def make_part(kind: str, c: Case, rng: random.Random, g: torch.Generator) -> Par
         return PartSpec("lengths", {"valid": torch.randint(0, Lk + 1, (B, Lq), generator=g)})
     if kind == "key_padding":
         return PartSpec(kind, {"pad": torch.rand(B, Lk, generator=g) < 0.3})
-    if kind in ("causal", "window", "alibi"):
+    if kind in ("causal", "window", "chunks", "alibi"):
         args = {"align": rng.choice(ALIGNS)}
-        if kind == "window":
+        if kind in ("window", "chunks"):
             args["size"] = rng.randint(1, Lk + 1)
         if kind == "alibi":
             args["slopes"] = torch.rand(H, generator=g) * 0.5 + 0.01

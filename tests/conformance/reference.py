@@ -49,6 +49,8 @@ def build_part(spec: PartSpec) -> Mask:
         return Mask.causal(a["align"])
     if spec.kind == "window":
         return Mask.window(a["size"], a["align"])
+    if spec.kind == "chunks":
+        return Mask.chunks(a["size"], a["align"])
     if spec.kind == "alibi":
         return Mask.alibi(a["slopes"], a["align"])
     if spec.kind == "segments":
@@ -122,6 +124,10 @@ def dense_terms(specs: list[PartSpec], B: int, H: int, Lq: int, Lk: int):
             keep = keep & (j <= query_position(a["align"], i, b, q_ext, k_ext))
         elif kind == "window":
             keep = keep & (j > query_position(a["align"], i, b, q_ext, k_ext) - a["size"])
+        elif kind == "chunks":  # same chunk of `size` positions: floor division of both positions
+            position = query_position(a["align"], i, b, q_ext, k_ext)
+            keep = keep & (torch.div(j, a["size"], rounding_mode="floor")
+                           == torch.div(position, a["size"], rounding_mode="floor"))
         elif kind == "alibi":
             slopes = a["slopes"].cpu().double()
             distance = (query_position(a["align"], i, b, q_ext, k_ext) - j).double()
