@@ -118,7 +118,7 @@ class BandedBackend:
         for q_lo, q_hi, k_lo, k_hi in blocks:
             q = p.q[:, :, q_lo:q_hi]  # (B, H, Bq, D)
             if k_hi <= k_lo:  # this block sees no key: exact zeros (NaN in q too), still connected to q
-                outs.append(connected_zeros(q, (*q.shape[:3], p.v.shape[-1]), p.v.dtype))
+                outs.append(connected_zeros((*q.shape[:3], p.v.shape[-1]), p.v.dtype, q, p.k, p.v))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
             outs.append(run_on_grid(q, k, v, p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))

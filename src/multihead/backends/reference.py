@@ -61,9 +61,11 @@ def zero_where(where: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return torch.where(where, torch.zeros((), dtype=t.dtype, device=t.device), t)
 
 
-def connected_zeros(t: torch.Tensor, shape, dtype: torch.dtype) -> torch.Tensor:
-    """Exact zeros of `shape` still connected to `t` (gradient 0), even where t holds NaN or inf."""
-    zero = zero_where(torch.ones((), dtype=torch.bool, device=t.device), t.reshape(-1)[:1])  # (1,)
+def connected_zeros(shape, dtype: torch.dtype, *tensors: torch.Tensor) -> torch.Tensor:
+    """Exact zeros of `shape`, still connected to each of `tensors` (gradient 0), even where they hold NaN
+    or inf, so that backward() reaches every input of a call that computed nothing."""
+    yes = torch.ones((), dtype=torch.bool, device=tensors[0].device)
+    zero = sum(zero_where(yes, t.reshape(-1)[:1]).sum() for t in tensors)  # 0-dim; an empty t sums to 0
     return zero.to(dtype).expand(shape)
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reference import connected_zeros
 from multihead.backends.scored import scored_note
 from multihead.backends.sdpa import run_on_grid, score_variants_unsupported
 from multihead.masks import Index
@@ -79,16 +80,6 @@ TOO_LITTLE_SAVED = declines("varlen.too-little-saved", lambda p: (
 def _unsliceable(words: str):
     """The slicing part's own reason (a constant string) as a refusal."""
     return cannot("varlen.unsliceable", words)
-
-
-def _connected_zeros(q, k, v, Lq: int) -> torch.Tensor:
-    """Exact zeros (H, Lq, Dv) still connected to q, k and v, so backward() always works (with zero
-    gradient), even where the inputs hold NaN."""
-    def zero(t):
-        return t.masked_fill(torch.ones((), dtype=torch.bool, device=t.device), 0.0)
-
-    H, Dv = q.shape[0], v.shape[-1]
-    return (zero(q[:, :1, :1]) + zero(k[:1, :1, :1]) + zero(v[:1, :1, :1])).expand(H, Lq, Dv)
 
 
 class VarlenBackend:
@@ -152,7 +143,7 @@ class VarlenBackend:
                 pieces.append(out[0])
                 at = q_hi
             if not pieces:  # no query of this row sees a key: the row's output is 0
-                rows.append(_connected_zeros(qs[b], ks[b], vs[b], Lq))
+                rows.append(connected_zeros((H, Lq, p.v.shape[-1]), p.v.dtype, qs[b], ks[b], vs[b]))
                 continue
             row = torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
             rows.append(F.pad(row, (0, 0, 0, Lq - at)))  # (H, Lq, Dv), uncovered query rows are 0

@@ -30,12 +30,14 @@ class KeepPart(Part):
         return ix.dense(self.keep_tensor)
 
     def key_keep(self, ix: Index) -> torch.Tensor | None:
+        if not self.blocks_only_keys():
+            return None
         t = self.keep_tensor
-        if t.dim() >= 2 and t.shape[-2] != 1:  # varies per query: not a whole-key mask
-            return None
-        if t.dim() >= 3 and t.shape[-3] != 1:  # varies per head
-            return None
         return ix.dense(t.view((1,) * (4 - t.dim()) + tuple(t.shape)))  # (B or 1, 1, 1, Lk)
+
+    def blocks_only_keys(self) -> bool:
+        t = self.keep_tensor  # one row for every query (dim -2) and every head (dim -3)
+        return not (t.dim() >= 2 and t.shape[-2] != 1 or t.dim() >= 3 and t.shape[-3] != 1)
 
     def describe(self) -> str:
         return f"keep{shape_str(self.keep_tensor.shape)}"

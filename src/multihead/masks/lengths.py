@@ -46,6 +46,9 @@ class LengthsPart(Part):
             return None
         return ix.k < ix.per_batch(self.longest_key_lens())  # (B, 1, 1, Lk)
 
+    def blocks_only_keys(self) -> bool:
+        return self.key_lens.dim() == 1 and self.query_lens is None  # (B, Lq) or padded queries: per query
+
     def longest_key_lens(self) -> torch.Tensor:
         """(B,) keys any valid query of each row may see: the lengths, or their maximum over queries."""
         lens = self.key_lens

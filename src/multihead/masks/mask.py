@@ -79,6 +79,11 @@ class Part:
         """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
         return None
 
+    def blocks_only_keys(self) -> bool:
+        """Whether the part's keep is the same for every query and head: it blocks whole keys and nothing
+        else (key padding, lengths (B,)). A structural fact, read from shapes, never from one grid."""
+        return False
+
     def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
         """(query_lens (B,) or None, key_lens (B,)) when the part limits each sequence's length."""
         return None
@@ -280,21 +285,15 @@ class Mask:
         return memo[1]
 
     def only_key_blocks(self, ix: Index) -> bool:
-        """Whether every part that blocks anything blocks whole keys (padding, lengths) and adds nothing.
-
-        A part that also limits queries (Mask.lengths with query_lens) blocks rows too, even when there is
-        one query and its keep mask has a query dim of 1.
-        """
+        """Whether every part that blocks anything on this grid blocks whole keys (padding, lengths) and adds
+        nothing. Each part says so from its own shapes (`Part.blocks_only_keys`): a grid with one query
+        cannot tell a per-query mask from a per-key one."""
         for part in self.parts:
             if part in ix.satisfied:
                 continue
             if part.bias(ix, torch.float32) is not None:
                 return False
-            keep = part.keep(ix)
-            if keep is None:
-                continue
-            limits_queries = (part.extents() or (None, None))[0] is not None
-            if part.key_keep(ix) is None or limits_queries or keep.dim() >= 2 and keep.shape[-2] != 1:
+            if part.keep(ix) is not None and not part.blocks_only_keys():
                 return False
         return True
 
