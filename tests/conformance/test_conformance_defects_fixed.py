@@ -69,3 +69,28 @@ def test_one_padded_query_with_lengths_is_exact_zero(backend):
     valid, query = torch.tensor([1, 1, 0]), torch.tensor([0, 1, 0])  # row 0: one valid key, its query is padding
     out = mh.attention(q, k, v, Mask.lengths(valid, query), backend=backend)
     assert (out[0] == 0).all()
+
+
+def test_a_one_query_slice_under_per_query_lengths_keeps_its_dead_row_zero():
+    """varlen cuts a packed segment holding one query; the (B, Lq) lengths leave that query no key. The
+    slice's keep has a query dim of 1, yet it is not key padding: the row must still be exact zero."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, 4, 8, generator=g) for _ in range(3))
+    ids = torch.tensor([[0, 0, 0, 1]])  # the last query is alone in its segment
+    valid = torch.tensor([[1, 4, 4, 2]])  # and may see keys j < 2 only (none of its segment); others see key 3
+    specs = [PartSpec("lengths", {"valid": valid}), PartSpec("segments", {"ids": ids, "key_ids": ids})]
+    mask = Mask.lengths(valid) & Mask.segments(ids)
+    out = mh.attention(q, k, v, mask, backend="varlen")
+    exact = reference_attention(q.double(), k.double(), v.double(), specs)
+    assert (out[0, 0, 3] == 0).all() and (out.double() - exact).abs().max() < 1e-5
+
+
+def test_blocks_that_see_no_key_leave_the_output_connected_to_k_and_v():
+    """Every banded block of these queries is empty (bottom-right chunks after a top-left causal view):
+    backward() must still reach k and v, with zero gradient."""
+    q, k, v = (torch.randn(1, 2, 3, 4, requires_grad=True) for _ in range(3))
+    k, v = (torch.randn(1, 1, 10, 4, requires_grad=True) for _ in range(2))
+    mask = Mask.causal() & Mask.chunks(4, "bottom_right")  # queries 0..2 at chunk 2 by the cache's count
+    out = mh.attention(q, k, v, mask, backend="banded")
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert (out == 0).all() and not dq.any() and not dk.any() and not dv.any()
