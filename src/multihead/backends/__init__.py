@@ -11,12 +11,13 @@ A backend is an object with
 from __future__ import annotations
 
 from multihead.backends.banded import BandedBackend
+from multihead.backends.decode import DecodeBackend
 from multihead.backends.flex import FlexBackend
 from multihead.backends.reference import MathBackend
 from multihead.backends.problem import Problem
 from multihead.backends.sdpa import SdpaBackend
 from multihead.backends.varlen import VarlenBackend
 
-BACKENDS = [VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend()]
+BACKENDS = [DecodeBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend()]
 
 __all__ = ["BACKENDS", "Problem"]

@@ -1,0 +1,280 @@
+// One attention decode step on the CPU: one pass over each kv head's keys and values with an online
+// softmax in fp32. Shapes (B batch, H query heads, Hkv kv heads, Lq new rows per sequence, D, Dv):
+//   q      (B, H, Lq, D)   float32, contiguous (the caller widens bf16 queries)
+//   k, v   (B, Hkv, M, D) / (B, Hkv, M, Dv)  float32 or bfloat16, last dim contiguous (KVCache buffers)
+//   lo, hi (B, Lq) int64   row (b, i) keeps keys lo <= j < hi; keys outside [min lo, max hi) are never read
+//   qpos   (B, Lq) float32 the query position ALiBi measures distance from (used with slopes)
+//   slopes (H,) float32 or empty; sinks (H,) float32 or empty; softcap <= 0: none
+//   out    (B, H, Lq, Dv) float32
+// Rows with no key give exactly 0; NaN in a query or a visible key or value propagates.
+// The G = H / Hkv query heads of a kv head and its Lq rows share one pass: R = G * Lq rows per key.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kBlock = 32;  // keys per block: scores and widened keys stay in L1 between passes
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) {  // bfloat16 bits -> float32: the top half of the word
+  uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// exp(x) for x <= 0 (or NaN, which stays NaN), to about 1 ulp; written so that gcc vectorises it.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.44269504088896341f;
+  const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  return p * scale;
+}
+
+struct Args {
+  const float* q;
+  const void* k;
+  const void* v;
+  const int64_t* lo;
+  const int64_t* hi;
+  const float* qpos;
+  const float* slopes;  // nullptr: no ALiBi
+  const float* sinks;   // nullptr: no sinks
+  float* out;
+  int64_t B, H, Hkv, Lq, D, Dv;
+  int64_t k_sb, k_sh, k_sm, v_sb, v_sh, v_sm;  // strides of k and v in elements
+  float scale, softcap;
+};
+
+// Per-thread scratch: widened key and value blocks, scores, running max, sum and accumulators.
+struct Scratch {
+  std::vector<float> kb, vb, s, m, l, acc;
+  Scratch(int64_t R, int64_t D, int64_t Dv)
+      : kb(kBlock * D), vb(kBlock * Dv), s(R * kBlock), m(R), l(R), acc(R * Dv) {}
+};
+
+template <typename T>
+void widen_block(const T* src, int64_t stride, int64_t n, int64_t width, float* dst) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T* row = src + j * stride;
+    float* d = dst + j * width;
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) d[c] = widen(row[c]);
+  }
+}
+
+// sr[j] = scale * dot(qr, kb[j]) for j < n: eight keys at a time, eight independent sums in flight.
+inline void scores(const float* qr, const float* kb, int64_t n, int64_t D, float scale, float* sr) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const float* k = kb + j * D;
+    float d0 = 0, d1 = 0, d2 = 0, d3 = 0, d4 = 0, d5 = 0, d6 = 0, d7 = 0;
+#pragma omp simd reduction(+ : d0, d1, d2, d3, d4, d5, d6, d7)
+    for (int64_t c = 0; c < D; ++c) {
+      const float x = qr[c];
+      d0 += x * k[c];
+      d1 += x * k[D + c];
+      d2 += x * k[2 * D + c];
+      d3 += x * k[3 * D + c];
+      d4 += x * k[4 * D + c];
+      d5 += x * k[5 * D + c];
+      d6 += x * k[6 * D + c];
+      d7 += x * k[7 * D + c];
+    }
+    sr[j] = d0 * scale; sr[j + 1] = d1 * scale; sr[j + 2] = d2 * scale; sr[j + 3] = d3 * scale;
+    sr[j + 4] = d4 * scale; sr[j + 5] = d5 * scale; sr[j + 6] = d6 * scale; sr[j + 7] = d7 * scale;
+  }
+  for (; j < n; ++j) {
+    const float* k = kb + j * D;
+    float d = 0;
+#pragma omp simd reduction(+ : d)
+    for (int64_t c = 0; c < D; ++c) d += qr[c] * k[c];
+    sr[j] = d * scale;
+  }
+}
+
+// acc[c] += sum_j p[j] * vb[j][c]: 64 columns at a time held in registers across the block's keys.
+// A weight of 0 (a key this row does not keep) still multiplies its value, as in p @ V.
+inline void accumulate(const float* p, const float* vb, int64_t n, int64_t Dv, float* acc) {
+  constexpr int64_t W = 64;
+  int64_t c0 = 0;
+  for (; c0 + W <= Dv; c0 += W) {
+    float a[W];
+#pragma omp simd
+    for (int64_t c = 0; c < W; ++c) a[c] = acc[c0 + c];
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = p[j];
+      const float* v = vb + j * Dv + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < W; ++c) a[c] += pj * v[c];
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < W; ++c) acc[c0 + c] = a[c];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float* v = vb + j * Dv;
+    for (int64_t c = c0; c < Dv; ++c) acc[c] += p[j] * v[c];
+  }
+}
+
+template <typename T>
+void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
+  const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, Dv = a.Dv;
+  const float* q = a.q + (b * a.H + hk * G) * a.Lq * D;  // the R rows of this kv head, contiguous
+  float* out = a.out + (b * a.H + hk * G) * a.Lq * Dv;
+  const T* K = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
+  const T* V = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
+  const int64_t* lo = a.lo + b * a.Lq;
+  const int64_t* hi = a.hi + b * a.Lq;
+  int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
+  for (int64_t i = 0; i < a.Lq; ++i) {
+    if (lo[i] < hi[i]) {
+      first = std::min(first, lo[i]);
+      last = std::max(last, hi[i]);
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const float sink = a.sinks ? a.sinks[hk * G + r / a.Lq] : -kInf;
+    w.m[r] = sink;
+    w.l[r] = a.sinks ? 1.0f : 0.0f;
+  }
+  std::fill(w.acc.begin(), w.acc.end(), 0.0f);
+  const bool capped = a.softcap > 0.0f;
+  for (int64_t j0 = first; j0 < last; j0 += kBlock) {
+    const int64_t n = std::min(kBlock, last - j0);
+    const float* kb;
+    const float* vb;
+    if constexpr (std::is_same_v<T, float>) {
+      // fp32 rows are read in place when contiguous; otherwise (never for KVCache) copied
+      if (a.k_sm == D) { kb = K + j0 * D; } else { widen_block(K + j0 * a.k_sm, a.k_sm, n, D, w.kb.data()); kb = w.kb.data(); }
+      if (a.v_sm == Dv) { vb = V + j0 * Dv; } else { widen_block(V + j0 * a.v_sm, a.v_sm, n, Dv, w.vb.data()); vb = w.vb.data(); }
+    } else {
+      widen_block(K + j0 * a.k_sm, a.k_sm, n, D, w.kb.data());
+      widen_block(V + j0 * a.v_sm, a.v_sm, n, Dv, w.vb.data());
+      kb = w.kb.data();
+      vb = w.vb.data();
+    }
+    float* s = w.s.data();
+    for (int64_t r = 0; r < R; ++r) {
+      const float* qr = q + r * D;
+      float* sr = s + r * kBlock;
+      scores(qr, kb, n, D, a.scale, sr);
+      if (capped) {
+        const float inv = 1.0f / a.softcap;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) {  // cap * tanh(x / cap), tanh(y) = sign(y) (1 - e) / (1 + e), e = exp(-2|y|)
+          const float y = sr[j] * inv;
+          const float e = exp_nonpositive(-2.0f * std::fabs(y));
+          const float t = (1.0f - e) / (1.0f + e);
+          sr[j] = a.softcap * (y < 0.0f ? -t : (y == y ? t : y));
+        }
+      }
+      const int64_t i = r % a.Lq;
+      if (a.slopes) {
+        const float slope = a.slopes[hk * G + r / a.Lq], pos = a.qpos[b * a.Lq + i];
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) sr[j] += slope * (static_cast<float>(j0 + j) - pos);
+      }
+      const int64_t rlo = lo[i] - j0, rhi = hi[i] - j0;
+      float mx = w.m[r];
+      for (int64_t j = 0; j < n; ++j) {
+        const bool kept = j >= rlo && j < rhi;
+        mx = kept && sr[j] > mx ? sr[j] : mx;
+      }
+      if (mx == -kInf) {  // nothing kept yet (scores of -inf, or masked): weights 0
+        for (int64_t j = 0; j < n; ++j) {
+          const bool kept = j >= rlo && j < rhi;
+          sr[j] = kept && sr[j] != sr[j] ? sr[j] : 0.0f;  // NaN stays NaN
+          w.l[r] += sr[j];
+        }
+        continue;
+      }
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < n; ++j) {
+        const bool kept = j >= rlo && j < rhi;
+        const float p = kept ? exp_nonpositive(sr[j] - mx) : 0.0f;
+        sr[j] = p;
+        sum += p;
+      }
+      const float old = w.m[r];
+      const float corr = old == -kInf ? 0.0f : exp_nonpositive(old - mx);
+      w.m[r] = mx;
+      w.l[r] = w.l[r] * corr + sum;
+      if (corr != 1.0f) {
+        float* ar = w.acc.data() + r * Dv;
+#pragma omp simd
+        for (int64_t c = 0; c < Dv; ++c) ar[c] *= corr;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) accumulate(s + r * kBlock, vb, n, Dv, w.acc.data() + r * Dv);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    float* o = out + r * Dv;
+    const float* ar = w.acc.data() + r * Dv;
+    const float l = w.l[r];
+    const int64_t i = r % a.Lq;
+    const bool empty = lo[i] >= hi[i];
+    const float inv = 1.0f / l;
+#pragma omp simd
+    for (int64_t c = 0; c < Dv; ++c) o[c] = (empty || l == 0.0f) ? 0.0f : ar[c] * inv;
+  }
+}
+
+template <typename T>
+void run_all(const Args& a) {
+  const int64_t R = (a.H / a.Hkv) * a.Lq;
+  at::parallel_for(0, a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
+    Scratch w(R, a.D, a.Dv);
+    for (int64_t t = begin; t < end; ++t) one_head<T>(a, t / a.Hkv, t % a.Hkv, w);
+  });
+}
+
+torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor lo, torch::Tensor hi,
+                          torch::Tensor qpos, torch::Tensor slopes, torch::Tensor sinks, double scale,
+                          double softcap) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be 4-D");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && q.is_contiguous(), "q must be contiguous float32");
+  TORCH_CHECK(k.scalar_type() == v.scalar_type(), "k and v must share a dtype");
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "k and v need a contiguous last dim");
+  TORCH_CHECK(lo.is_contiguous() && hi.is_contiguous() && qpos.is_contiguous(), "ranges must be contiguous");
+  const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Dv = v.size(3);
+  TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "H must be a multiple of Hkv");
+  auto out = torch::empty({B, H, Lq, Dv}, q.options());
+  Args a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), lo.data_ptr<int64_t>(), hi.data_ptr<int64_t>(),
+         qpos.data_ptr<float>(), slopes.numel() ? slopes.data_ptr<float>() : nullptr,
+         sinks.numel() ? sinks.data_ptr<float>() : nullptr, out.data_ptr<float>(), B, H, Hkv, Lq, D, Dv,
+         k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), static_cast<float>(scale),
+         static_cast<float>(softcap)};
+  if (k.scalar_type() == at::kFloat) {
+    run_all<float>(a);
+  } else {
+    TORCH_CHECK(k.scalar_type() == at::kBFloat16, "k and v must be float32 or bfloat16");
+    run_all<uint16_t>(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_step", &decode_step, "one attention decode step"); }
