@@ -18,9 +18,14 @@
 #include <limits>
 #include <vector>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
-constexpr int64_t kBlock = 32;  // keys per block: scores and widened keys stay in L1 between passes
+constexpr int64_t kBlock = 64;  // keys per block: scores and widened keys stay in L1 between passes
+constexpr int64_t kDistance = 2 * kBlock;  // how far ahead keys and values are prefetched
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 inline float widen(float x) { return x; }
@@ -116,8 +121,20 @@ inline void scores(const float* qr, const float* kb, int64_t n, int64_t D, float
 // acc[c] += sum_j p[j] * vb[j][c]: 64 columns at a time held in registers across the block's keys.
 // A weight of 0 (a key this row does not keep) still multiplies its value, as in p @ V.
 inline void accumulate(const float* p, const float* vb, int64_t n, int64_t Dv, float* acc) {
-  constexpr int64_t W = 64;
   int64_t c0 = 0;
+#if defined(__AVX512F__)
+  for (; c0 + 128 <= Dv; c0 += 128) {  // eight registers of sums, eight independent chains
+    __m512 s[8];
+    for (int u = 0; u < 8; ++u) s[u] = _mm512_loadu_ps(acc + c0 + 16 * u);
+    for (int64_t j = 0; j < n; ++j) {
+      const __m512 pj = _mm512_set1_ps(p[j]);
+      const float* v = vb + j * Dv + c0;
+      for (int u = 0; u < 8; ++u) s[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * u), s[u]);
+    }
+    for (int u = 0; u < 8; ++u) _mm512_storeu_ps(acc + c0 + 16 * u, s[u]);
+  }
+#endif
+  constexpr int64_t W = 64;
   for (; c0 + W <= Dv; c0 += W) {
     float a[W];
 #pragma omp simd
@@ -134,6 +151,16 @@ inline void accumulate(const float* p, const float* vb, int64_t n, int64_t Dv, f
   for (int64_t j = 0; j < n; ++j) {
     const float* v = vb + j * Dv;
     for (int64_t c = c0; c < Dv; ++c) acc[c] += p[j] * v[c];
+  }
+}
+
+// Asks for the rows [from, from + kBlock) (below `last`) ahead of their use: the read stays streaming.
+template <typename T>
+inline void prefetch_block(const T* base, int64_t stride, int64_t from, int64_t last, int64_t row_bytes) {
+  const int64_t to = std::min(from + kBlock, last);
+  for (int64_t j = from; j < to; ++j) {
+    const char* row = reinterpret_cast<const char*>(base + j * stride);
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + b, 0, 0);
   }
 }
 
@@ -162,6 +189,8 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   const bool capped = a.softcap > 0.0f;
   for (int64_t j0 = first; j0 < last; j0 += kBlock) {
     const int64_t n = std::min(kBlock, last - j0);
+    prefetch_block(K, a.k_sm, j0 + kDistance, last, D * sizeof(T));
+    prefetch_block(V, a.v_sm, j0 + kDistance, last, Dv * sizeof(T));
     const float* kb;
     const float* vb;
     if constexpr (std::is_same_v<T, float>) {
