@@ -54,6 +54,11 @@ def kernel():
     return _state["module"]
 
 
+def loaded():
+    """The module if an earlier call built or loaded it, else None; never builds (safe under torch.compile)."""
+    return _state.get("module")
+
+
 def unavailable() -> str | None:
     """Why the C++ kernel is not used (None: it is)."""
     kernel()

@@ -24,7 +24,7 @@
 
 namespace {
 
-constexpr int64_t kBlock = 64;  // keys per block: scores and widened keys stay in L1 between passes
+constexpr int64_t kBlock = 32;  // keys per block: the block's keys and values stay in L1 between passes
 constexpr int64_t kDistance = 2 * kBlock;  // how far ahead keys and values are prefetched
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -71,56 +71,50 @@ struct Args {
   float scale, softcap;
 };
 
-// Per-thread scratch: widened key and value blocks, scores, running max, sum and accumulators.
+// Per-thread scratch: scores (then weights) of a block, running max, sum and accumulators per row.
 struct Scratch {
-  std::vector<float> kb, vb, s, m, l, acc;
-  Scratch(int64_t R, int64_t D, int64_t Dv)
-      : kb(kBlock * D), vb(kBlock * Dv), s(R * kBlock), m(R), l(R), acc(R * Dv) {}
+  std::vector<float> s, m, l, acc;
+  Scratch(int64_t R, int64_t Dv) : s(R * kBlock), m(R), l(R), acc(R * Dv) {}
 };
 
-template <typename T>
-void widen_block(const T* src, int64_t stride, int64_t n, int64_t width, float* dst) {
-  for (int64_t j = 0; j < n; ++j) {
-    const T* row = src + j * stride;
-    float* d = dst + j * width;
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) d[c] = widen(row[c]);
-  }
+#if defined(__AVX512F__)
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {  // 16 bfloat16 -> 16 float32
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
+#endif
 
-// sr[j] = scale * dot(qr, kb[j]) for j < n: eight keys at a time, eight independent sums in flight.
-inline void scores(const float* qr, const float* kb, int64_t n, int64_t D, float scale, float* sr) {
+// sr[j] = scale * dot(qr, K[j]) for j < n (K rows `ks` elements apart), widening K on the fly.
+template <typename T>
+inline void scores(const float* qr, const T* K, int64_t ks, int64_t n, int64_t D, float scale, float* sr) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const float* k = kb + j * D;
-    float d0 = 0, d1 = 0, d2 = 0, d3 = 0, d4 = 0, d5 = 0, d6 = 0, d7 = 0;
-#pragma omp simd reduction(+ : d0, d1, d2, d3, d4, d5, d6, d7)
-    for (int64_t c = 0; c < D; ++c) {
-      const float x = qr[c];
-      d0 += x * k[c];
-      d1 += x * k[D + c];
-      d2 += x * k[2 * D + c];
-      d3 += x * k[3 * D + c];
-      d4 += x * k[4 * D + c];
-      d5 += x * k[5 * D + c];
-      d6 += x * k[6 * D + c];
-      d7 += x * k[7 * D + c];
+#if defined(__AVX512F__)
+  if (D % 16 == 0) {
+    for (; j + 8 <= n; j += 8) {  // eight keys: eight independent chains of FMAs
+      __m512 a[8];
+      for (int u = 0; u < 8; ++u) a[u] = _mm512_setzero_ps();
+      for (int64_t c = 0; c < D; c += 16) {
+        const __m512 x = _mm512_loadu_ps(qr + c);
+        for (int u = 0; u < 8; ++u) a[u] = _mm512_fmadd_ps(x, load16(K + (j + u) * ks + c), a[u]);
+      }
+      for (int u = 0; u < 8; ++u) sr[j + u] = _mm512_reduce_add_ps(a[u]) * scale;
     }
-    sr[j] = d0 * scale; sr[j + 1] = d1 * scale; sr[j + 2] = d2 * scale; sr[j + 3] = d3 * scale;
-    sr[j + 4] = d4 * scale; sr[j + 5] = d5 * scale; sr[j + 6] = d6 * scale; sr[j + 7] = d7 * scale;
   }
+#endif
   for (; j < n; ++j) {
-    const float* k = kb + j * D;
+    const T* k = K + j * ks;
     float d = 0;
 #pragma omp simd reduction(+ : d)
-    for (int64_t c = 0; c < D; ++c) d += qr[c] * k[c];
+    for (int64_t c = 0; c < D; ++c) d += qr[c] * widen(k[c]);
     sr[j] = d * scale;
   }
 }
 
-// acc[c] += sum_j p[j] * vb[j][c]: 64 columns at a time held in registers across the block's keys.
-// A weight of 0 (a key this row does not keep) still multiplies its value, as in p @ V.
-inline void accumulate(const float* p, const float* vb, int64_t n, int64_t Dv, float* acc) {
+// acc[c] += sum_j p[j] * V[j][c] (V rows `vs` elements apart): columns held in registers across the
+// block's keys. A weight of 0 (a key this row does not keep) still multiplies its value, as in p @ V.
+template <typename T>
+inline void accumulate(const float* p, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
   int64_t c0 = 0;
 #if defined(__AVX512F__)
   for (; c0 + 128 <= Dv; c0 += 128) {  // eight registers of sums, eight independent chains
@@ -128,29 +122,21 @@ inline void accumulate(const float* p, const float* vb, int64_t n, int64_t Dv, f
     for (int u = 0; u < 8; ++u) s[u] = _mm512_loadu_ps(acc + c0 + 16 * u);
     for (int64_t j = 0; j < n; ++j) {
       const __m512 pj = _mm512_set1_ps(p[j]);
-      const float* v = vb + j * Dv + c0;
-      for (int u = 0; u < 8; ++u) s[u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * u), s[u]);
+      const T* v = V + j * vs + c0;
+      for (int u = 0; u < 8; ++u) s[u] = _mm512_fmadd_ps(pj, load16(v + 16 * u), s[u]);
     }
     for (int u = 0; u < 8; ++u) _mm512_storeu_ps(acc + c0 + 16 * u, s[u]);
   }
-#endif
-  constexpr int64_t W = 64;
-  for (; c0 + W <= Dv; c0 += W) {
-    float a[W];
-#pragma omp simd
-    for (int64_t c = 0; c < W; ++c) a[c] = acc[c0 + c];
-    for (int64_t j = 0; j < n; ++j) {
-      const float pj = p[j];
-      const float* v = vb + j * Dv + c0;
-#pragma omp simd
-      for (int64_t c = 0; c < W; ++c) a[c] += pj * v[c];
-    }
-#pragma omp simd
-    for (int64_t c = 0; c < W; ++c) acc[c0 + c] = a[c];
+  for (; c0 + 16 <= Dv; c0 += 16) {
+    __m512 s0 = _mm512_loadu_ps(acc + c0);
+    for (int64_t j = 0; j < n; ++j) s0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), load16(V + j * vs + c0), s0);
+    _mm512_storeu_ps(acc + c0, s0);
   }
+#endif
   for (int64_t j = 0; j < n; ++j) {
-    const float* v = vb + j * Dv;
-    for (int64_t c = c0; c < Dv; ++c) acc[c] += p[j] * v[c];
+    const T* v = V + j * vs;
+#pragma omp simd
+    for (int64_t c = c0; c < Dv; ++c) acc[c] += p[j] * widen(v[c]);
   }
 }
 
@@ -191,23 +177,13 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
     const int64_t n = std::min(kBlock, last - j0);
     prefetch_block(K, a.k_sm, j0 + kDistance, last, D * sizeof(T));
     prefetch_block(V, a.v_sm, j0 + kDistance, last, Dv * sizeof(T));
-    const float* kb;
-    const float* vb;
-    if constexpr (std::is_same_v<T, float>) {
-      // fp32 rows are read in place when contiguous; otherwise (never for KVCache) copied
-      if (a.k_sm == D) { kb = K + j0 * D; } else { widen_block(K + j0 * a.k_sm, a.k_sm, n, D, w.kb.data()); kb = w.kb.data(); }
-      if (a.v_sm == Dv) { vb = V + j0 * Dv; } else { widen_block(V + j0 * a.v_sm, a.v_sm, n, Dv, w.vb.data()); vb = w.vb.data(); }
-    } else {
-      widen_block(K + j0 * a.k_sm, a.k_sm, n, D, w.kb.data());
-      widen_block(V + j0 * a.v_sm, a.v_sm, n, Dv, w.vb.data());
-      kb = w.kb.data();
-      vb = w.vb.data();
-    }
+    const T* Kb = K + j0 * a.k_sm;
+    const T* Vb = V + j0 * a.v_sm;
     float* s = w.s.data();
     for (int64_t r = 0; r < R; ++r) {
       const float* qr = q + r * D;
       float* sr = s + r * kBlock;
-      scores(qr, kb, n, D, a.scale, sr);
+      scores(qr, Kb, a.k_sm, n, D, a.scale, sr);
       if (capped) {
         const float inv = 1.0f / a.softcap;
 #pragma omp simd
@@ -256,7 +232,7 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
         for (int64_t c = 0; c < Dv; ++c) ar[c] *= corr;
       }
     }
-    for (int64_t r = 0; r < R; ++r) accumulate(s + r * kBlock, vb, n, Dv, w.acc.data() + r * Dv);
+    for (int64_t r = 0; r < R; ++r) accumulate(s + r * kBlock, Vb, a.v_sm, n, Dv, w.acc.data() + r * Dv);
   }
   for (int64_t r = 0; r < R; ++r) {
     float* o = out + r * Dv;
@@ -274,7 +250,7 @@ template <typename T>
 void run_all(const Args& a) {
   const int64_t R = (a.H / a.Hkv) * a.Lq;
   at::parallel_for(0, a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
-    Scratch w(R, a.D, a.Dv);
+    Scratch w(R, a.Dv);
     for (int64_t t = begin; t < end; ++t) one_head<T>(a, t / a.Hkv, t % a.Hkv, w);
   });
 }

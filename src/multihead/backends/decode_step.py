@@ -11,13 +11,13 @@ query or in a kept key or value propagates. The softmax runs in float32.
 
 `key_ranges` turns a mask made of lengths, causal, window and ALiBi parts into (lo, hi, qpos, slopes).
 The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
-also runs under torch.compile. Without it, `plain_decode_step` computes the same with torch ops.
+also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes the same with torch ops.
 """
 from __future__ import annotations
 
 import torch
 
-from multihead.backends.decode_build import kernel
+from multihead.backends.decode_build import kernel, loaded
 from multihead.masks import Mask
 from multihead.masks.alibi import AlibiPart
 from multihead.masks.causal import CausalPart
@@ -83,8 +83,11 @@ def _(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap):
 def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                 qpos: torch.Tensor, scale: float, softcap: float | None = None, slopes: torch.Tensor | None = None,
                 sinks: torch.Tensor | None = None, use_kernel: bool = True) -> torch.Tensor:
-    """One decode step (see the module docstring); the C++ kernel when built and `use_kernel`."""
-    if not use_kernel or kernel() is None:
+    """One decode step (see the module docstring); the C++ kernel when built and `use_kernel`.
+
+    Under torch.compile the kernel runs if an eager call loaded it already (loading reads files)."""
+    module = loaded() if torch.compiler.is_compiling() else kernel()
+    if not use_kernel or module is None:
         return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
     empty = q.new_empty(0, dtype=torch.float32)
     out = _decode_op(q.float().contiguous(), k, v, lo, hi, qpos,
