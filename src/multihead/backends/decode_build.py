@@ -70,6 +70,8 @@ def _load():
         return None, f"the C++ decode kernel is switched off ({DISABLE}=0)"
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         return None, "no C++ compiler on this machine to build the decode kernel"
+    if shutil.which("ninja") is None:
+        return None, "no ninja on the PATH, which torch's extension builder needs for the decode kernel"
 
 
     # torch's builder imports setuptools (0.2 s): loaded here, only in a process that uses the kernel
