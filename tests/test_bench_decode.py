@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.bench import cli
+from multihead.bench import cli, timing
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.suites import decode
 from multihead.bench.suites.context import Context
@@ -126,6 +126,14 @@ def test_the_compiled_flex_peer_keeps_the_causal_window():
     assert flex is not None, why
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, decode.band_keep(256, 32))
     torch.testing.assert_close(flex(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_clock_in_use_is_named():
+    before = timing.clock_name()
+    try:
+        assert timing.set_clock("cpu") == timing.clock_name() == "cpu"
+    finally:
+        timing.set_clock(before)
 
 
 def test_filled_cache_holds_each_length_plus_the_step():

@@ -35,6 +35,11 @@ CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time
 _clock = ["wall"]
 
 
+def clock_name() -> str:
+    """The clock in use: "wall" or "cpu"."""
+    return _clock[0]
+
+
 def set_clock(name: str) -> str:
     """Time every later call with the clock `name` ("wall" or "cpu"); returns it."""
     if name not in CLOCKS:
