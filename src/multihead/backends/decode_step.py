@@ -106,7 +106,8 @@ def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=
     Hkv, G = k.shape[1], H // k.shape[1]
     compiling = torch.compiler.is_compiling()
     if not compiling and hi.numel():  # eager: read only up to the longest row's keys (one host read)
-        k, v = k[:, :, :int(hi.max())], v[:, :, :int(hi.max())]
+        top = int(hi.max())
+        k, v = k[:, :, :top], v[:, :, :top]
     N = k.shape[2]
     j = torch.arange(N, device=q.device)
     keep = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, N)
