@@ -26,21 +26,24 @@ class DecodeBackend:
         if p.q.device.type != "cpu":
             return "the decode kernel runs on the CPU"
         if p.q.dtype not in DTYPES:
-            return f"the decode kernel takes float32 and bfloat16; got {p.q.dtype}"
+            return "the decode kernel takes float32 and bfloat16"
         if p.dropout:
             return "the decode kernel has no dropout"
         if needs_grad(p):
             return "the decode kernel is for inference: it has no backward"
+        if torch.compiler.is_exporting():
+            return "an exported graph keeps to torch's own ops (the decode kernel is a custom op)"
         if p.q.shape[2] == 0:
             return "no query rows"
         return unsupported_mask(p.mask)
 
     def declines(self, p: Problem) -> str | None:
+        # constant reasons: no text made from (possibly symbolic) sizes on the hot path
         B, H, Lq, Lk = p.dims
         if Lq > MAX_ROWS:
-            return f"{Lq} query rows per sequence: not a decode step (at most {MAX_ROWS})"
+            return "more than 4 query rows per sequence: not a decode step"
         if Lk < MIN_KEYS:
-            return f"{Lk} keys: too few for the decode step's set-up to pay off (at least {MIN_KEYS})"
+            return "fewer than 64 keys: too few for the decode step's set-up to pay off"
         return None
 
     def describe(self, p: Problem) -> str:
