@@ -140,6 +140,79 @@ inline void accumulate(const float* p, const T* V, int64_t vs, int64_t n, int64_
   }
 }
 
+#if defined(__AVX512F__)
+// Scores of RN rows against the block's keys, four keys at a time: each key is loaded (and widened)
+// once for all RN rows. Needs D % 16 == 0. s: rows kBlock apart.
+template <int RN, typename T>
+inline void scores_rows(const float* q, const T* K, int64_t ks, int64_t n, int64_t D, float scale, float* s) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    __m512 a[RN][4];
+    for (int r = 0; r < RN; ++r)
+      for (int u = 0; u < 4; ++u) a[r][u] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < D; c += 16) {
+      __m512 kv[4];
+      for (int u = 0; u < 4; ++u) kv[u] = load16(K + (j + u) * ks + c);
+      for (int r = 0; r < RN; ++r) {
+        const __m512 x = _mm512_loadu_ps(q + r * D + c);
+        for (int u = 0; u < 4; ++u) a[r][u] = _mm512_fmadd_ps(x, kv[u], a[r][u]);
+      }
+    }
+    for (int r = 0; r < RN; ++r)
+      for (int u = 0; u < 4; ++u) s[r * kBlock + j + u] = _mm512_reduce_add_ps(a[r][u]) * scale;
+  }
+  for (int r = 0; r < RN; ++r) scores(q + r * D, K + j * ks, ks, n - j, D, scale, s + r * kBlock + j);
+}
+
+// acc[r][c] += sum_j p[r][j] * V[j][c] for RN rows, 64 columns at a time: each value is loaded (and
+// widened) once for all RN rows. Needs Dv % 64 == 0. p: rows kBlock apart; acc: rows Dv apart.
+template <int RN, typename T>
+inline void accumulate_rows(const float* p, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
+  for (int64_t c0 = 0; c0 < Dv; c0 += 64) {
+    __m512 a[RN][4];
+    for (int r = 0; r < RN; ++r)
+      for (int u = 0; u < 4; ++u) a[r][u] = _mm512_loadu_ps(acc + r * Dv + c0 + 16 * u);
+    for (int64_t j = 0; j < n; ++j) {
+      __m512 v[4];
+      for (int u = 0; u < 4; ++u) v[u] = load16(V + j * vs + c0 + 16 * u);
+      for (int r = 0; r < RN; ++r) {
+        const __m512 pj = _mm512_set1_ps(p[r * kBlock + j]);
+        for (int u = 0; u < 4; ++u) a[r][u] = _mm512_fmadd_ps(pj, v[u], a[r][u]);
+      }
+    }
+    for (int r = 0; r < RN; ++r)
+      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(acc + r * Dv + c0 + 16 * u, a[r][u]);
+  }
+}
+
+// The block's scores (or, with `values`, its weighted values) for all R rows, four rows at a time.
+template <typename T>
+inline void all_rows(bool values, const float* q, const T* KV, int64_t stride, int64_t n, int64_t D, float scale,
+                     float* s, float* acc, int64_t R) {
+  for (int64_t r0 = 0; r0 < R; r0 += 4) {
+    const int64_t rn = std::min<int64_t>(4, R - r0);
+    float* sr = s + r0 * kBlock;
+    if (values) {
+      float* ar = acc + r0 * D;
+      switch (rn) {
+        case 4: accumulate_rows<4>(sr, KV, stride, n, D, ar); break;
+        case 3: accumulate_rows<3>(sr, KV, stride, n, D, ar); break;
+        case 2: accumulate_rows<2>(sr, KV, stride, n, D, ar); break;
+        default: accumulate_rows<1>(sr, KV, stride, n, D, ar);
+      }
+    } else {
+      const float* qr = q + r0 * D;
+      switch (rn) {
+        case 4: scores_rows<4>(qr, KV, stride, n, D, scale, sr); break;
+        case 3: scores_rows<3>(qr, KV, stride, n, D, scale, sr); break;
+        case 2: scores_rows<2>(qr, KV, stride, n, D, scale, sr); break;
+        default: scores_rows<1>(qr, KV, stride, n, D, scale, sr);
+      }
+    }
+  }
+}
+#endif
+
 // Asks for the rows [from, from + kBlock) (below `last`) ahead of their use: the read stays streaming.
 template <typename T>
 inline void prefetch_block(const T* base, int64_t stride, int64_t from, int64_t last, int64_t row_bytes) {
@@ -180,10 +253,15 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
     const T* Kb = K + j0 * a.k_sm;
     const T* Vb = V + j0 * a.v_sm;
     float* s = w.s.data();
+    bool grouped = false;  // scores and values of all rows in one pass over the block (AVX-512)
+#if defined(__AVX512F__)
+    grouped = D % 16 == 0 && Dv % 64 == 0;
+    if (grouped) all_rows(false, q, Kb, a.k_sm, n, D, a.scale, s, nullptr, R);
+#endif
     for (int64_t r = 0; r < R; ++r) {
       const float* qr = q + r * D;
       float* sr = s + r * kBlock;
-      scores(qr, Kb, a.k_sm, n, D, a.scale, sr);
+      if (!grouped) scores(qr, Kb, a.k_sm, n, D, a.scale, sr);
       if (capped) {
         const float inv = 1.0f / a.softcap;
 #pragma omp simd
@@ -232,6 +310,12 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
         for (int64_t c = 0; c < Dv; ++c) ar[c] *= corr;
       }
     }
+#if defined(__AVX512F__)
+    if (grouped) {
+      all_rows(true, nullptr, Vb, a.v_sm, n, Dv, 0.0f, s, w.acc.data(), R);
+      continue;
+    }
+#endif
     for (int64_t r = 0; r < R; ++r) accumulate(s + r * kBlock, Vb, a.v_sm, n, Dv, w.acc.data() + r * Dv);
   }
   for (int64_t r = 0; r < R; ++r) {
