@@ -13,13 +13,14 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.bench import cli
+from multihead.bench import cli, timing
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.suites import decode
 from multihead.bench.suites.context import Context
 
 TINY = decode.Sizes(contexts=(24,), heads=4, kv_heads=2, head_dim=16, ragged_batch=4, ragged_longest=32,
-                    window=8, window_length=48, window_heads=2, window_head_dim=8, rotation_mib=1)
+                    window=8, window_length=48, window_heads=2, window_head_dim=8, rotation_mib=1,
+                    compiled_peers=False)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_cli_writes_every_part_with_targets_markdown_and_a_plot(bench):
         assert f"decode N=24 {dtype}: attention reads K/V at this share of the read bandwidth" in names
         assert f"decode N=24 {dtype}: recompute / module step" in names
         assert f"decode N=24 {dtype}: HF LlamaAttention step / ours" in names
-    assert "ragged decode 4 x 8..32: dense padded / ours" in names
+    assert "ragged decode 4 x 8..32: strongest dense padded call / ours" in names
     assert "window prefill N=48 W=8: dense-masked SDPA / ours" in names
     for t in data["suites"]["decode"]["targets"]:
         assert math.isfinite(t["value"]) and t["value"] > 0 and t["met"] in (True, False)
@@ -79,7 +80,8 @@ def test_decode_step_rows_agree_with_hf_and_with_the_recompute(bench, dtype):
 
 def test_ragged_and_window_rows_agree_with_their_dense_baselines(bench):
     ragged = rows(bench[0], "ragged decode 4 x 8..32: attention")
-    for name in ("ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"):
+    for name in ("ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'",
+                 "dense padded: SDPA on grouped queries + key-padding mask"):
         assert ragged[name]["max |diff|"] < 1e-5, name
     assert ragged["ours: backend='varlen'"]["runs"] == "varlen"
     module = rows(bench[0], "ragged decode 4 x 8..32: module step")
@@ -104,6 +106,34 @@ def test_filled_caches_hold_what_a_prefill_writes():
     with torch.no_grad():
         torch.testing.assert_close(pair.hf_step(x), pair.ours_step(x))
         torch.testing.assert_close(pair.recompute(torch.cat([context, x], 1))[:, -1:], pair.ours(x, cache=prefilled))
+
+
+@pytest.mark.slow
+def test_the_compiled_static_cache_peer_computes_our_step():
+    """HF's StaticCache step under torch.compile gives our step, step after step (no stale slots)."""
+    pair = LlamaPair.build(32, 4, 2, 8, dtype=torch.float32, max_position=64)
+    pair.fill(torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(0)), headroom=4)
+    with torch.no_grad():
+        for x in torch.randn(3, 1, 1, 32, generator=torch.Generator().manual_seed(1)):
+            torch.testing.assert_close(pair.hf_static_step(x), pair.ours_step(x))
+
+
+@pytest.mark.slow
+def test_the_compiled_flex_peer_keeps_the_causal_window():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 16, generator=g) for _ in range(3))
+    flex, why = decode.compiled_flex(q, k, v, 32)
+    assert flex is not None, why
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, decode.band_keep(256, 32))
+    torch.testing.assert_close(flex(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_clock_in_use_is_named():
+    before = timing.clock_name()
+    try:
+        assert timing.set_clock("cpu") == timing.clock_name() == "cpu"
+    finally:
+        timing.set_clock(before)
 
 
 def test_filled_cache_holds_each_length_plus_the_step():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.backends import BACKENDS, Reason, as_backend
+from multihead.backends import BACKENDS
 from multihead.backends.banded import TOO_FEW_KEYS, min_keys
 from multihead.dispatch import pick
 from multihead.masks.lengths import LengthsPart
@@ -36,32 +36,6 @@ def test_plans_return_constant_reason_codes_that_dispatch_words():
     decision = mh.dispatch(q, k, v, mh.Mask.window(2))
     assert decision.codes["banded"] == "banded.too-few-keys"
     assert f"fewer than {min_keys('cpu')} keys" in decision.reasons["banded"]
-
-
-def test_a_backend_written_against_the_older_protocol_joins_through_as_backend():
-    class Older:
-        name = "older"
-
-        def unsupported(self, p):
-            return "never on Tuesdays" if p.dims[2] == 3 else None
-
-        def declines(self, p):
-            return None
-
-        def describe(self, p):
-            return "the older way"
-
-        def run(self, p):
-            return torch.zeros(*p.dims[:3], p.v.shape[-1])
-
-    adapted = as_backend(Older())
-    q, k, v = _qkv()
-    ok = make_problem(q, k, v, None, False, None, 0.0)
-    assert adapted.plan(ok, True) is None and adapted.run(ok, None).shape == (2, 2, 6, 8)
-    assert adapted.describe(ok, None) == "the older way"
-    refused = make_problem(q[:, :, :3], k, v, None, False, None, 0.0)
-    why = adapted.plan(refused, False)
-    assert isinstance(why, Reason) and why.cannot and why.text(refused) == "never on Tuesdays"
 
 
 def test_pick_returns_the_backend_and_the_plan_it_runs():

@@ -1,93 +1,26 @@
-"""Every benchmark figure the READMEs quote comes from the committed run, benchmarks/results.json.
+"""Every benchmark figure the docs quote is tied to the one place in the committed results it comes from.
 
 A figure is a number with a unit: 1.23x (or ×), 4.5 ms, 13 us, 618 MiB, 4.1 GiB, 26 GB/s, 290 GFLOP/s,
-2 TFLOP/s, 27%. Each one quoted in benchmarks/README.md, and in every paragraph of README.md that
-links to it, must equal a value of the same kind in results.json (a table cell, a target's value or
-goal, or a figure inside a note), rounded as the quote rounds it. Code (fenced or inline) is not prose
-and is skipped. The Targets table and the machine description are checked against results.json too.
+2 TFLOP/s, 27%. tests/readme_figures.json maps each distinct figure of each doc (README.md,
+benchmarks/*.md except the run's own tables, docs/*.md) to a key (tests/figure_keys.py): a target's
+value, a table cell, or a figure inside a note, in benchmarks/*.json. The figure must equal that value
+rounded as the quote rounds it. A figure with no entry fails: add its key (or `none: <why>` for a
+number that is no measurement). Code (fenced or inline) and link targets are not prose and are skipped.
+The Targets table and the machine description are checked against results.json too.
 """
 from __future__ import annotations
 
 import json
 import re
-from functools import cache
-from pathlib import Path
 
 import pytest
+from figure_keys import ROOT, figures_in, matches, numbers_at, results
 
 from multihead.bench.report import target_cells
 from multihead.bench.results import Target
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = json.loads((ROOT / "benchmarks/results.json").read_text())
-FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(x|×|ms|us|µs|MiB|GiB|GB/s|GFLOP/s|TFLOP/s|%)(?![\w])")
-SAME_UNIT = {"×": "x", "µs": "us"}
-RATIO_RANGE = re.compile(r"ratios (\d+\.\d+) to (\d+\.\d+)")
-
-
-def unit_of(column: str, row: dict) -> str | None:
-    """The unit a table column's numbers are quoted in, or None for counts and settings."""
-    if column == "rate":
-        return row.get("unit") or None
-    if column.endswith("ms"):
-        return "ms"
-    if column == "us":
-        return "us"
-    if "MiB" in column:
-        return "MiB"
-    if column == "% of GEMM":
-        return "%"
-    if column.startswith("x ") or " x " in column or " / " in column or column == "ideal":
-        return "x"
-    return None
-
-
-def figures_in(text: str) -> list[tuple[str, str]]:
-    """[(number as written, unit)] for every figure in `text`."""
-    return [(num, SAME_UNIT.get(unit, unit)) for num, unit in FIGURE.findall(text)]
-
-
-GPU_RESULTS = json.loads((ROOT / "benchmarks" / "gpu-results.json").read_text())
-
-
-@cache
-def measured() -> dict[str, list[float]]:
-    """{unit: every value of that kind in results.json}."""
-    pool: dict[str, list[float]] = {}
-
-    def add(unit, value):
-        pool.setdefault(unit, []).append(float(value))
-        if unit == "GFLOP/s":
-            pool.setdefault("TFLOP/s", []).append(float(value) / 1000)
-
-    for suite in RESULTS["suites"].values():
-        texts = [suite["title"], *suite["notes"]]
-        for row in suite["rows"]:
-            for column, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    unit = unit_of(column, row)
-                    if unit:
-                        add(unit, value)
-                elif isinstance(value, str):
-                    texts.append(value)
-        for t in suite["targets"]:
-            unit = "MiB" if "MiB" in t["name"] else "%" if "share" in t["name"] else "x"
-            for value in (t["value"], t["goal"]):
-                if value is not None:
-                    add(unit, value * 100 if unit == "%" else value)
-            texts.append(t["note"])
-        for text in texts:
-            for num, unit in figures_in(text):
-                add(unit, num)
-            for lo, hi in RATIO_RANGE.findall(text):  # "per-round ratios 0.98 to 1.05"
-                add("x", lo)
-                add("x", hi)
-    for rows in GPU_RESULTS.values():  # the GPU run: TFLOP/s, ms and ratios, quoted in the GPU section
-        for row in rows if isinstance(rows, list) else ():
-            for column, value in row.items():
-                if isinstance(value, float):
-                    add("TFLOP/s" if "tflops" in column else "ms" if column.endswith("ms") else "x", value)
-    return pool
+RESULTS = results("results.json")
+FIGURE_MAP = json.loads((ROOT / "tests" / "readme_figures.json").read_text())
 
 
 def prose(markdown: str) -> str:
@@ -97,37 +30,38 @@ def prose(markdown: str) -> str:
     return re.sub(r"\]\([^)]*\)", "]", text)
 
 
-def quoting_text(doc: str) -> str:
-    """benchmarks/README.md whole; in README.md, the paragraphs that link to benchmarks/README.md."""
-    text = (ROOT / doc).read_text()
-    if doc == "benchmarks/README.md":
-        return prose(text)
-    return "\n\n".join(p for p in prose_paragraphs(text) if "benchmarks/README.md" in p)
+def quoting_docs() -> list[str]:
+    """The docs whose figures must be tied: README.md, benchmarks/*.md but the runs' tables, docs/*.md."""
+    bench = [p for p in sorted((ROOT / "benchmarks").glob("*.md"))
+             if not (p.name == "results.md" or p.name.endswith("-results.md"))]
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return ["README.md"] + [str(p.relative_to(ROOT)) for p in bench + docs]
 
 
-def prose_paragraphs(text: str) -> list[str]:
-    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
-    return [re.sub(r"`[^`]*`", "", p) for p in text.split("\n\n")]
+def quoted(doc: str) -> list[str]:
+    """The distinct figures of `doc`, as written (unit normalised), in order of first appearance."""
+    return list(dict.fromkeys(num + unit for num, unit in figures_in(prose((ROOT / doc).read_text()))))
 
 
-def matches(number: str, values: list[float]) -> bool:
-    decimals = len(number.split(".")[1]) if "." in number else 0
-    return any(abs(v - float(number)) <= 0.5 * 10**-decimals + 1e-9 for v in values)
+QUOTES = [pytest.param(doc, figure, id=f"{doc}:{figure}") for doc in quoting_docs() for figure in quoted(doc)]
 
 
-QUOTES = [pytest.param(doc, num, unit, id=f"{doc}:{num}{unit}")
-          for doc in ("README.md", "benchmarks/README.md")
-          for num, unit in dict.fromkeys(figures_in(quoting_text(doc)))]
+def test_the_docs_quote_figures_and_the_map_has_no_stale_entries():
+    assert {"README.md", "benchmarks/README.md", "benchmarks/decode.md"} <= {q.values[0] for q in QUOTES}
+    for doc, entries in FIGURE_MAP.items():
+        stale = set(entries) - set(quoted(doc))
+        assert not stale, f"tests/readme_figures.json maps figures {doc} no longer quotes: {sorted(stale)}"
 
 
-def test_the_readmes_quote_figures():
-    assert {doc for doc, *_ in (q.values for q in QUOTES)} == {"README.md", "benchmarks/README.md"}
-
-
-@pytest.mark.parametrize(("doc", "number", "unit"), QUOTES)
-def test_every_quoted_figure_is_in_the_results(doc, number, unit):
-    assert matches(number, measured().get(unit, [])), (
-        f"{doc} quotes {number}{unit}, which benchmarks/results.json does not contain")
+@pytest.mark.parametrize(("doc", "figure"), QUOTES)
+def test_every_quoted_figure_equals_the_result_it_is_tied_to(doc, figure):
+    key = FIGURE_MAP.get(doc, {}).get(figure)
+    assert key, f"{doc} quotes {figure}: tie it to its key in tests/readme_figures.json"
+    if key.startswith("none: "):
+        return
+    number, unit = figures_in(figure)[0]
+    values = numbers_at(key, unit)
+    assert matches(number, values), f"{doc} quotes {figure}, but {key} holds {values}"
 
 
 def test_the_targets_table_is_the_one_the_run_wrote():

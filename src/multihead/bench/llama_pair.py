@@ -6,6 +6,7 @@ Shapes: B batch, L context, E hidden size, H heads, Hkv kv heads, D head dim (E 
     pair.fill(context)            # context (B, L, E): both caches hold its rotated keys and values
     pair.ours_step(x)             # x (B, 1, E): one decode step through MultiHeadAttention + KVCache
     pair.hf_step(x)               # the same step through LlamaAttention + DynamicCache
+    pair.hf_static_step(x)        # the same through LlamaAttention + StaticCache, torch.compile'd
     pair.recompute(full)          # full (B, L + 1, E): our module over the whole sequence, causal
 
 `MultiHeadAttention.from_module` converts the HF layer: its weights, and a RoPE built from the config's
@@ -34,6 +35,8 @@ class LlamaPair:
     ours: MultiHeadAttention
     hf_cache: object = None  # DynamicCache
     our_cache: KVCache | None = None
+    static_cache: object = None  # StaticCache of max_len L + headroom
+    compiled_static: object = None  # torch.compile of `_static_step`, made on first use
 
     @classmethod
     def build(cls, hidden: int, heads: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype,
@@ -54,7 +57,7 @@ class LlamaPair:
     def fill(self, context: torch.Tensor, headroom: int) -> None:
         """Fresh caches holding the keys and values of context (B, L, E), with room for `headroom` more
         tokens in ours (HF's DynamicCache grows by concatenation)."""
-        from transformers import DynamicCache
+        from transformers import DynamicCache, StaticCache
 
         B, L, _ = context.shape
         Hkv, D = self.ours.num_kv_heads, self.ours.head_dim
@@ -67,6 +70,8 @@ class LlamaPair:
             self.our_cache.append(k, v)
             self.hf_cache = DynamicCache()
             self.hf_cache.update(k.clone(), v.clone(), 0)
+            self.static_cache = StaticCache(config=self.hf.config, max_cache_len=L + headroom)
+            self.static_cache.update(k.clone(), v.clone(), 0)
 
     def ours_step(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 1, E) -> (B, 1, E), appended to our cache."""
@@ -77,6 +82,24 @@ class LlamaPair:
         position = torch.full((x.shape[0], 1), self.hf_cache.get_seq_length(), dtype=torch.long)
         out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=None,
                          past_key_values=self.hf_cache)
+        return out
+
+    def hf_static_step(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, 1, E) -> (B, 1, E) through LlamaAttention and its StaticCache, compiled with torch.compile
+        (default mode) as a user who wants speed runs it; the first call compiles."""
+        if self.compiled_static is None:
+            self.compiled_static = torch.compile(self._static_step)
+        return self.compiled_static(x)
+
+    def _static_step(self, x: torch.Tensor) -> torch.Tensor:
+        """One step on the StaticCache: the position and the mask over its M slots come from its length
+        tensor, so every step has the same shapes (no recompiles)."""
+        length = self.static_cache.layers[0].cumulative_length  # () tensor: tokens cached so far
+        slots = self.static_cache.layers[0].keys.shape[2]
+        position = length.view(1, 1).expand(x.shape[0], 1)
+        mask = (torch.arange(slots) <= length).view(1, 1, 1, slots)  # (1, 1, 1, M): cached slots and this one
+        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=mask,
+                         cache=self.static_cache)
         return out
 
     def recompute(self, full: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,11 @@ CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time
 _clock = ["wall"]
 
 
+def clock_name() -> str:
+    """The clock in use: "wall" or "cpu"."""
+    return _clock[0]
+
+
 def set_clock(name: str) -> str:
     """Time every later call with the clock `name` ("wall" or "cpu"); returns it."""
     if name not in CLOCKS:
@@ -63,10 +68,12 @@ def compare(
     warmup: int = 1,
     budget_s: float | None = None,
     on_round: Callable[[], None] | None = None,
+    after: Mapping[str, Callable[[], object]] | None = None,
 ) -> dict[str, Timing]:
     """Time each of `fns` once per round, interleaved, the order rotated by one each round; {name: Timing}.
 
-    `warmup` untimed calls each come first. With `budget_s`, fewer rounds are taken when the first
+    `warmup` untimed calls each come first. after[name], where given, is called untimed right after
+    each timed call of `name` (a call that disturbs the next one, e.g. a large read, then disturbs none). With `budget_s`, fewer rounds are taken when the first
     round shows that `rounds` of them would run past it (never fewer than 3 rounds).
     """
     for fn in fns.values():
@@ -80,6 +87,8 @@ def compare(
         names = list(fns)
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(time_call(fns[name]))
+            if after and name in after:
+                after[name]()
         if r == 0 and budget_s is not None:
             per_round = sum(s[0] for s in samples.values())
             planned = max(3, min(rounds, int(budget_s / max(per_round, 1e-9))))

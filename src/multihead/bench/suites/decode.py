@@ -16,8 +16,9 @@
 2. Ragged decode: 8 sequences with contexts 512 ... 4096 evenly spaced, one step: the attention on a
    cache holding each sequence's own length, against the dense padded decode (SDPA over all slots with
    a key-padding mask); then the same step through the module.
-3. Sliding-window prefill: W=1024, N=16384, B=1, H=8, D=64, fp32: `mh.attention(q, k, v,
-   Mask.window(W), causal=True)` against SDPA with the dense (N, N) bool mask built beforehand.
+3. Sliding-window prefill (window_prefill.py): W=1024, N=16384, B=1, H=8, D=64, fp32: `mh.attention(q, k,
+   v, Mask.window(W), causal=True)` against SDPA with the dense (N, N) bool mask built beforehand, and
+   against compiled FlexAttention with a block mask.
 
 Ratios are medians of per-round ratios (`timing.compare`). Calls that take seconds (the recompute,
 the window prefill) get no warm-up and as many rounds as the budget allows, down to one.
@@ -25,22 +26,32 @@ the window prefill) get no warm-up and as many rounds as the budget allows, down
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 import multihead as mh
+from multihead.backends.decode_step import key_ranges, plain_decode_step
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.machine import load_average
 from multihead.bench.plots import DRAWERS
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
-from multihead.bench.timing import Timing, compare, ratio, time_call
+from multihead.bench.suites.window_prefill import (  # noqa: F401 (band_keep, compiled_flex: used by tests)
+    WINDOW_GOAL,
+    band_keep,
+    band_pairs,
+    big_rounds,
+    compiled_flex,
+    keeping,
+    window,
+)
+from multihead.bench.timing import clock_name, compare, ratio, set_clock
 from multihead.cache import KVCache
 
-GOALS = {"bandwidth": 0.5, "recompute": 50.0, "hf": 1.0, "ragged": 1.5, "window": 5.0}
+GOALS = {"bandwidth": 0.5, "recompute": 50.0, "hf": 1.0, "ragged": 1.5, "window": WINDOW_GOAL}
+PLAIN = "decode step, plain-torch form (what runs without a compiler)"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COLUMNS = ["case", "implementation", "ms", "GB/s", "% of bandwidth", "x ours", "max |diff|", "runs"]
 OURS, VARLEN, DENSE = "ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"
@@ -60,14 +71,18 @@ class Sizes:
     window_heads: int = 8
     window_head_dim: int = 64
     rotation_mib: int = 256  # the bandwidth tensor, and the least bytes a rotation of caches spans
+    threads: tuple[int, ...] = (1, 2)  # torch threads the attention's read share is measured at
+    compiled_peers: bool = True  # HF's StaticCache and FlexAttention under torch.compile (each compiles once)
 
     @classmethod
     def full(cls) -> Sizes:
-        return cls(contexts=(4096, 16384))
+        return cls(contexts=(1024, 4096, 16384))
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(contexts=(1024,), ragged_longest=1024, window=128, window_length=2048, rotation_mib=64)
+        """Small sizes; without the compiled peers (compiling them on a CPU takes half a minute each)."""
+        return cls(contexts=(1024,), ragged_longest=1024, window=128, window_length=2048, rotation_mib=64,
+                   threads=(1,), compiled_peers=False)
 
 
 def run(ctx: Context, sizes: Sizes) -> SuiteResult:
@@ -143,17 +158,34 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
     grouped = q.view(1, Hkv, H // Hkv, D)  # (B, Hkv, G, D): the G query heads of each kv head as rows
     big = torch.randn(s.rotation_mib * 2**20 // 4, generator=g)
     turn = Rotation(sets)
+    lo, hi, qpos, _ = key_ranges(None, 1, H, 1, length + 1, "cpu")
+    bandwidth_name = f"read bandwidth: sum of {s.rotation_mib} MiB fp32"
     fns = {
         OURS: lambda: mh.attention(q, *turn()),
+        PLAIN: lambda: plain_decode_step(q, *turn()[:2], lo, hi, qpos, D**-0.5),
         "raw SDPA, enable_gqa": lambda: F.scaled_dot_product_attention(q, *turn()[:2], enable_gqa=True),
         "SDPA on grouped queries": lambda: F.scaled_dot_product_attention(grouped, *turn()[:2]),
-        f"read bandwidth: sum of {s.rotation_mib} MiB fp32": big.sum,
+        bandwidth_name: big.sum,
     }
-    t = compare(fns, rounds=2 * ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
+    # the call right after the large sum() runs slower: an untimed call takes that place
+    untimed = {bandwidth_name: lambda: mh.attention(q, *turn())}
+    t = compare(fns, rounds=2 * ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s, after=untimed)
+    threads = torch.get_num_threads()
+    more = {}
+    clock = clock_name()
+    for n in (n for n in s.threads if n != threads):  # the kernel and the bandwidth again at n threads
+        torch.set_num_threads(n)
+        set_clock("wall")  # a CPU clock would add up the threads' time
+        try:
+            more[n] = compare({OURS: fns[OURS], bandwidth_name: big.sum}, rounds=2 * ctx.rounds,
+                              warmup=ctx.warmup, budget_s=ctx.budget_s, after=untimed)
+        finally:
+            torch.set_num_threads(threads)
+            set_clock(clock)
     ours = mh.attention(q, *first)
     diffs = {"raw SDPA, enable_gqa": F.scaled_dot_product_attention(q, *first[:2], enable_gqa=True),
-             "SDPA on grouped queries": F.scaled_dot_product_attention(grouped, *first[:2]).view_as(q)}
-    bandwidth_name = list(fns)[-1]
+             "SDPA on grouped queries": F.scaled_dot_product_attention(grouped, *first[:2]).view_as(q),
+             PLAIN: plain_decode_step(q, *first[:2], lo, hi, qpos, D**-0.5)}
     bw = t[bandwidth_name]
     case = f"decode N={length} {dtype}: attention"
     shares = {}
@@ -168,29 +200,27 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
             "max |diff|": (diffs[name] - ours).abs().max().item() if name in diffs else None,
             "runs": mh.dispatch(q, *first).backend if name == OURS else "",
         })
+    for n, tn in more.items():
+        share = nbytes / (big.numel() * 4) * ratio(tn[bandwidth_name], tn[OURS])
+        result.rows.append({
+            "case": case, "implementation": f"{OURS}, {n} threads", "ms": tn[OURS].median_s * 1e3,
+            "GB/s": nbytes / tn[OURS].median_s / 1e9, "% of bandwidth": 100 * share,
+            "x ours": ratio(tn[OURS], t[OURS]), "runs": f"decode ({n} threads, wall clock; bandwidth "
+            f"{big.numel() * 4 / tn[bandwidth_name].median_s / 1e9:.1f} GB/s at {n} threads)"})
     result.targets.append(Target(
         f"decode N={length} {dtype}: attention reads K/V at this share of the read bandwidth",
         shares[OURS], ">=", GOALS["bandwidth"],
         note=(f"{nbytes / 2**20:.0f} MiB of K/V per step; bandwidth {big.numel() * 4 / bw.median_s / 1e9:.1f} "
               f"GB/s (sum of {s.rotation_mib} MiB fp32); raw SDPA {shares['raw SDPA, enable_gqa']:.0%}, "
-              f"grouped queries {shares['SDPA on grouped queries']:.0%}")))
-
-
-def big_rounds(fns: dict, ctx: Context) -> dict[str, Timing]:
-    """Interleaved rounds of calls that take seconds: no warm-up; a first round, then as many more as
-    fit in the budget (up to ctx.rounds)."""
-    first = {name: time_call(fn) for name, fn in fns.items()}
-    more = max(0, min(ctx.rounds, int(ctx.budget_s / max(sum(first.values()), 1e-9))) - 1)
-    later = compare(fns, rounds=more, warmup=0) if more else {name: Timing(0.0, ()) for name in fns}
-    samples = {name: (first[name], *later[name].samples) for name in fns}
-    return {name: Timing(statistics.median(x), x) for name, x in samples.items()}
+              f"grouped queries {shares['SDPA on grouped queries']:.0%}, plain-torch form {shares[PLAIN]:.0%}; "
+              f"{mh.dispatch(q, *first).detail}")))
 
 
 def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteResult, steps) -> None:
     """Parts 1b and 1c: the module's decode step against the recompute and against HF's layer."""
     E, dt = s.heads * s.head_dim, DTYPES[dtype]
     rounds = 2 * ctx.rounds
-    headroom = 2 + ctx.warmup + rounds + ctx.rounds
+    headroom = 5 + ctx.warmup + rounds + ctx.rounds
     pair = LlamaPair.build(E, s.heads, s.kv_heads, s.head_dim, dtype=dt, max_position=length + headroom)
     full = torch.randn(1, length + 1, E, generator=torch.Generator().manual_seed(1)).to(dt)  # (1, L + 1, E)
     x = full[:, length:]  # (1, 1, E): the token after the context
@@ -199,9 +229,12 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
     spare = pair.ours.new_cache(1, length + headroom)  # the cache write alone, on a cache of the same size
     spare.append(pair.our_cache.keys[:, :, :length], pair.our_cache.values[:, :, :length])
     token = pair.our_cache.keys[:, :, :1].clone()  # (1, Hkv, 1, D)
-    t = compare({"ours": lambda: pair.ours_step(x), "hf": lambda: pair.hf_step(x),
-                 "append": lambda: spare.append(token, token)},
-                rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
+    fns = {"ours": lambda: pair.ours_step(x), "hf": lambda: pair.hf_step(x),
+           "append": lambda: spare.append(token, token)}
+    if s.compiled_peers:  # two untimed calls: the first compiles, the second may recompile once
+        static_first = [pair.hf_static_step(x) for _ in range(2)][0]
+        fns["hf static"] = lambda: pair.hf_static_step(x)
+    t = compare(fns, rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
     steps.advance()
     recomputed: dict[str, torch.Tensor] = {}
     big = big_rounds({"recompute": keeping(recomputed, "out", lambda: pair.recompute(full)),
@@ -211,10 +244,13 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
     ours_runs = _backend(pair, 1, length + 1, mh.Mask.causal("bottom_right"), dt)
     recompute_x = ratio(big["recompute"], big["step"])
     hf_x = ratio(t["hf"], t["ours"])
+    static = [("HF LlamaAttention + StaticCache, torch.compile", t["hf static"], ratio(t["hf static"], t["ours"]),
+               static_first - ours_first, "SDPA, compiled")] if s.compiled_peers else []
     for name, timing, times, diff, runs in (
         ("ours: MultiHeadAttention + KVCache", t["ours"], 1.0, None, ours_runs),
         ("of which: KVCache.append of one token", t["append"], ratio(t["append"], t["ours"]), None, ""),
         ("HF LlamaAttention + DynamicCache (sdpa)", t["hf"], hf_x, hf_first - ours_first, "SDPA"),
+        *static,
         (f"ours recomputing all {length + 1} tokens", big["recompute"], recompute_x,
          recomputed["out"][:, -1:] - ours_first, _backend(pair, length + 1, length + 1, mh.Mask.causal(), dt)),
     ):
@@ -225,6 +261,11 @@ def module_step(ctx: Context, s: Sizes, length: int, dtype: str, result: SuiteRe
                                  GOALS["recompute"], note=f"{len(big['step'].samples)} recompute round(s)"))
     result.targets.append(Target(f"decode N={length} {dtype}: HF LlamaAttention step / ours", hf_x, ">=",
                                  GOALS["hf"], note="identical weights (from_module); HF's SDPA attention"))
+    if s.compiled_peers:
+        result.targets.append(Target(
+            f"decode N={length} {dtype}: HF LlamaAttention + StaticCache compiled / ours",
+            ratio(t["hf static"], t["ours"]), ">=", GOALS["hf"],
+            note="torch.compile (default mode) of the step on a StaticCache of the same size; ours eager"))
 
 
 def _backend(pair: LlamaPair, lq: int, lk: int, mask: mh.Mask, dt: torch.dtype) -> str:
@@ -233,13 +274,6 @@ def _backend(pair: LlamaPair, lq: int, lk: int, mask: mh.Mask, dt: torch.dtype) 
     zero = torch.zeros((), dtype=dt)
     keys = zero.expand(1, Hkv, lk, D)
     return mh.dispatch(zero.expand(1, H, lq, D), keys, keys, mask).backend
-
-
-def keeping(outputs: dict, name: str, fn):
-    """fn, storing its latest output in outputs[name] (big calls are checked on a timed output)."""
-    def call():
-        outputs[name] = fn()
-    return call
 
 
 def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
@@ -255,8 +289,11 @@ def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
     keep = (torch.arange(Lk) < (lengths + 1)[:, None])[:, None, None, :]  # (B, 1, 1, Lk): valid keys
     turn = Rotation(sets)
     baseline = "dense padded: SDPA + key-padding mask"
+    grouped_name = "dense padded: SDPA on grouped queries + key-padding mask"
+    grouped = q.view(B, s.kv_heads, H // s.kv_heads, D)  # (B, Hkv, G, D): each kv head read once
     fns = {
         baseline: lambda: F.scaled_dot_product_attention(q, *turn()[:2], keep, enable_gqa=True),
+        grouped_name: lambda: F.scaled_dot_product_attention(grouped, *turn()[:2], keep),
         OURS: lambda: mh.attention(q, *turn()),
         VARLEN: lambda: mh.attention(q, *turn(), backend="varlen"),
         DENSE: lambda: mh.attention(q, *turn(), backend="sdpa"),
@@ -265,21 +302,25 @@ def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
     steps.advance()
     expected = F.scaled_dot_product_attention(q, *first[:2], keep, enable_gqa=True)
     decision = mh.dispatch(q, *first)
-    runs = {baseline: "SDPA", OURS: decision.backend, VARLEN: "varlen", DENSE: "sdpa"}
+    runs = {baseline: "SDPA", grouped_name: "SDPA", OURS: decision.backend, VARLEN: "varlen", DENSE: "sdpa"}
     case = f"ragged decode {B} x {lengths[0].item()}..{N}: attention"
     for name, timing in t.items():
         result.rows.append({
             "case": case, "implementation": name, "ms": timing.median_s * 1e3,
-            "GB/s": (padded if name == baseline else nbytes) / timing.median_s / 1e9,
+            "GB/s": (padded if name in (baseline, grouped_name) else nbytes) / timing.median_s / 1e9,
             "x ours": ratio(timing, t[OURS]), "runs": runs[name],
-            "max |diff|": None if name == baseline else _diff(name, q, first, expected),
+            "max |diff|": (None if name == baseline else
+                           (F.scaled_dot_product_attention(grouped, *first[:2], keep).view_as(q) - expected).abs().max().item()
+                           if name == grouped_name else _diff(name, q, first, expected)),
         })
     module_x = ragged_module_step(ctx, s, lengths, result)
     steps.advance()
+    strongest = min((baseline, grouped_name), key=lambda name: t[name].median_s)
     result.targets.append(Target(
-        f"ragged decode {B} x {lengths[0].item()}..{N}: dense padded / ours", ratio(t[baseline], t[OURS]), ">=",
-        GOALS["ragged"],
-        note=(f"auto runs {decision.backend}; backend='varlen' gives {ratio(t[baseline], t[VARLEN]):.2f}x; "
+        f"ragged decode {B} x {lengths[0].item()}..{N}: strongest dense padded call / ours",
+        ratio(t[strongest], t[OURS]), ">=", GOALS["ragged"],
+        note=(f"strongest dense call: {strongest}; SDPA enable_gqa / ours {ratio(t[baseline], t[OURS]):.2f}x; "
+              f"auto runs {decision.backend}; backend='varlen' gives {ratio(t[strongest], t[VARLEN]):.2f}x; "
               f"ideal {padded / nbytes:.2f} (K/V bytes); module step: dense / ours {module_x:.2f}x")))
     result.notes.append("ragged decode, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
 
@@ -323,49 +364,6 @@ def ragged_module_step(ctx: Context, s: Sizes, lengths: torch.Tensor, result: Su
             "max |diff|": None if backend == "sdpa" else (first[backend] - first["sdpa"]).abs().max().item(),
         })
     return ratio(t[DENSE], t[OURS])
-
-
-def window(ctx: Context, s: Sizes, result: SuiteResult) -> None:
-    """Part 3: a sliding-window causal prefill, ours against SDPA with the dense (N, N) mask."""
-    N, W, H, D = s.window_length, s.window, s.window_heads, s.window_head_dim
-    g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, H, N, D, generator=g) for _ in range(3))  # (1, H, N, D)
-    keep = band_keep(N, W)  # (N, N)
-    mask = mh.Mask.window(W)
-    baseline, ours, causal = ("dense-masked SDPA, (N, N) bool mask",
-                              f"ours: mh.attention, Mask.window({W}) & causal", "SDPA is_causal, no window")
-    outs: dict[str, torch.Tensor] = {}
-    t = big_rounds({
-        baseline: keeping(outs, baseline, lambda: F.scaled_dot_product_attention(q, k, v, keep)),
-        ours: keeping(outs, ours, lambda: mh.attention(q, k, v, mask, causal=True)),
-        causal: lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-    }, ctx)
-    decision = mh.dispatch(q, k, v, mask, causal=True)
-    case = f"window prefill N={N} W={W} fp32"
-    for name, timing in t.items():
-        result.rows.append({
-            "case": case, "implementation": name, "ms": timing.median_s * 1e3, "x ours": ratio(timing, t[ours]),
-            "max |diff|": (outs[ours] - outs[baseline]).abs().max().item() if name == ours else None,
-            "runs": decision.backend if name == ours else "SDPA",
-        })
-    result.targets.append(Target(
-        f"window prefill N={N} W={W}: dense-masked SDPA / ours", ratio(t[baseline], t[ours]), ">=",
-        GOALS["window"],
-        note=(f"auto runs {decision.backend}; ideal {N * N / band_pairs(N, W):.1f} (N^2 / pairs in the band); "
-              f"SDPA is_causal without the window is {ratio(t[baseline], t[causal]):.2f}x faster than dense-masked; "
-              f"{len(t[ours].samples)} round(s)")))
-    result.notes.append("window prefill, auto: " + "; ".join(line.strip() for line in str(decision).splitlines()))
-
-
-def band_keep(N: int, W: int) -> torch.Tensor:
-    """(N, N) bool: query i keeps keys i - W < j <= i (causal, the last W keys)."""
-    i = torch.arange(N)
-    return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - W)
-
-
-def band_pairs(N: int, W: int) -> int:
-    """How many (query, key) pairs `band_keep(N, W)` keeps: the work of a path that follows the window."""
-    return N * W - W * (W - 1) // 2 if N >= W else N * (N + 1) // 2
 
 
 def plot(plt, r: SuiteResult):

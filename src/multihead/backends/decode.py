@@ -1,0 +1,73 @@
+"""The decode backend: a few new query rows per sequence against a KV cache, on the CPU.
+
+Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys and values once for all
+its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
+form of the same step. It takes the masks a decode step carries (lengths, causal, window, ALiBi),
+softcap and sinks, in float32 and bfloat16. Inference only: it has no backward.
+"""
+from __future__ import annotations
+
+import torch
+
+from multihead.backends.decode_build import unavailable
+from multihead.backends.decode_step import MASK_REASONS, decode_step, key_ranges, unsupported_mask
+from multihead.backends.flex import needs_grad
+from multihead.backends.problem import Problem
+from multihead.backends.reasons import cannot, declines
+
+MAX_ROWS = 4  # query rows per sequence ("auto" leaves longer calls, prefills, to the other backends)
+MIN_KEYS = 64  # below this many keys the step is too short for its set-up to pay off
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+NOT_CPU = cannot("decode.device", "the decode kernel runs on the CPU")
+DTYPE = cannot("decode.dtype", "the decode kernel takes float32 and bfloat16")
+DROPOUT = cannot("decode.dropout", "the decode kernel has no dropout")
+GRAD = cannot("decode.grad", "the decode kernel is for inference: it has no backward")
+EXPORT = cannot("decode.export", "an exported graph keeps to torch's own ops (the decode kernel is a custom op)")
+NO_ROWS = cannot("decode.empty", "no query rows")
+MASK = {why: cannot("decode.mask", why) for why in MASK_REASONS}
+TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per sequence: not a decode step")
+TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
+
+
+class DecodeBackend:
+    """Plan: each row's kept keys, ALiBi positions and slopes (decode_step.key_ranges), made once."""
+
+    name = "decode"
+
+    def plan(self, p: Problem, auto: bool = True):
+        B, H, Lq, Lk = p.dims
+        if p.q.device.type != "cpu":
+            return NOT_CPU
+        if p.q.dtype not in DTYPES:
+            return DTYPE
+        if p.dropout:
+            return DROPOUT
+        if needs_grad(p):
+            return GRAD
+        if torch.compiler.is_exporting():
+            return EXPORT
+        if Lq == 0:
+            return NO_ROWS
+        why = unsupported_mask(p.mask)
+        if why is not None:
+            return MASK[why]
+        if auto and Lq > MAX_ROWS:
+            return TOO_MANY_ROWS
+        if auto and Lk < MIN_KEYS:
+            return TOO_FEW_KEYS
+        return key_ranges(p.mask, B, H, Lq, Lk, p.q.device)
+
+    def describe(self, p: Problem, plan) -> str:
+        B, H, Lq, Lk = p.dims
+        rows = f"{H // p.k.shape[1] * Lq} query rows per kv head"
+        why = unavailable()
+        if why is None:
+            return f"C++ decode kernel: one pass over each kv head's keys and values, online softmax in fp32; {rows}"
+        return f"plain torch (K @ q^T, softmax in fp32, p @ V; {rows}), since {why}"
+
+    def run(self, p: Problem, plan) -> torch.Tensor:
+        lo, hi, qpos, slopes = plan
+        contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
+        return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)

@@ -1,0 +1,138 @@
+"""One decode step (a few query rows per sequence against a KV cache): the C++ kernel, or plain torch.
+
+    out = decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
+        q (B, H, Lq, D), k (B, Hkv, M, D), v (B, Hkv, M, Dv) in float32 or bfloat16 (k, v: a KVCache's
+        buffers, last dim contiguous); lo, hi (B, Lq) int64: query i of sequence b keeps keys
+        lo <= j < hi; qpos (B, Lq) float32: the query position ALiBi measures from; slopes (H,) or
+        None; sinks (H,) or None; softcap float or None  ->  out (B, H, Lq, Dv) in q's dtype.
+
+Keys at or past max(hi) of a sequence are never read. Rows that keep no key give exactly 0; NaN in a
+query or in a kept key or value propagates. The softmax runs in float32.
+
+`key_ranges` turns a mask made of lengths, causal, window and ALiBi parts into (lo, hi, qpos, slopes).
+The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
+also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes the same with torch ops.
+"""
+from __future__ import annotations
+
+import torch
+
+from multihead.backends.decode_build import kernel, loaded
+from multihead.masks import Mask
+from multihead.masks.alibi import AlibiPart
+from multihead.masks.causal import CausalPart
+from multihead.masks.lengths import LengthsPart
+from multihead.masks.window import WindowPart
+
+SUPPORTED_PARTS = (LengthsPart, CausalPart, WindowPart, AlibiPart)
+
+
+ONLY_INTERVALS = "the decode step takes lengths, causal, window and ALiBi masks only"
+ONE_ALIBI = "the decode step takes one ALiBi part"
+MASK_REASONS = (ONLY_INTERVALS, ONE_ALIBI)
+
+
+def unsupported_mask(mask: Mask | None) -> str | None:
+    """Why the decode step cannot take this mask (None: it can); one of MASK_REASONS."""
+    if mask is None:
+        return None
+    for part in mask.parts:  # a constant reason: no text made from shapes on the hot path
+        if not isinstance(part, SUPPORTED_PARTS):
+            return ONLY_INTERVALS
+    if sum(isinstance(p, AlibiPart) for p in mask.parts) > 1:
+        return ONE_ALIBI
+    return None
+
+
+def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device):
+    """(lo, hi, qpos, slopes): each row's kept keys [lo, hi) (B, Lq) int64, the ALiBi query positions
+    (B, Lq) float32 and slopes (H,) float32 or None. Reads no values on the host."""
+    lo = torch.zeros(B, Lq, dtype=torch.long, device=device)
+    hi = torch.full((B, Lq), Lk, dtype=torch.long, device=device)
+    qpos, slopes = torch.zeros(B, Lq, device=device), None
+    if mask is None:
+        return lo, hi, qpos, slopes
+    ix = mask.index(B, H, Lq, Lk, device)
+
+    def position(align: str) -> torch.Tensor:  # (B, Lq)
+        return ix.query_position(align).reshape(-1, Lq).expand(B, Lq)
+
+    for part in mask.parts:
+        if isinstance(part, LengthsPart):
+            lens = part.key_lens
+            hi = torch.minimum(hi, lens[:, None] if lens.dim() == 1 else lens)
+            if part.query_lens is not None:
+                hi = torch.where(torch.arange(Lq, device=device) < part.query_lens[:, None], hi, 0)
+        elif isinstance(part, CausalPart):
+            hi = torch.minimum(hi, position(part.align) + 1)
+        elif isinstance(part, WindowPart):
+            lo = torch.maximum(lo, position(part.align) - part.size + 1)
+        elif isinstance(part, AlibiPart):
+            qpos, slopes = position(part.align).float(), part.slopes.float()
+    return lo.contiguous(), torch.maximum(hi, lo).contiguous(), qpos.contiguous(), slopes
+
+
+@torch.library.custom_op("multihead::decode_step", mutates_args=())
+def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+               qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
+               softcap: float) -> torch.Tensor:
+    """The C++ kernel; slopes and sinks empty when absent, softcap 0 when absent. Out: float32."""
+    return kernel().decode_step(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap)
+
+
+@_decode_op.register_fake
+def _(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap):
+    return q.new_empty(*q.shape[:3], v.shape[-1])
+
+
+def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+                qpos: torch.Tensor, scale: float, softcap: float | None = None, slopes: torch.Tensor | None = None,
+                sinks: torch.Tensor | None = None, use_kernel: bool = True) -> torch.Tensor:
+    """One decode step (see the module docstring); the C++ kernel when built and `use_kernel`.
+
+    Under torch.compile the kernel runs if an eager call loaded it already (loading reads files)."""
+    module = loaded() if torch.compiler.is_compiling() else kernel()
+    if not use_kernel or module is None:
+        return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
+    empty = q.new_empty(0, dtype=torch.float32)
+    out = _decode_op(q.float().contiguous(), k, v, lo, hi, qpos,
+                     empty if slopes is None else slopes.float().contiguous(),
+                     empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0)
+    return out.to(q.dtype)
+
+
+def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None) -> torch.Tensor:
+    """The same step in torch ops: scores as K @ q^T made (rows, keys) contiguous, softmax in float32, p @ V.
+
+    Reads keys up to the longest row's hi; slots past a row's range are zeroed first, so NaN stored
+    there never reaches the output.
+    """
+    B, H, Lq, D = q.shape
+    Hkv, G = k.shape[1], H // k.shape[1]
+    compiling = torch.compiler.is_compiling()
+    if not compiling and hi.numel():  # eager: read only up to the longest row's keys (one host read)
+        top = int(hi.max())
+        k, v = k[:, :, :top], v[:, :, :top]
+    N = k.shape[2]
+    j = torch.arange(N, device=q.device)
+    keep = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, N)
+    seen = keep.any(dim=1)[:, None, :, None]  # (B, 1, N, 1): keys some row keeps
+    if compiling or not bool(seen.all()):
+        k, v = torch.where(seen, k, 0), torch.where(seen, v, 0)
+    rows = q.reshape(B, Hkv, G * Lq, D)  # (B, Hkv, R, D): row r = (query head g, query i)
+    scores = (k @ rows.transpose(-1, -2)).transpose(-1, -2).contiguous().float() * scale  # (B, Hkv, R, N)
+    scores = scores.view(B, Hkv, G, Lq, N)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if slopes is not None:
+        scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+    kept = keep[:, None, None]  # (B, 1, 1, Lq, N)
+    scores = scores.masked_fill(~kept, float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().view(1, Hkv, G, 1, 1).expand(B, Hkv, G, Lq, 1)
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :N]
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    weights = torch.where(kept, weights, 0)  # rows with no key: exactly 0 (not NaN)
+    out = weights.view(B, Hkv, G * Lq, N).to(v.dtype) @ v  # (B, Hkv, R, Dv)
+    return out.view(B, H, Lq, v.shape[-1]).to(q.dtype)

@@ -1,0 +1,147 @@
+"""The decode backend: the C++ kernel and its plain-torch form against the float64 reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import multihead as mh
+from multihead.backends import decode_build
+from multihead.backends.decode_step import decode_step, key_ranges
+
+H, D, N = 8, 32, 200
+LENS = torch.tensor([0, 37, 200])  # ragged, one empty sequence
+SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.03, 0.02, 0.01, 0.005])
+SINKS = torch.linspace(-1.0, 2.0, H)
+MASKS = {
+    "none": lambda Lq: None,
+    "lengths": lambda Lq: mh.Mask.lengths(LENS),
+    "cache (lengths & causal)": lambda Lq: mh.Mask.lengths(LENS) & mh.Mask.causal("bottom_right"),
+    "window": lambda Lq: mh.Mask.lengths(LENS) & mh.Mask.causal("bottom_right") & mh.Mask.window(16, "bottom_right"),
+    "alibi": lambda Lq: mh.Mask.causal("bottom_right") & mh.Mask.alibi(SLOPES, "bottom_right"),
+    "query padding": lambda Lq: mh.Mask.lengths(LENS, torch.tensor([Lq, 1, Lq])),
+}
+VARIANTS = {"plain": {}, "softcap": {"softcap": 4.0}, "sinks": {"sinks": SINKS}}
+
+
+def _qkv(dtype, Hkv, Lq, seed=0, D=D):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(3, H, Lq, D, generator=g)
+    k, v = (2 * torch.randn(3, Hkv, N, D, generator=g) for _ in range(2))
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _max_err(out, ref):
+    return (out.double() - ref).abs().max().item()
+
+
+@pytest.mark.parametrize("use_kernel", [True, False], ids=["kernel", "plain-torch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("Hkv", [2, 1], ids=["gqa", "mqa"])
+@pytest.mark.parametrize("head_dim", [32, 128], ids=["D32", "D128"])  # D128: the all-rows AVX-512 path
+def test_decode_step_matches_float64_reference(use_kernel, dtype, Hkv, head_dim):
+    for Lq in (1, 3):
+        q, k, v = _qkv(dtype, Hkv, Lq, seed=Lq, D=head_dim)
+        for mask_name, make in MASKS.items():
+            for variant, extra in VARIANTS.items():
+                if variant != "plain" and mask_name not in ("window", "alibi"):
+                    continue  # the score variants on the two masks with the most parts
+                mask = make(Lq)
+                wide = {name: t.double() if isinstance(t, torch.Tensor) else t for name, t in extra.items()}
+                ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math", **wide)
+                same = mh.attention(q, k, v, mask, backend="math", **extra)  # the same-dtype reference drift
+                B, _, _, Lk = 3, H, Lq, N
+                lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, Lk, "cpu")
+                out = decode_step(q, k, v, lo, hi, qpos, head_dim**-0.5, extra.get("softcap"), slopes,
+                                  extra.get("sinks"), use_kernel=use_kernel)
+                tol = 2 * _max_err(same, ref) + 1e-5  # fp32 floor: sums of 128 products in another order
+                assert _max_err(out, ref) <= tol, (Lq, mask_name, variant)
+                assert out.dtype == dtype and out.shape == (3, H, Lq, head_dim)
+
+
+def test_rows_with_no_key_are_exact_zeros_and_keys_past_lengths_are_never_read():
+    q, k, v = _qkv(torch.float32, 2, 1)
+    k[:, :, 50:] = float("nan")
+    v[:, :, 50:] = float("nan")
+    mask = mh.Mask.lengths(torch.tensor([0, 10, 50]))
+    for backend_kernel in (True, False):
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
+        out = decode_step(q, k, v, lo, hi, qpos, D**-0.5, use_kernel=backend_kernel)
+        assert torch.equal(out[0], torch.zeros_like(out[0]))
+        assert torch.isfinite(out).all()
+        ref = mh.attention(q, k, v, mask, backend="math")
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("where", ["query", "key", "value"])
+def test_nan_in_a_query_or_visible_key_propagates(where):
+    q, k, v = _qkv(torch.float32, 2, 1)
+    {"query": q, "key": k, "value": v}[where][1, 0, 3 if where != "query" else 0] = float("nan")
+    mask = mh.Mask.lengths(torch.tensor([N, N, N]))
+    for use_kernel in (True, False):
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
+        out = decode_step(q, k, v, lo, hi, qpos, D**-0.5, use_kernel=use_kernel)
+        assert out[1, 0].isnan().all() and torch.isfinite(out[0]).all()
+
+
+def test_auto_runs_the_decode_backend_for_decode_steps_only():
+    q, k, v = _qkv(torch.float32, 2, 1)
+    mask = mh.Mask.lengths(LENS) & mh.Mask.causal("bottom_right")
+    assert mh.dispatch(q, k, v, mask).backend == "decode"
+    prefill = mh.dispatch(*_qkv(torch.float32, 2, 5), mask)
+    assert prefill.backend != "decode" and "not a decode step" in prefill.reasons["decode"]
+    with pytest.raises(mh.AttentionError, match="float32 and bfloat16"):
+        mh.attention(*(t.half() for t in (q, k, v)), mask, backend="decode")
+    leaf = q.clone().requires_grad_()
+    with pytest.raises(mh.AttentionError, match="no backward"):
+        mh.attention(leaf, k, v, mask, backend="decode")
+    with pytest.raises(mh.AttentionError, match="lengths, causal, window and ALiBi"):
+        mh.attention(q, k, v, mh.Mask.keep(torch.ones(N, dtype=torch.bool)), backend="decode")
+
+
+def test_without_the_kernel_dispatch_says_why_and_runs_plain_torch(monkeypatch):
+    monkeypatch.setitem(decode_build._state, "module", None)
+    monkeypatch.setitem(decode_build._state, "why", "no C++ compiler on this machine to build the decode kernel")
+    q, k, v = _qkv(torch.float32, 2, 1)
+    mask = mh.Mask.lengths(LENS) & mh.Mask.causal("bottom_right")
+    decision = mh.dispatch(q, k, v, mask)
+    assert decision.backend == "decode" and "plain torch" in decision.detail and "no C++ compiler" in decision.detail
+    torch.testing.assert_close(mh.attention(q, k, v, mask), mh.attention(q, k, v, mask, backend="math"),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_a_switched_off_kernel_reports_it(monkeypatch):
+    monkeypatch.setenv(decode_build.DISABLE, "0")
+    monkeypatch.setattr(decode_build, "_state", {})
+    assert decode_build.kernel() is None and "switched off" in decode_build.unavailable()
+
+
+def test_the_kernel_builds_here():
+    """The machines the project supports have a compiler: the kernel must build, not silently fall back."""
+    assert decode_build.unavailable() is None, decode_build.unavailable()
+    assert decode_build.build_dir().exists()
+
+
+def test_module_decode_with_a_cache_runs_the_kernel_and_matches_the_reference():
+    torch.manual_seed(0)
+    attn = mh.MultiHeadAttention(64, 8, num_kv_heads=2, bias=False, rope=mh.RoPE(8)).eval()
+    x = torch.randn(2, 80, 64)
+    outs = {}
+    for backend in ("auto", "math"):
+        attn.backend = backend
+        cache = attn.new_cache(2, 96)
+        with torch.no_grad():
+            attn(x, cache=cache)
+            outs[backend] = torch.cat([attn(x[:, i:i + 1], cache=cache) for i in range(3)], dim=1)
+    torch.testing.assert_close(outs["auto"], outs["math"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_kernel_runs_under_torch_compile():
+    q, k, v = _qkv(torch.float32, 2, 1)
+    lens = torch.tensor([5, 100, 200])
+
+    def step(q, k, v, lens):
+        return mh.attention(q, k, v, mh.Mask.lengths(lens) & mh.Mask.causal("bottom_right"), backend="decode")
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    torch.testing.assert_close(compiled(q, k, v, lens), step(q, k, v, lens), atol=1e-6, rtol=1e-6)
