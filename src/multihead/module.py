@@ -134,7 +134,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None, *,
                 mask: Mask | None = None, causal: bool = False, cache: KVCache | None = None,
-                positions: torch.Tensor | None = None, **unexpected) -> torch.Tensor:
+                positions: torch.Tensor | None = None, **unexpected: object) -> torch.Tensor:
         """query (B, Lq, E); key (B, Lk, kdim) and value (B, Lk, vdim) default to query (self-attention).
 
         Seq-first (L, B, features) when batch_first=False; unbatched (L, features) also works.
