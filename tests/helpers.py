@@ -152,6 +152,27 @@ def assert_same_forward_and_grads(ours, theirs, inputs, call, *, seed=None, atol
     return out_a
 
 
+# --- decoding: prefill, then one token at a time, against the full forward --------------------------
+
+def decoded_step_by_step(mod, x: torch.Tensor, prefill: int) -> torch.Tensor:
+    """mod's output for x (B, L, E) computed with a fresh cache: the first `prefill` tokens in one call,
+    then one token per call; (B, L, O), to compare with mod(x) row by row."""
+    B, L, _ = x.shape
+    cache = mod.new_cache(B, L)
+    steps = [mod(x[:, :prefill], cache=cache)] + [mod(x[:, t:t + 1], cache=cache) for t in range(prefill, L)]
+    return torch.cat(steps, dim=1)
+
+
+def assert_compiles_across_lengths(mod, features: int, lengths=(5, 11)) -> None:
+    """torch.compile(mod, fullgraph=True, dynamic=True) equals eager at each length (batch 2)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(mod, fullgraph=True, dynamic=True)
+    for length in lengths:
+        x = torch.randn(2, length, features)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), mod(x), atol=1e-5, rtol=1e-5)
+
+
 # --- converted modules: same forward and backward as their source ---------------------------------
 
 def assert_same_forward_backward(run_source, run_converted, inputs, *, atol=1e-10, rtol=1e-10):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import multihead as mh
+from helpers import assert_compiles_across_lengths, decoded_step_by_step
 from multihead.differential import lambda_init_for_layer
 
 E, H, HKV, L, D = 32, 4, 2, 9, 8
@@ -61,10 +62,9 @@ def test_low_precision_stays_within_twice_the_hand_written_drift(dtype):
 def test_cached_steps_equal_the_full_forward(mode):
     mod = differential()
     x = torch.randn(2, L, E, dtype=torch.float64)
-    cache = mod.new_cache(2, L)
     with getattr(torch, mode)():
         full = mod(x)
-        steps = torch.cat([mod(x[:, :5], cache=cache)] + [mod(x[:, t:t + 1], cache=cache) for t in range(5, L)], 1)
+        steps = decoded_step_by_step(mod, x, prefill=5)
     torch.testing.assert_close(steps, full)
 
 
@@ -76,13 +76,7 @@ def test_gradients_reach_every_lambda():
 
 
 def test_compiles_with_dynamic_lengths():
-    torch._dynamo.reset()
-    mod = differential(torch.float32)
-    compiled = torch.compile(mod, fullgraph=True, dynamic=True)
-    for length in (5, 11):
-        x = torch.randn(2, length, E)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(x), mod(x), atol=1e-5, rtol=1e-5)
+    assert_compiles_across_lengths(differential(torch.float32), E)
 
 
 @pytest.mark.parametrize("options, match", [

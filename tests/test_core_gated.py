@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import multihead as mh
+from helpers import assert_compiles_across_lengths, decoded_step_by_step
 
 E, H, HKV, L = 32, 4, 2, 9
 
@@ -50,10 +51,9 @@ def test_low_precision_stays_within_twice_the_plain_drift(dtype):
 def test_cached_steps_equal_the_full_forward(mode):
     mod = gated()
     x = torch.randn(2, L, E, dtype=torch.float64)
-    cache = mod.new_cache(2, L)
     with getattr(torch, mode)():
         full = mod(x)
-        steps = torch.cat([mod(x[:, :4], cache=cache)] + [mod(x[:, t:t + 1], cache=cache) for t in range(4, L)], 1)
+        steps = decoded_step_by_step(mod, x, prefill=4)
     torch.testing.assert_close(steps, full)
 
 
@@ -64,13 +64,7 @@ def test_gradients_reach_the_gate():
 
 
 def test_compiles_with_dynamic_lengths():
-    torch._dynamo.reset()
-    mod = gated(torch.float32)
-    compiled = torch.compile(mod, fullgraph=True, dynamic=True)
-    for length in (5, 11):
-        x = torch.randn(2, length, E)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(x), mod(x), atol=1e-5, rtol=1e-5)
+    assert_compiles_across_lengths(gated(torch.float32), E)
 
 
 def test_nn_multihead_attention_cannot_hold_a_gate():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import multihead as mh
+from helpers import assert_compiles_across_lengths, decoded_step_by_step
 from multihead.positions import QueryTemperature
 
 
@@ -46,10 +47,9 @@ def test_cached_steps_equal_the_full_forward(options):
     torch.manual_seed(0)
     mod = mh.MultiHeadAttention(16, 2, causal=True, dtype=torch.float64, **options).eval()
     x = torch.randn(2, 11, 16, dtype=torch.float64)
-    cache = mod.new_cache(2, 11)
     with torch.inference_mode():
         full = mod(x)
-        steps = torch.cat([mod(x[:, :6], cache=cache)] + [mod(x[:, t:t + 1], cache=cache) for t in range(6, 11)], 1)
+        steps = decoded_step_by_step(mod, x, prefill=6)
     torch.testing.assert_close(steps, full)
     assert any(name in repr(mod) for name in ("temperature=True", "chunk_size="))
 
@@ -64,10 +64,5 @@ def test_module_options_are_checked():
 
 
 def test_compiles_with_dynamic_lengths():
-    torch._dynamo.reset()
     mod = mh.MultiHeadAttention(16, 2, causal=True, chunk_size=4, temperature=QueryTemperature(3, 0.7)).eval()
-    compiled = torch.compile(mod, fullgraph=True, dynamic=True)
-    for length in (6, 13):
-        x = torch.randn(1, length, 16)
-        with torch.no_grad():
-            torch.testing.assert_close(compiled(x), mod(x), atol=1e-5, rtol=1e-5)
+    assert_compiles_across_lengths(mod, 16, lengths=(6, 13))
