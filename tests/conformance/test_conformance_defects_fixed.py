@@ -9,6 +9,8 @@ import torch
 
 import multihead as mh
 from multihead import Mask
+from tests.conformance.cases import Case
+from tests.conformance.check import Expected, run_backend
 from tests.conformance.reference import PartSpec, reference_attention
 
 B, H, L, D = 2, 2, 8, 8
@@ -94,3 +96,17 @@ def test_blocks_that_see_no_key_leave_the_output_connected_to_k_and_v():
     out = mh.attention(q, k, v, mask, backend="banded")
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert (out == 0).all() and not dq.any() and not dk.any() and not dv.any()
+
+
+@pytest.mark.parametrize("backend", ["auto", "sdpa"])
+def test_several_fp16_biases_are_summed_in_float32_and_cast_once(backend):
+    """Three ALiBi parts in fp16 (a sum of large offsets): the fused path used to sum them in fp16 and
+    drifted past twice the reference math's error; the bias is now summed in float32, its row maximum
+    moved to 0, and cast once."""
+    slopes = torch.tensor([0.45, 0.3])
+    specs = [PartSpec("alibi", {"slopes": slopes, "align": "bottom_right"}),
+             PartSpec("alibi", {"slopes": slopes, "align": "bottom_right"}),
+             PartSpec("alibi", {"slopes": slopes, "align": "top_left"})]
+    case = Case(B=1, H=2, Hkv=1, Lq=20, Lk=15, D=16, dtype=torch.float16, specs=specs, seed=1824465449)
+    outcome = run_backend(case, backend, "no_grad", Expected(case, "no_grad"))
+    assert outcome.status == "ok", outcome.message
