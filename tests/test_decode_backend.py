@@ -145,3 +145,8 @@ def test_the_kernel_runs_under_torch_compile():
 
     compiled = torch.compile(step, fullgraph=True, dynamic=True)
     torch.testing.assert_close(compiled(q, k, v, lens), step(q, k, v, lens), atol=1e-6, rtol=1e-6)
+
+
+def test_build_now_says_where_the_kernel_is_or_why_there_is_none():
+    said = decode_build.build_now()
+    assert said.startswith("decode kernel: ") and (decode_build.unavailable() or "built in") in said

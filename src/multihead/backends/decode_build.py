@@ -3,7 +3,7 @@
 The kernel is compiled on first use for the host CPU (`-march=native`: AVX-512 or AVX2 where the CPU
 has them) into a cache folder beside the Python environment, one per source, torch version and CPU.
 torch's builder holds a file lock there, so parallel processes build it once. `make run` and
-`make test` build it at install time (`python -m multihead.backends.decode_build`).
+`make test` build it at install time (`build_now()`).
 
 When there is no compiler, or the build fails, `kernel()` returns None and `unavailable()` says why;
 the decode backend then runs its plain-torch form. MULTIHEAD_DECODE_KERNEL=0 forces that (tests).
@@ -87,6 +87,8 @@ def _load():
     return module, None
 
 
-if __name__ == "__main__":
+def build_now() -> str:
+    """Build (or load) the kernel now and say where it is or why there is none: `make run` and `make test`
+    call this once, so that no test pays for the build."""
     kernel()
-    print(f"decode kernel: {unavailable() or 'built in ' + str(build_dir())}")
+    return f"decode kernel: {unavailable() or 'built in ' + str(build_dir())}"
