@@ -109,3 +109,18 @@ def test_the_documentation_notebook_runs_and_renders_the_pages():
         assert len(shapes[2]) == 6 and all(shape[0] == 12 for shape in shapes[2])   # MiniLM: 6 layers x 12 heads
     printed = "".join(out.text for out in outputs if out.output_type == "stream")
     assert "20 checks, all passed" in printed and "2 calls" in printed
+
+
+def test_an_mla_models_heads_render_from_its_prefill_and_its_absorbed_decode_steps():
+    """Multi-head latent attention keeps one head per query head, in its naive prefill and in its absorbed
+    decode step (multi-query over the cached latents): both are drawn by heads, like any other model."""
+    torch.manual_seed(0)
+    mla = mh.MultiHeadLatentAttention(32, 4, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                      v_head_dim=8).eval()
+    x = torch.randn(1, 6, 32)
+    cache = mla.new_cache(1, 6)
+    with torch.no_grad(), mh.capture_attention(mla) as record:
+        mla(x[:, :5], cache=cache)  # prefill (naive)
+        mla(x[:, 5:], cache=cache)  # one step (absorbed)
+    (explorer,) = page_data(framed_page(record._repr_html_()))["explorers"]
+    assert [row["weights"]["shape"] for row in explorer["rows"]] == [[4, 5, 5], [4, 1, 6]]
