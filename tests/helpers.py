@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
+
+from multihead.bench import cli
 
 
 # --- plain-math multi-head attention (float64 reference) ------------------------------------------
@@ -171,6 +176,22 @@ def assert_compiles_across_lengths(mod, features: int, lengths=(5, 11)) -> None:
         x = torch.randn(2, length, features)
         with torch.no_grad():
             torch.testing.assert_close(compiled(x), mod(x), atol=1e-5, rtol=1e-5)
+
+
+# --- multihead bench: one suite through the command, at tiny sizes ------------------------------------
+
+def run_suite_quick(name: str, sizes_class, tiny, out: Path) -> tuple[dict, str, Path]:
+    """`multihead bench --suite NAME --quick --rounds 1` with `sizes_class.quick()` returning `tiny`,
+    writing into `out`: (the suite's JSON data, the Markdown text, the plot folder)."""
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    args = parser.parse_args(["--suite", name, "--quick", "--rounds", "1", "--no-progress",
+                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
+                              "--plot", str(out / "plots")])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sizes_class, "quick", classmethod(lambda cls: tiny))
+        assert cli.main(args) == 0
+    return json.loads((out / "r.json").read_text()), (out / "r.md").read_text(), out / "plots"
 
 
 # --- converted modules: same forward and backward as their source ---------------------------------

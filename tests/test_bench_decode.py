@@ -5,17 +5,16 @@ computes the same thing as the row it is compared with, and the pieces the suite
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import pytest
 import torch
 
 import multihead as mh
-from multihead.bench import cli, timing
+from multihead.bench import timing
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.suites import decode
+from helpers import run_suite_quick
 from multihead.bench.suites.context import Context
 
 TINY = decode.Sizes(contexts=(24,), heads=4, kv_heads=2, head_dim=16, ragged_batch=4, ragged_longest=32,
@@ -26,16 +25,7 @@ TINY = decode.Sizes(contexts=(24,), heads=4, kv_heads=2, head_dim=16, ragged_bat
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     """The CLI with --suite decode --quick at TINY sizes: (JSON data, Markdown text, plot directory)."""
-    out = tmp_path_factory.mktemp("decode")
-    parser = argparse.ArgumentParser()
-    cli.configure(parser)
-    args = parser.parse_args(["--suite", "decode", "--quick", "--rounds", "1", "--no-progress",
-                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
-                              "--plot", str(out / "plots")])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decode.Sizes, "quick", classmethod(lambda cls: TINY))
-        assert cli.main(args) == 0
-    return json.loads((out / "r.json").read_text()), (out / "r.md").read_text(), out / "plots"
+    return run_suite_quick("decode", decode.Sizes, TINY, tmp_path_factory.mktemp("decode"))
 
 
 def rows(data, case_start: str) -> dict[str, dict]:

@@ -4,14 +4,12 @@ No timing is asserted: the numbers live in benchmarks/latent.md.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import pytest
 import torch
 
-from multihead.bench import cli
+from helpers import run_suite_quick
 from multihead.bench.suites import latent
 
 pytestmark = pytest.mark.models
@@ -23,17 +21,9 @@ TINY = latent.Sizes(context=24, hidden=64, heads=4, kv_lora_rank=16, qk_nope_hea
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("latent")
-    parser = argparse.ArgumentParser()
-    cli.configure(parser)
-    args = parser.parse_args(["--suite", "latent", "--quick", "--rounds", "1", "--no-progress",
-                              "--json", str(out / "r.json"), "--markdown", str(out / "r.md"),
-                              "--plot", str(out / "plots")])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(latent.Sizes, "quick", classmethod(lambda cls: TINY))
-        assert cli.main(args) == 0
-    assert [p.name for p in (out / "plots").iterdir()] == ["latent.png"]
-    return json.loads((out / "r.json").read_text())["suites"]["latent"]
+    results, _, plots = run_suite_quick("latent", latent.Sizes, TINY, tmp_path_factory.mktemp("latent"))
+    assert [p.name for p in plots.iterdir()] == ["latent.png"]
+    return results["suites"]["latent"]
 
 
 def test_three_steps_agree_and_the_target_is_reported(data):
