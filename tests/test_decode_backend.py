@@ -6,7 +6,8 @@ import torch
 
 import multihead as mh
 from multihead.backends import decode_build
-from multihead.backends.decode_step import decode_step, key_ranges
+from multihead.backends.decode_ranges import key_ranges
+from multihead.backends.decode_step import decode_step
 
 H, D, N = 8, 32, 200
 LENS = torch.tensor([0, 37, 200])  # ragged, one empty sequence
@@ -94,7 +95,7 @@ def test_auto_runs_the_decode_backend_for_decode_steps_only():
     leaf = q.clone().requires_grad_()
     with pytest.raises(mh.AttentionError, match="no backward"):
         mh.attention(leaf, k, v, mask, backend="decode")
-    with pytest.raises(mh.AttentionError, match="lengths, causal, window and ALiBi"):
+    with pytest.raises(mh.AttentionError, match="one interval of keys per query row"):
         mh.attention(q, k, v, mh.Mask.keep(torch.ones(N, dtype=torch.bool)), backend="decode")
 
 
@@ -150,3 +151,55 @@ def test_the_kernel_runs_under_torch_compile():
 def test_build_now_says_where_the_kernel_is_or_why_there_is_none():
     said = decode_build.build_now()
     assert said.startswith("decode kernel: ") and (decode_build.unavailable() or "built in") in said
+
+
+PART_KINDS = {
+    "lengths": lambda B, Lq, Lk, g: mh.Mask.lengths(torch.randint(0, Lk + 1, (B,), generator=g)),
+    "lengths per query": lambda B, Lq, Lk, g: mh.Mask.lengths(torch.randint(0, Lk + 1, (B, Lq), generator=g)),
+    "query padding": lambda B, Lq, Lk, g: mh.Mask.lengths(torch.full((B,), Lk), torch.randint(0, Lq + 1, (B,),
+                                                                                              generator=g)),
+    "causal": lambda B, Lq, Lk, g: mh.Mask.causal(),
+    "causal bottom-right": lambda B, Lq, Lk, g: mh.Mask.causal("bottom_right"),
+    "window": lambda B, Lq, Lk, g: mh.Mask.window(int(torch.randint(1, 40, (), generator=g)), "bottom_right"),
+    "chunks": lambda B, Lq, Lk, g: mh.Mask.chunks(int(torch.randint(1, 40, (), generator=g)), "bottom_right"),
+    "chunks top-left": lambda B, Lq, Lk, g: mh.Mask.chunks(int(torch.randint(1, 40, (), generator=g))),
+}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
+    """Part.key_interval (the decode kernel's form) keeps exactly the keys Part.keep keeps, alone and combined."""
+    g = torch.Generator().manual_seed(seed)
+    B, Lq, Lk = 3, int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 90, (), generator=g))
+    names = list(PART_KINDS)
+    chosen = [names[int(i)] for i in torch.randint(0, len(names), (int(torch.randint(1, 4, (), generator=g)),),
+                                                    generator=g)]
+    mask = None
+    for name in chosen:
+        part = PART_KINDS[name](B, Lq, Lk, g)
+        mask = part if mask is None else mask & part
+    lo, hi, _, _ = key_ranges(mask, B, 1, Lq, Lk, "cpu")
+    j = torch.arange(Lk)
+    intervals = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, Lk)
+    keep, _ = mask.score_terms(mask.index(B, 1, Lq, Lk, "cpu"), torch.float32)
+    dense = torch.ones(B, Lq, Lk, dtype=torch.bool) if keep is None else keep.expand(B, 1, Lq, Lk)[:, 0]
+    assert torch.equal(intervals, dense), chosen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_chunked_cache_step_runs_on_the_decode_backend_past_2048_keys(dtype):
+    """Llama 4's chunked layers: a decode step over a cache of 2100 keys with chunks of 1024 keeps only the
+    query's own chunk, on the decode backend, within twice the same-dtype reference's drift."""
+    g = torch.Generator().manual_seed(3)
+    Lk = 2100
+    q = torch.randn(2, H, 1, D, generator=g).to(dtype)
+    k, v = (torch.randn(2, 2, Lk, D, generator=g).to(dtype) for _ in range(2))
+    mask = mh.Mask.lengths(torch.tensor([2100, 1500])) & mh.Mask.causal("bottom_right") \
+        & mh.Mask.chunks(1024, "bottom_right")
+    assert mh.dispatch(q, k, v, mask).backend == "decode"
+    k[0, :, :2048] = float("nan")  # before the first row's chunk (2048..2099): never read
+    out = mh.attention(q, k, v, mask)
+    ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math")
+    same = mh.attention(q, k, v, mask, backend="math")
+    assert torch.isfinite(out).all()
+    assert _max_err(out, ref) <= 2 * _max_err(same, ref) + 1e-6

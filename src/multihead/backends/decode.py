@@ -2,7 +2,7 @@
 
 Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys and values once for all
 its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
-form of the same step. It takes the masks a decode step carries (lengths, causal, window, ALiBi),
+form of the same step. It takes the masks a decode step carries (lengths, causal, window, chunks, ALiBi),
 softcap and sinks, in float32 and bfloat16. Inference only: it has no backward.
 """
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.decode_build import unavailable
-from multihead.backends.decode_step import MASK_REASONS, decode_step, key_ranges, unsupported_mask
+from multihead.backends.decode_ranges import MASK_REASONS, key_ranges, unsupported_mask
+from multihead.backends.decode_step import decode_step
 from multihead.backends.flex import needs_grad
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
@@ -32,7 +33,7 @@ TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for
 
 
 class DecodeBackend:
-    """Plan: each row's kept keys, ALiBi positions and slopes (decode_step.key_ranges), made once."""
+    """Plan: each row's kept keys, ALiBi positions and slopes (decode_ranges.key_ranges), made once."""
 
     name = "decode"
 

@@ -9,7 +9,7 @@
 Keys at or past max(hi) of a sequence are never read. Rows that keep no key give exactly 0; NaN in a
 query or in a kept key or value propagates. The softmax runs in float32.
 
-`key_ranges` turns a mask made of lengths, causal, window and ALiBi parts into (lo, hi, qpos, slopes).
+`decode_ranges.key_ranges` turns a mask into (lo, hi, qpos, slopes).
 The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
 also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes the same with torch ops.
 """
@@ -18,58 +18,6 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.decode_build import kernel, loaded
-from multihead.masks import Mask
-from multihead.masks.alibi import AlibiPart
-from multihead.masks.causal import CausalPart
-from multihead.masks.lengths import LengthsPart
-from multihead.masks.window import WindowPart
-
-SUPPORTED_PARTS = (LengthsPart, CausalPart, WindowPart, AlibiPart)
-
-
-ONLY_INTERVALS = "the decode step takes lengths, causal, window and ALiBi masks only"
-ONE_ALIBI = "the decode step takes one ALiBi part"
-MASK_REASONS = (ONLY_INTERVALS, ONE_ALIBI)
-
-
-def unsupported_mask(mask: Mask | None) -> str | None:
-    """Why the decode step cannot take this mask (None: it can); one of MASK_REASONS."""
-    if mask is None:
-        return None
-    for part in mask.parts:  # a constant reason: no text made from shapes on the hot path
-        if not isinstance(part, SUPPORTED_PARTS):
-            return ONLY_INTERVALS
-    if sum(isinstance(p, AlibiPart) for p in mask.parts) > 1:
-        return ONE_ALIBI
-    return None
-
-
-def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device):
-    """(lo, hi, qpos, slopes): each row's kept keys [lo, hi) (B, Lq) int64, the ALiBi query positions
-    (B, Lq) float32 and slopes (H,) float32 or None. Reads no values on the host."""
-    lo = torch.zeros(B, Lq, dtype=torch.long, device=device)
-    hi = torch.full((B, Lq), Lk, dtype=torch.long, device=device)
-    qpos, slopes = torch.zeros(B, Lq, device=device), None
-    if mask is None:
-        return lo, hi, qpos, slopes
-    ix = mask.index(B, H, Lq, Lk, device)
-
-    def position(align: str) -> torch.Tensor:  # (B, Lq)
-        return ix.query_position(align).reshape(-1, Lq).expand(B, Lq)
-
-    for part in mask.parts:
-        if isinstance(part, LengthsPart):
-            lens = part.key_lens
-            hi = torch.minimum(hi, lens[:, None] if lens.dim() == 1 else lens)
-            if part.query_lens is not None:
-                hi = torch.where(torch.arange(Lq, device=device) < part.query_lens[:, None], hi, 0)
-        elif isinstance(part, CausalPart):
-            hi = torch.minimum(hi, position(part.align) + 1)
-        elif isinstance(part, WindowPart):
-            lo = torch.maximum(lo, position(part.align) - part.size + 1)
-        elif isinstance(part, AlibiPart):
-            qpos, slopes = position(part.align).float(), part.slopes.float()
-    return lo.contiguous(), torch.maximum(hi, lo).contiguous(), qpos.contiguous(), slopes
 
 
 @torch.library.custom_op("multihead::decode_step", mutates_args=())

@@ -39,6 +39,12 @@ class AlibiPart(Part):
         # even when cast to bf16 / fp16 (a shifted bias would round their differences away)
         return (-slopes * (ix.query_position(self.align) - ix.k).to(work)).to(dtype)  # (1 or B, H, Lq, Lk)
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return lo, hi  # blocks nothing
+
+    def distance_bias(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor]:
+        return ix.row_positions(self.align).float(), self.slopes.float()  # -slope (i - j) = slope (j - i)
+
     def describe(self) -> str:
         return f"alibi{shape_str(self.slopes.shape)}"
 

@@ -38,6 +38,9 @@ class CausalPart(Part):
         offset = host_offset(self.align, ix)
         return None if offset is None else (0, max(0, q_hi + offset))
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return lo, torch.minimum(hi, ix.row_positions(self.align) + 1)  # keys j <= i
+
     def _keeps_all(self, ix: Index) -> bool:
         """One bottom-right query at the last valid key sees every valid key (a decode step)."""
         return self.align == "bottom_right" and isinstance(ix.q_extent, int) and ix.q_extent == 1

@@ -35,6 +35,10 @@ class ChunksPart(Part):
         last = ((q_hi - 1 + offset) // self.size + 1) * self.size
         return max(0, first), min(ix.Lk, max(0, last))
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start = torch.div(ix.row_positions(self.align), self.size, rounding_mode="floor") * self.size  # (B, Lq)
+        return torch.maximum(lo, start), torch.minimum(hi, start + self.size)  # the query's own chunk
+
     def describe(self) -> str:
         return f"chunks({self.size}, {self.align})"
 

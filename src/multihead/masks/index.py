@@ -121,6 +121,10 @@ class Index:
             return self.q
         return self.q + (self.k_extent - self.q_extent)
 
+    def row_positions(self, align: str) -> torch.Tensor:
+        """`query_position` on the whole grid as one position per (batch row, query): (B, Lq)."""
+        return self.query_position(align).reshape(-1, self.Lq).expand(self.B, self.Lq)
+
     # ---------------------------------------------------------------- reading per-sequence tensors
     def per_batch(self, t: torch.Tensor) -> torch.Tensor:
         """A (B,) tensor at this grid's batch rows: (B, 1, 1, 1) on the whole grid."""

@@ -41,6 +41,13 @@ class LengthsPart(Part):
             keep = keep & (ix.q < ix.per_batch(self.query_lens))  # padded queries keep nothing
         return keep
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lens = self.key_lens
+        hi = torch.minimum(hi, lens[:, None] if lens.dim() == 1 else lens)  # keys j < the row's length
+        if self.query_lens is not None:  # padded queries keep nothing
+            hi = torch.where(torch.arange(ix.Lq, device=hi.device) < self.query_lens[:, None], hi, 0)
+        return lo, hi
+
     def key_keep(self, ix: Index) -> torch.Tensor | None:
         if not self.inert_keys:
             return None

@@ -13,6 +13,8 @@ key position), and that one function gives every form a backend needs:
     extents()       valid queries / keys per sequence     (the length-aware backend's slices)
     key_span(..)    the keys a block of queries may see   (the banded backend's blocks)
     slices(..)      the independent pieces of each row     (the length-aware backend's calls)
+    key_interval(..) each row's kept keys [lo, hi)         (the decode kernel)
+    distance_bias(ix) ALiBi's query positions and slopes   (the decode kernel)
     score(s, ix)    the scores after this part's term     (only parts with changes_scores, e.g. score_mod)
 
 A part whose score term is not an addition (`changes_scores`, Mask.score_mod) makes every backend apply
@@ -100,8 +102,25 @@ class Part:
         """[(b, q_lo, q_hi, k_lo, k_hi)]: the only entries the part keeps, read on the host; or why not."""
         return "does not cut rows into slices"
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Each query row's kept keys [lo, hi), (B, Lq) int64 on the whole grid `ix`, narrowed by this part:
+        the decode kernel's form. None (the default) when the part's keep is not one interval of keys
+        per row. A part that blocks nothing returns them unchanged. Its score term must be none, or
+        `distance_bias`."""
+        return None
+
+    def distance_bias(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(qpos (B, Lq) float32, slopes (H,) float32) when the part adds slopes[h] * (j - qpos[b, i]) to
+        the scores (ALiBi), for the decode kernel; None (the default) for every other part."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__
+
+
+def overrides(part: Part, hook: str) -> bool:
+    """Whether the part's kind defines `hook` itself (a structural fact: no grid, no tensors)."""
+    return getattr(type(part), hook) is not getattr(Part, hook)
 
 
 def _flatten_part(part):

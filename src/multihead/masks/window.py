@@ -25,6 +25,9 @@ class WindowPart(Part):
         offset = host_offset(self.align, ix)
         return None if offset is None else (max(0, q_lo + offset - self.size + 1), ix.Lk)
 
+    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.maximum(lo, ix.row_positions(self.align) - self.size + 1), hi  # keys j > i - size
+
     def describe(self) -> str:
         return f"window({self.size}, {self.align})"
 

@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 import multihead as mh
-from multihead.backends.decode_step import key_ranges, plain_decode_step
+from multihead.backends.decode_ranges import key_ranges
+from multihead.backends.decode_step import plain_decode_step
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.machine import load_average
 from multihead.bench.plots import DRAWERS
