@@ -109,3 +109,24 @@ def test_up_weights_are_the_halves_of_kv_b_proj():
     rows = mla.kv_b_proj.weight.view(4, 14, 16)
     assert torch.equal(w_uk, rows[:, :8]) and torch.equal(w_uv, rows[:, 8:])
     assert w_uk.data_ptr() == mla.kv_b_proj.weight.data_ptr()  # views: nothing copied
+
+
+def test_the_absorbed_step_follows_every_change_of_kv_b_proj():
+    """The contiguous W_UK / W_UV the absorbed step keeps are made again after an in-place update, a new weight
+    and a dtype change; with autograd on, kv_b_proj still gets its gradient through the absorbed path."""
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(32, 4, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        first = mla(x, absorb=True)
+        halves = mla._absorb_weights()
+        assert all(t.is_contiguous() for t in halves) and mla._absorb_weights()[0] is halves[0]  # kept
+        mla.kv_b_proj.weight.mul_(2.0)  # an optimizer step: in place
+        torch.testing.assert_close(mla(x, absorb=True), mla(x, absorb=False), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(mla(x, absorb=True), first)
+        mla.kv_b_proj.weight = torch.nn.Parameter(torch.randn_like(mla.kv_b_proj.weight))  # a new weight
+        torch.testing.assert_close(mla(x, absorb=True), mla(x, absorb=False), rtol=1e-5, atol=1e-5)
+        low = mla.to(torch.bfloat16)
+        assert low._absorb_weights()[0].dtype == torch.bfloat16
+    mla.float()(x, absorb=True).square().sum().backward()
+    assert mla.kv_b_proj.weight.grad is not None and mla.kv_b_proj.weight.grad.abs().sum() > 0

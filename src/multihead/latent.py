@@ -93,6 +93,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.kv_b_proj = nn.Linear(C, H * (Dn + Dv), bias=False, **factory)
         self.o_proj = nn.Linear(H * Dv, embed_dim, bias=bias, **factory)
         self.rope = rope
+        self._contiguous_halves = None  # (kv_b_proj's weight, its state, (W_UK, W_UV)): see _absorb_weights
 
     if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
         @classmethod
@@ -183,6 +184,19 @@ class MultiHeadLatentAttention(nn.Module):
         w = self.kv_b_proj.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank)
         return w[:, :self.qk_nope_head_dim], w[:, self.qk_nope_head_dim:]
 
+    def _absorb_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`up_weights` as contiguous tensors, copied once per version of kv_b_proj's weight (bmm on the CPU
+        copies the strided halves at every bf16 call: 2·H·Dn·C values per decode step). The views where
+        autograd needs the weight, under torch.compile, and for inference tensors (no version counter)."""
+        w = self.kv_b_proj.weight
+        if (w.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling() or w.is_inference():
+            return self.up_weights()
+        state = (w._version, w.data_ptr(), w.dtype, w.device)  # `.to()` swaps a parameter's data in place
+        kept = self._contiguous_halves
+        if kept is None or kept[0] is not w or kept[1] != state:
+            kept = self._contiguous_halves = (w, state, tuple(t.contiguous() for t in self.up_weights()))
+        return kept[2]
+
     def _naive(self, q_nope, q_rope, keys, mask, causal) -> torch.Tensor:
         """Decompress every head's keys and values from keys (B, 1, Lk, C + R), then attend: (B, H, Lq, Dv)."""
         B, _, Lk, _ = keys.shape
@@ -200,7 +214,7 @@ class MultiHeadLatentAttention(nn.Module):
         The values passed are the whole cached rows [c | k_rope] and the last R output features are
         dropped: with q, k and v of one width, torch's fused CPU kernel runs (it needs Dv == D), and
         reads the cache once for both."""
-        w_uk, w_uv = self.up_weights()
+        w_uk, w_uv = self._absorb_weights()
         q_latent = q_nope @ w_uk  # (B, H, Lq, Dn) @ (H, Dn, C) -> (B, H, Lq, C)
         q = torch.cat((q_latent, q_rope), dim=-1)  # (B, H, Lq, C + R)
         out = attention(q, keys, keys, mask, causal=causal, scale=self.scale,
