@@ -1,4 +1,4 @@
-"""`multihead bench --suite latent` on tiny sizes: every row runs, the three steps agree, the cache table is right.
+"""`multihead bench --suite latent` on tiny sizes: every row runs, the four steps agree, the cache table is right.
 
 No timing is asserted: the numbers live in benchmarks/latent.md.
 """
@@ -26,10 +26,10 @@ def data(tmp_path_factory):
     return results["suites"]["latent"]
 
 
-def test_three_steps_agree_and_the_target_is_reported(data):
+def test_four_steps_agree_and_the_target_is_reported(data):
     steps = {r["implementation"]: r for r in data["rows"] if r["case"] == "decode step N=24 fp32"}
-    assert set(steps) == {latent.ABSORBED, latent.NAIVE, latent.HF}
-    for name in (latent.NAIVE, latent.HF):
+    assert set(steps) == {latent.ABSORBED, latent.NAIVE, latent.HF, latent.HF_STATIC}
+    for name in (latent.NAIVE, latent.HF, latent.HF_STATIC):
         assert steps[name]["max |diff|"] < 1e-5
     assert steps[latent.HF]["MB read"] > steps[latent.ABSORBED]["MB read"]
     (target,) = data["targets"]

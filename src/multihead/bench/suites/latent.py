@@ -1,18 +1,20 @@
 """Latent decode: one MLA decode step at DeepSeek-V2-Lite's dimensions, absorbed against naive and HF's.
 
 One layer, random weights: hidden E=2048, H=16 heads, latent C=512, Dn=128 (nope), R=64 (rope), Dv=128,
-no query compression; B=1, context N=4096, fp32 (bf16 too in the full run). Three steps, each appending
-one token to its own cache, all three caches holding the same context:
+no query compression; B=1, context N=4096, fp32 (bf16 too in the full run). Four steps, each appending
+one token to its own cache, all four caches holding the same context:
 
 - ours, absorbed: MultiHeadLatentAttention + LatentCache; the query takes W_UK, attention runs as
   multi-query attention over the cached [latent | rotary key] (C + R = 576 wide), then W_UV;
 - ours, naive: the same module and cache content with absorb=False: every cached latent is expanded
   through kv_b_proj into per-head keys and values at every step (what HF's layer does too);
-- HF: transformers' DeepseekV3Attention (SDPA attention) with its own DynamicCache, identical weights.
+- HF: transformers' DeepseekV3Attention (SDPA attention) with its own DynamicCache, identical weights;
+- HF compiled: the same layer with a StaticCache, its step under torch.compile (default mode): the call a
+  user who wants HF's speed makes. The goal is taken against the faster of the two HF rows.
 
 Bytes read per step (a model of the traffic, not a counter): the weights (W), the latents
-N·(C + R), and for the two expanding steps the per-head keys and values they write and attention reads
-back, N·H·(Dn + R + Dv). The cache table gives the bytes one token costs per layer: MLA's latent
+N·(C + R), and for the expanding steps the per-head keys and values they write and attention reads
+back, N·H·(Dn + R + Dv); HF's StaticCache step expands all of its slots, filled or not. The cache table gives the bytes one token costs per layer: MLA's latent
 against MHA, GQA and MQA caches of the same width (H heads of D = E / H), and DeepSeek's expanded
 per-head keys and values.
 """
@@ -35,6 +37,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COLUMNS = ["case", "implementation", "ms", "MB read", "GB/s", "x ours", "max |diff|", "bytes/token", "x MLA"]
 ABSORBED, NAIVE, HF = "ours: absorbed (MLA + LatentCache)", "ours: naive over the same cache", \
     "HF DeepseekV3Attention + DynamicCache (sdpa)"
+HF_STATIC = "HF DeepseekV3Attention + StaticCache, torch.compile (sdpa)"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,25 @@ def fill(mla: MultiHeadLatentAttention, context: torch.Tensor, headroom: int):
     return caches, hf_cache
 
 
+def static_cache(hf, hf_cache, slots: int):
+    """A StaticCache of `slots` positions holding what the DynamicCache `hf_cache` holds (latents as keys,
+    turned rotary keys as values, HF V3's layout)."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=hf.config, max_cache_len=slots)
+    cache.update(hf_cache.layers[0].keys.clone(), hf_cache.layers[0].values.clone(), 0)
+    return cache
+
+
+def static_step(hf, rotary, cache, x: torch.Tensor) -> torch.Tensor:
+    """x (1, 1, E) -> (1, 1, E): one step of HF's layer on its StaticCache. The position and the mask over the
+    cache's slots come from its length tensor, so every step has the same shapes (one compiled graph)."""
+    length = cache.layers[0].cumulative_length  # () tensor: tokens cached so far
+    slots = cache.layers[0].keys.shape[2]
+    mask = (torch.arange(slots) <= length).view(1, 1, 1, slots)  # the cached slots and this one
+    return hf(x, position_embeddings=rotary(x, length.view(1, 1)), attention_mask=mask, cache=cache)[0]
+
+
 def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None:
     dt = DTYPES[dtype]
     hf, rotary, mla = build_pair(s, dt)
@@ -134,16 +156,21 @@ def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None
         position = torch.full((1, 1), hf_cache.get_seq_length(), dtype=torch.long)
         return hf(x, position_embeddings=rotary(x, position), attention_mask=None, cache=hf_cache)[0]
 
+    hf_static = static_cache(hf, hf_cache, s.context + headroom)
+    compiled = torch.compile(static_step)
     fns = {ABSORBED: lambda: mla(x, cache=absorbed_cache),
            NAIVE: lambda: mla(x, cache=naive_cache, absorb=False),
-           HF: hf_step}
-    first = {name: fn() for name, fn in fns.items()}  # one step each: all three at N + 1, compared
+           HF: hf_step,
+           HF_STATIC: lambda: compiled(hf, rotary, hf_static, x)}
+    first = {name: fn() for name, fn in fns.items()}  # one step each (HF compiled: it compiles), all at N + 1
     t = compare(fns, rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
     N, H, es = s.context + 1, s.heads, torch.finfo(dt).bits // 8
     weights = sum(p.numel() * p.element_size() for p in mla.parameters())
     latents = N * (s.kv_lora_rank + s.qk_rope_head_dim) * es
     expanded = N * H * (s.qk_nope_head_dim + s.qk_rope_head_dim + s.v_head_dim) * es
-    moved = {ABSORBED: weights + latents, NAIVE: weights + latents + expanded, HF: weights + latents + expanded}
+    slots = (s.context + headroom) / N  # the StaticCache expands every slot, filled or not
+    moved = {ABSORBED: weights + latents, NAIVE: weights + latents + expanded, HF: weights + latents + expanded,
+             HF_STATIC: weights + slots * (latents + expanded)}
     case = f"decode step N={s.context} {dtype}"
     for name, timing in t.items():
         result.rows.append({
@@ -151,10 +178,13 @@ def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None
             "GB/s": moved[name] / timing.median_s / 1e9, "x ours": ratio(timing, t[ABSORBED]),
             "max |diff|": None if name == ABSORBED else (first[name] - first[ABSORBED]).abs().max().item(),
         })
+    best = min((HF, HF_STATIC), key=lambda name: t[name].median_s)
     result.targets.append(Target(
-        f"latent decode N={s.context} {dtype}: HF DeepseekV3Attention step / absorbed step", ratio(t[HF], t[ABSORBED]),
-        ">=", GOAL_HF,
-        note=(f"naive / absorbed {ratio(t[NAIVE], t[ABSORBED]):.1f}x; per step the absorbed one reads "
+        f"latent decode N={s.context} {dtype}: HF DeepseekV3Attention step at its best call / absorbed step",
+        ratio(t[best], t[ABSORBED]), ">=", GOAL_HF,
+        note=(f"HF's best: {best}; with the DynamicCache {ratio(t[HF], t[ABSORBED]):.1f}x, StaticCache compiled "
+              f"{ratio(t[HF_STATIC], t[ABSORBED]):.1f}x; naive / absorbed {ratio(t[NAIVE], t[ABSORBED]):.1f}x; "
+              "per step the absorbed one reads "
               f"{latents / 1e6:.1f} MB of latents and {weights / 1e6:.1f} MB of weights, the expanding ones "
               f"also {expanded / 1e6:.0f} MB of per-head K/V")))
 
