@@ -44,6 +44,17 @@ def test_compiled_module_equals_eager_across_lengths_on_both_sides_of_2048_with_
             torch.testing.assert_close(compiled(x), attn(x, causal=True), atol=1e-5, rtol=1e-5)
 
 
+def test_float_scale_and_softcap_arguments_compile_with_dynamic_shapes_and_fullgraph():
+    """dynamic=True makes float arguments symbolic: their checks must not call math.isfinite on them."""
+    q, k, v = qkv(1, 2, 8, 16, seed=0)
+    for name in ("scale", "softcap"):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda q, k, v, x, name=name: mh.attention(q, k, v, **{name: x}), dynamic=True,
+                                 fullgraph=True)
+        for x in (0.3, 0.5, 0.7):
+            torch.testing.assert_close(compiled(q, k, v, x), mh.attention(q, k, v, **{name: x}))
+
+
 @pytest.mark.slow
 def test_a_window_mask_compiles_one_graph_for_three_lengths_past_2048_with_dynamic_shapes():
     window = mh.Mask.window(64)

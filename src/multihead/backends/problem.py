@@ -118,11 +118,11 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
     elif type(scale) is not float or not 0.0 < scale < math.inf:  # the common float passes without a call
-        check_number(scale, "scale", "a positive finite number", lambda x: math.isfinite(x) and x > 0)
+        check_number(scale, "scale", "a positive finite number", lambda x: 0 < x < math.inf)
     if type(dropout) is not float or not 0.0 <= dropout < 1.0:
         check_number(dropout, "dropout", "a probability in [0, 1)", lambda x: 0.0 <= x < 1.0)
     if softcap is not None:
-        check_number(softcap, "softcap", "a positive finite number or None", lambda x: math.isfinite(x) and x > 0)
+        check_number(softcap, "softcap", "a positive finite number or None", lambda x: 0 < x < math.inf)  # NaN: False
         softcap = float(softcap)
     if sinks is not None:
         _check_sinks(sinks, H, q)
