@@ -118,6 +118,22 @@ def test_the_compiled_flex_peer_keeps_the_causal_window():
     torch.testing.assert_close(flex(), expected, atol=1e-5, rtol=1e-5)
 
 
+def test_the_window_part_with_compiled_peers_times_ours_compiled_on_flex():
+    """With the compiled peers, the window part also times ours under torch.compile, which runs flex on the
+    CPU from 512 keys, and reports it against compiled Flex; every row agrees with the dense baseline."""
+    from multihead.bench.results import SuiteResult
+    from multihead.bench.suites.window_prefill import window
+
+    sizes = decode.Sizes(contexts=(24,), window=64, window_length=640, window_heads=2, window_head_dim=16, compiled_peers=True)
+    result = SuiteResult("decode", "window", [])
+    window(Context(rounds=1, warmup=0, budget_s=0.0), sizes, result)
+    found = {r["implementation"]: r for r in result.rows}
+    assert found["ours under torch.compile"]["runs"] == "auto, compiled: flex"
+    assert all(r["max |diff|"] < 1e-5 for r in found.values() if r["max |diff|"] is not None)
+    names = [t.name for t in result.targets]
+    assert "window prefill N=640 W=64: compiled FlexAttention (block mask) / ours under torch.compile" in names
+
+
 def test_the_clock_in_use_is_named():
     before = timing.clock_name()
     try:

@@ -17,12 +17,19 @@ the sink factor is 0 there too).
 
 When "auto" picks it: flex_attention is a fused kernel only under torch.compile. Outside it, torch
 runs an unfused implementation that materialises the (B, H, Lq, Lk) scores like the reference math,
-with more overhead, so "auto" never picks it in eager mode, on any device. Under torch.compile it is
-picked on CUDA only (the compiled CPU kernel is inference-only, and fails to build for some masks),
-and not where SDPA could run the call with no dense mask at all (is_causal or no mask): SDPA's flash
-kernels win there. As this backend sits after SDPA, "auto" in practice reaches it for the calls SDPA
-refuses (softcap, sinks), where the alternative is the reference math: on an H100 (bf16, B=4, H=16,
-L=4096, D=128, causal, softcap) compiled flex took 6.3 ms forward and backward, the math 12.3 ms.
+with more overhead, so "auto" never picks it in eager mode, on any device. Under torch.compile, never
+where SDPA runs the call with no dense mask at all (is_causal or no mask): SDPA's flash kernels win
+there. Otherwise, per device type:
+- CPU (inference only: the compiled CPU kernel has no backward), from 512 keys, for masks of positions
+  only (causal, window, chunks): there compiled SDPA builds and reads the dense (Lq, Lk) mask, which
+  flex's BlockMask replaces. Measured here (1 thread, H=8, D=64, causal, a window of 256, no_grad, both
+  compiled): SDPA / flex 0.92 at 256 keys, 1.38 at 512, 2.3 at 1024, 8.8 at 4096. Masks that read a tensor
+  (key padding, lengths, dense masks, user functions) stay with SDPA: with dynamic shapes torch 2.13's
+  compiled CPU flex kernel fails to build (a C++ error) for a mask_mod that reads one
+  (tests/test_flex_backend.py checks both choices);
+- CUDA: only for the calls SDPA refuses (softcap, sinks), where the alternative is the reference math:
+  on an H100 (bf16, B=4, H=16, L=4096, D=128, causal, softcap) compiled flex took 6.3 ms forward and
+  backward, the math 12.3 ms. Dense-masked calls stay with SDPA there (not measured against flex).
 
 torch warns once per process that flex_attention ran without torch.compile. In eager mode that is
 this backend working as described above (chosen by name, or to check results), and the warning's
@@ -35,7 +42,8 @@ What torch cannot do here (each is refused with its reason): a backward pass on 
 refuses inputs that need grad there, eager or compiled), dropout, the log-sum-exp under torch.compile
 on CPU (so no sinks there), and in the compiled GPU kernel head dims outside 16..256 or float64
 (seen with torch 2.11 on an H100). Not refused, as no shape tells it: torch 2.13's compiled CPU kernel
-fails to build (a C++ error) for mask_mods that compare a position with a per-sequence length.
+fails to build (a C++ error) for mask_mods that read a tensor (key padding, per-sequence lengths) when
+shapes are dynamic.
 """
 from __future__ import annotations
 
@@ -48,7 +56,7 @@ import torch.utils._pytree as pytree
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.backends.reference import inert_keys
-from multihead.backends.sdpa import score_variants_unsupported, sdpa_mask
+from multihead.backends.sdpa import LOSES_NAN_QUERIES, score_variants_unsupported, sdpa_mask
 from multihead.masks import Index, Mask
 
 try:
@@ -80,11 +88,13 @@ def make_mask_mod(mask: Mask, Lq: int, Lk: int):
     return mask_mod
 
 
-def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk: int):
+def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk: int, nan_as_inf: bool = False):
     """score_mod(score, b, h, q_idx, kv_idx) -> softcap(score) + every part's bias at that entry.
 
     softcap is a 0-dim tensor on the inputs' device: a Python float captured here would become a
     symbolic number once its value changes between calls, which flex's backward cannot trace.
+    nan_as_inf: a NaN score becomes +inf, so the row's softmax is NaN (inf - inf) as in torch's math; the
+    compiled CPU kernel otherwise reads a NaN row as fully masked (zeros) and drops a NaN key's score.
     """
     def score_mod(score, b, h, q_idx, kv_idx):
         if softcap is not None:
@@ -94,9 +104,17 @@ def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk:
         elif mask is not None:
             _, bias = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk), score.dtype)
             score = score + bias
+        if nan_as_inf:
+            score = torch.where(torch.isnan(score), float("inf"), score)
         return score
 
     return score_mod
+
+
+def positional(mask: Mask | None) -> bool:
+    """Whether every part of the mask is a function of positions alone: no tensor (key padding, lengths,
+    ALiBi slopes), no user function. Structural: read from the parts, never from values."""
+    return mask is None or (not mask.has_functions and all(not part.tensor_fields for part in mask.parts))
 
 
 class FlexForms(NamedTuple):
@@ -170,10 +188,15 @@ FLOAT64 = cannot("flex.float64", "the compiled GPU flex kernel has no float64")
 CPU_LSE = cannot("flex.cpu-lse", "the compiled CPU flex kernel cannot return the log-sum-exp that sinks need")
 EAGER = declines("flex.eager", "outside torch.compile flex_attention is unfused: it materialises the (B, H, Lq, Lk) "
                                "scores like the reference math, with more overhead")
-NOT_CUDA = declines("flex.not-cuda", "under torch.compile it is picked on CUDA only (the CPU kernel is "
-                                     "inference-only)")
+CPU_MIN_KEYS = 512  # under torch.compile on CPU, from here flex's BlockMask beats SDPA's dense mask (measured)
+FEW_KEYS = declines("flex.few-keys", f"under torch.compile on CPU it is picked from {CPU_MIN_KEYS} keys; below, "
+                                     "SDPA with a dense mask is as fast")
+READS_TENSORS = declines("flex.cpu-tensor-mask", "under torch.compile on CPU it is picked only for masks of positions "
+                                                 "(causal, window, chunks): the compiled CPU kernel fails to build for "
+                                                 "a mask that reads a tensor when shapes are dynamic")
+NOT_PICKED = declines("flex.device", "under torch.compile it is picked on CPU and CUDA only")
+SDPA_TAKES = declines("flex.sdpa-takes", "on CUDA it is picked only for calls SDPA refuses (softcap, sinks)")
 SDPA_FASTER = declines("flex.sdpa-faster", "SDPA runs this call with no dense mask; its flash kernels are faster")
-PICKED_ON = ("cuda",)  # device types where "auto" picks it under torch.compile
 
 
 class FlexBackend:
@@ -188,10 +211,17 @@ class FlexBackend:
         if auto:
             if not torch.compiler.is_compiling():
                 return EAGER
-            if p.q.device.type not in PICKED_ON:
-                return NOT_CUDA
+            device, sdpa_can = p.q.device.type, score_variants_unsupported(p) is None
+            if device == "cpu" and p.k.shape[2] < CPU_MIN_KEYS:
+                return FEW_KEYS
+            if device == "cpu" and not positional(p.mask):
+                return READS_TENSORS
+            if device == "cuda" and sdpa_can:
+                return SDPA_TAKES
+            if device not in ("cpu", "cuda"):
+                return NOT_PICKED
             # the dense form is only traced here (torch.compile drops what nothing uses)
-            if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
+            if sdpa_can and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
                 return SDPA_FASTER
         return forms_for(p)
 
@@ -245,10 +275,11 @@ class FlexBackend:
         k, v = inert_keys(p, p.index())
         _, _, Lq, Lk = p.dims
         score_mod = None
-        if p.softcap is not None or forms.adds_bias:
+        nan_as_inf = torch.compiler.is_compiling() and p.q.device.type in LOSES_NAN_QUERIES
+        if p.softcap is not None or forms.adds_bias or nan_as_inf:
             softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,
                                                                       device=p.q.device)
-            score_mod = make_score_mod(p.mask if forms.adds_bias else None, softcap, Lq, Lk)
+            score_mod = make_score_mod(p.mask if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf)
         args = (p.q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
         if torch.compiler.is_compiling():
             result = _flex(*args)

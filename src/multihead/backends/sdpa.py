@@ -25,8 +25,8 @@ from multihead.backends.scored import reference_on_grid, scored_note, transforms
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 from multihead.masks import Index, Mask
 
-# Devices whose fused kernel, given no mask, returns a NaN query row as zeros (it reads a row whose
-# scores are all NaN as a fully masked one): torch 2.13's CPU flash kernel.
+# Devices whose fused kernels return a NaN query row as zeros (they read a row whose scores are all NaN
+# as a fully masked one): torch 2.13's CPU flash kernel given no mask, and its compiled CPU flex kernel.
 LOSES_NAN_QUERIES = ("cpu",)
 
 
