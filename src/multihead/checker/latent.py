@@ -111,7 +111,7 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
         "heads": roles.num_heads, "nope": roles.nope, "rope": roles.rope_dim, "value": roles.value_dim,
         "latent": roles.latent, "path": path.name})]
     if fit.rope is not None:
-        report.conventions.append(("rope:" + ("interleaved" if fit.rope.tables_interleaved else "half"),
+        report.conventions.append(("mla-rope:" + ("interleaved" if fit.rope.tables_interleaved else "half"),
                                    {"base": f"{fit.rope.base:g}"}))
     if fit.error > tol:
         report.reason = say("mla-naive-differs", lang, error=fit.error)

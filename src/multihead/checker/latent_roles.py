@@ -59,9 +59,11 @@ class LatentRoles:
     def describe(self) -> dict[str, str]:
         """Role -> where it lives, e.g. {"q": "W_Q", "latent": "W_DKV", "k": "W_UK", ...}."""
         def piece(p: Piece, part: str) -> str:
-            return p[0].name if p[1] is None else f"{p[0].name} rows viewed as (H={self.num_heads}, Dn + Dv, C)[:, {part}]"
-        down = self.down.name + (f" rows 0:{self.latent}" if self.rotary is None else "")
-        rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {self.latent}:{self.latent + self.rope_dim}"
+            viewed = f" rows viewed as (H={self.num_heads}, Dn + Dv, C)[:, {part}]"
+            return p[0].name + ("" if p[1] is None else viewed)
+        C, R = self.latent, self.rope_dim
+        down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "")
+        rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {C}:{C + R}"
         return {"q": self.q.name, "latent": down, "rope-key": rotary,
                 "k": piece(self.up_k, f":{self.nope}"), "v": piece(self.up_v, f"{self.nope}:"),
                 "o": self.o.name if self.o else "(none)"}
