@@ -40,7 +40,7 @@ def test_find_absorbed_knows_a_forward_flag_and_a_method_and_plain_modules_have_
 
 @pytest.mark.parametrize("target, roles", [
     (CORRECT, {"q": "W_Q", "latent": "W_DKV", "rope-key": "W_KR", "k": "W_UK", "v": "W_UV", "o": "W_O"}),
-    (FUSED, {"q": "q_proj", "latent": "kv_a_proj_with_mqa rows 0:6", "rope-key": "kv_a_proj_with_mqa rows 6:10",
+    (FUSED, {"q": "q_proj", "latent": "kv_a_proj_with_mqa rows 0:6, then kv_a_layernorm", "rope-key": "kv_a_proj_with_mqa rows 6:10",
              "k": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, :6]",
              "v": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, 6:]", "o": "o_proj"}),
 ])
@@ -112,6 +112,16 @@ def test_the_report_speaks_chinese():
 def test_differences_the_catalogue_does_not_know_fail_without_an_id(tmp_path, edit, reason):
     report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_absorbed.py', edit)}:LatentAttention")
     assert report.verdict == "fail" and report.bug is None and reason in report.headline(), str(report)
+
+
+def test_a_norm_on_the_latent_is_the_modules_own_layer(tmp_path):
+    norm = (("c = self.W_DKV(x)", "c = self.norm(self.W_DKV(x))"),
+            ("        self.W_O =", "        self.norm = nn.LayerNorm(kv_rank)\n        self.W_O ="))
+    report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_absorbed.py', *norm)}:LatentAttention")
+    assert report.passed and report.roles["latent"] == "W_DKV, then norm", str(report)
+    forgotten = ("weights @ c[:, None], w_uv)", "weights @ self.W_DKV(x)[:, None], w_uv)")  # values not normed
+    learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", *norm, forgotten, name="norm_forgotten.py")
+    assert check(f"{learner}:LatentAttention").verdict == "fail"
 
 
 def test_naive_outputs_right_with_gradients_cut_fail(tmp_path):

@@ -1,5 +1,5 @@
-"""A learner's MLA with DeepSeek's weight names: one kv_a_proj_with_mqa gives the latent and the shared
-rotary key, one kv_b_proj holds every head's [W_UK | W_UV] rows. Its absorbed path (``forward_absorbed``)
+"""A learner's MLA with DeepSeek's weight names: one kv_a_proj_with_mqa gives the latent (then normed by
+kv_a_layernorm) and the shared rotary key, one kv_b_proj holds every head's [W_UK | W_UV] rows. Its absorbed path (``forward_absorbed``)
 multiplies the query by W_UK transposed, reading kv_b_proj.weight as (out, in) = "x @ W.T": it runs only
 because qk_nope_head_dim == kv_lora_rank here, and attends with the wrong queries."""
 
@@ -21,6 +21,7 @@ class CompressedKVAttention(nn.Module):
         self.softmax_scale = (qk_nope_head_dim + qk_rope_head_dim) ** -0.5
         self.q_proj = nn.Linear(hidden_size, num_heads * (qk_nope_head_dim + qk_rope_head_dim), bias=False)
         self.kv_a_proj_with_mqa = nn.Linear(hidden_size, kv_lora_rank + qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = nn.RMSNorm(kv_lora_rank, eps=1e-6)
         self.kv_b_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=False)
         inv_freq = 1.0 / rope_theta ** (torch.arange(0, qk_rope_head_dim, 2).float() / qk_rope_head_dim)
@@ -31,6 +32,7 @@ class CompressedKVAttention(nn.Module):
         q = self.q_proj(x).view(bsz, seq, self.num_heads, -1).transpose(1, 2)
         q_nope, q_pe = torch.split(q, [self.nope, self.rope], dim=-1)
         compressed_kv, k_pe = torch.split(self.kv_a_proj_with_mqa(x), [self.kv_lora_rank, self.rope], dim=-1)
+        compressed_kv = self.kv_a_layernorm(compressed_kv)
         freqs = torch.arange(seq, dtype=self.inv_freq.dtype)[:, None] * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()

@@ -12,7 +12,7 @@ a flag of its forward (``forward(x, absorb=True)``; also ``absorbed``, ``use_abs
    evidence: the naive and absorbed outputs differ, and with W_UK transposed back (in a copy of the
    module) its absorbed path agrees with its naive forward.
 
-Not modelled: a norm on the latent, low-rank queries, masks and caches (the module is then checked as
+Not modelled: low-rank queries, masks and caches (the module is then checked as
 plain attention, whose roles it does not fit).
 """
 

@@ -3,8 +3,9 @@
 Roles are found by behaviour, during one naive call (names are not trusted). Hooks record what every
 Linear reads and gives:
 
-- the down-projection W_DKV reads x, and one or two Linears read its output (or its first C features):
-  the up-projections W_UK and W_UV (either order), or one Linear holding each head's [k_nope | v] rows
+- the down-projection W_DKV reads x, and one or two Linears read its output (or its first C features),
+  directly or through one layer of the module (a norm on the latent, DeepSeek's kv_a_layernorm): the
+  up-projections W_UK and W_UV (either order), or one Linear holding each head's [k_nope | v] rows
   (DeepSeek's kv_b_proj);
 - the other Linears on x are the query W_Q (each head [q_nope | q_rope]) and the rotary key W_KR, unless
   W_DKV's output is wider than the latent (DeepSeek's kv_a_proj_with_mqa: [c | k_rope]);
@@ -46,6 +47,7 @@ class LatentRoles:
     rope_dim: int  # R
     value_dim: int  # Dv
     latent: int  # C
+    norm: tuple | None = None  # (name, the module's own layer applied to the latent), or None
 
     def up_weights(self) -> tuple[tuple, tuple]:
         """((W_UK (H, Dn, C), its bias (H, Dn) or None), (W_UV (H, Dv, C), its bias (H, Dv) or None))."""
@@ -62,7 +64,8 @@ class LatentRoles:
             viewed = f" rows viewed as (H={self.num_heads}, Dn + Dv, C)[:, {part}]"
             return p[0].name + ("" if p[1] is None else viewed)
         C, R = self.latent, self.rope_dim
-        down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "")
+        down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "") + \
+            (f", then {self.norm[0]}" if self.norm else "")
         rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {C}:{C + R}"
         return {"q": self.q.name, "latent": down, "rope-key": rotary,
                 "k": piece(self.up_k, f":{self.nope}"), "v": piece(self.up_v, f"{self.nope}:"),
@@ -86,17 +89,18 @@ def _linear(x: torch.Tensor, proj: Projection) -> torch.Tensor:
 
 
 class _Recorder:
-    """Context manager: every projection's (input, output) during the calls made inside it."""
+    """Context manager: every leaf layer's first (input, output) during the calls made inside it."""
 
-    def __init__(self, projections: dict[str, Projection]):
-        self.projections, self.seen, self._handles = projections, {}, []
+    def __init__(self, module):
+        self.layers = {name: layer for name, layer in module.named_modules() if name and not list(layer.children())}
+        self.seen, self._handles = {}, []
 
     def __enter__(self) -> _Recorder:
-        for name, proj in self.projections.items():
+        for name, layer in self.layers.items():
             def hook(mod, inputs, output, name=name):
                 if inputs and isinstance(inputs[0], torch.Tensor) and isinstance(output, torch.Tensor):
                     self.seen.setdefault(name, (inputs[0].detach(), output.detach()))
-            self._handles.append(proj.layer.register_forward_hook(hook))
+            self._handles.append(layer.register_forward_hook(hook))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,33 +113,48 @@ def find_latent_roles(module, projections: dict[str, Projection], call, x: torch
     """Every MLA role assignment that fits what the Linears read and gave during ``call(x)`` (the naive
     forward, batch first); [] for a module that is not MLA-shaped."""
     linears = {n: p for n, p in projections.items() if p.kind == "linear" and p.heads == 1}
-    with torch.no_grad(), _Recorder(linears) as seen:
+    with torch.no_grad(), _Recorder(module) as recorder:
         out = call(x)
-    seen = seen.seen
+    seen = {n: got for n, got in recorder.seen.items() if n in linears}
+    between = {n: got for n, got in recorder.seen.items() if n not in linears}  # other leaf layers: a norm?
     on_x = [n for n, (inp, _) in seen.items() if inp.shape == x.shape and torch.equal(inp, x)]
-    readers = {}  # x-reader -> the Linears reading its output (or its first features)
+    readers = {}  # x-reader -> [(a Linear reading its output or its first features, the layer in between)]
     for name, (inp, _) in seen.items():
         for source in on_x:
             given = seen[source][1]
-            if name not in on_x and given.shape[:-1] == inp.shape[:-1] and given.shape[-1] >= inp.shape[-1] \
-                    and torch.equal(given[..., :inp.shape[-1]], inp):
-                readers.setdefault(source, []).append(name)
+            if name not in on_x and _starts(given, inp):
+                readers.setdefault(source, []).append((name, None))
+            for layer, (layer_in, layer_out) in between.items():
+                if name not in on_x and layer_out.shape == inp.shape and torch.equal(layer_out, inp) \
+                        and _starts(given, layer_in):
+                    readers.setdefault(source, []).append((name, layer))
     output = [n for n, (_, got) in seen.items() if got.shape == out.shape and torch.equal(got, out)]
     found = []
-    for down, ups in readers.items():
+    for down, read in readers.items():
+        ups, norms = [name for name, _ in read], {layer for _, layer in read}
         others = [n for n in on_x if n != down]
-        if len(ups) > 2 or len(others) not in (1, 2) or len({linears[u].in_features for u in ups}) != 1:
+        if len(ups) > 2 or len(norms) != 1 or len(others) not in (1, 2) or \
+                len({linears[u].in_features for u in ups}) != 1:
             continue
         C = linears[ups[0]].in_features
         fused = linears[down].out_features > C
         if fused != (len(others) == 1):
             continue
         o = linears[output[0]] if output and output[0] not in on_x + ups else None
-        found += _assignments(linears, down, ups, others, o, C, heads)
+        norm = next(iter(norms))
+        found += _assignments(linears, down, ups, others, o, C, heads,
+                              None if norm is None else (norm, recorder.layers[norm]))
     return found
 
 
-def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: int, heads) -> list[LatentRoles]:
+def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
+    """Is ``inp`` (..., k) the first k features of ``given`` (..., n >= k)?"""
+    return given.shape[:-1] == inp.shape[:-1] and given.shape[-1] >= inp.shape[-1] and \
+        torch.equal(given[..., :inp.shape[-1]], inp)
+
+
+def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: int, heads,
+                 norm) -> list[LatentRoles]:
     """The assignments of one down-projection: every order of its readers and of the other x-readers,
     every head count that makes the widths fit."""
     found = []
@@ -152,7 +171,7 @@ def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: in
                 Dv = _row_count(up_v) // H
                 if _row_count(up_k) != H * Dn or Dv == 0 or (o is not None and o.in_features != H * Dv):
                     continue
-                found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C))
+                found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C, norm))
     return found
 
 
@@ -178,7 +197,7 @@ def latent_variant(roles: LatentRoles, x: torch.Tensor, rope, causal: bool, *, a
     q = _linear(x, roles.q).view(B, L, H, Dn + roles.rope_dim).transpose(1, 2)  # (B, H, L, Dn + R)
     q_nope, q_rope = q[..., :Dn], q[..., Dn:]
     down = _linear(x, roles.down)  # (B, L, C) or (B, L, C + R)
-    c = down[..., :C]
+    c = down[..., :C] if roles.norm is None else roles.norm[1](down[..., :C])  # the latent a decoder caches
     k_rope = (down[..., C:] if roles.rotary is None else _linear(x, roles.rotary))[:, None]  # (B, 1, L, R)
     if rope is not None:
         positions = torch.arange(L)
