@@ -120,14 +120,15 @@ def find_latent_roles(module, projections: dict[str, Projection], call, x: torch
     on_x = [n for n, (inp, _) in seen.items() if inp.shape == x.shape and torch.equal(inp, x)]
     readers = {}  # x-reader -> [(a Linear reading its output or its first features, the layer in between)]
     for name, (inp, _) in seen.items():
-        for source in on_x:
+        for source in [] if name in on_x else on_x:
             given = seen[source][1]
-            if name not in on_x and _starts(given, inp):
+            if _starts(given, inp):  # read directly (a layer that changes nothing is not "in between")
                 readers.setdefault(source, []).append((name, None))
-            for layer, (layer_in, layer_out) in between.items():
-                if name not in on_x and layer_out.shape == inp.shape and torch.equal(layer_out, inp) \
-                        and _starts(given, layer_in):
-                    readers.setdefault(source, []).append((name, layer))
+                continue
+            layer = next((layer for layer, (layer_in, layer_out) in between.items() if layer_out.shape == inp.shape
+                          and torch.equal(layer_out, inp) and _starts(given, layer_in)), None)
+            if layer is not None:
+                readers.setdefault(source, []).append((name, layer))
     output = [n for n, (_, got) in seen.items() if got.shape == out.shape and torch.equal(got, out)]
     found = []
     for down, read in readers.items():
