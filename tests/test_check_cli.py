@@ -113,7 +113,8 @@ def test_the_report_follows_a_chinese_locale(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("target", ["mask_sign_flipped.py:FlippedSignAttention",
-                                    "raises_mask_fill_typo.py:TypoMaskAttention"])
+                                    "raises_mask_fill_typo.py:TypoMaskAttention",
+                                    "mla_wuk_transposed.py:CompressedKVAttention"])
 def test_chinese_lines_fit_80_columns_without_cutting_code(capsys, monkeypatch, target):
     from rich.cells import cell_len
     from multihead.checker import check

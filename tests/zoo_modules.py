@@ -54,6 +54,7 @@ CORRECT = {
     "ok_rope_kv_cache.py:CachedRoPEAttention": {},
     "ok_gptj_rope_cache_object.py:GPTJAttention": {},
     "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
+    "ok_mla_absorbed.py:LatentAttention": {},
 }
 
 
@@ -89,6 +90,7 @@ BUGGY = {
     "rope_interleaved_on_half_split.py:PairwiseRotaryAttention": "rope-interleaved-on-half-split",
     "kv_cache_positions_from_zero.py:StatefulRoPEAttention": "cache-positions-not-offset",
     "kv_cache_causal_top_left.py:CachedCausalSelfAttention": "cache-causal-top-left",
+    "mla_wuk_transposed.py:CompressedKVAttention": "mla-absorbed-wuk-transposed",
     "raises_mask_fill_typo.py:TypoMaskAttention": "",
     "short_range_only.py:LocalWhenLongAttention": "",
 }

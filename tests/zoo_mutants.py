@@ -62,8 +62,13 @@ _FUNCTIONAL = "ok_functional_mha_weights.py:FunctionalWeightsAttention"
 _LLAMA_CACHE = "ok_rope_kv_cache.py:CachedRoPEAttention"
 _GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
 _MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
+_MLA = "ok_mla_absorbed.py:LatentAttention"
 
 MUTANTS = [
+    _m(_MLA, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')),
+    _m(_MLA, "mla-absorbed-wuk-transposed", ("w_uk = self.W_UK.weight.view(H, Dn, C)",
+                                             "w_uk = self.W_UK.weight.view(H, Dn, C).transpose(1, 2)"),
+       note="transposed-view"),
     _m(_MQA_CACHE, "cache-causal-top-left", ("is_causal=layer_past is None", "is_causal=True"),
        note="sdpa-is-causal-in-step"),
     _m(_LLAMA_CACHE, "cache-causal-top-left", (".tril(S - T)", ".tril()")),

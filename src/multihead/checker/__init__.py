@@ -36,7 +36,10 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    cache must then give the same rows from a prompt and single steps, ``incremental.py``); otherwise
    the catalogue's variants (``catalogue.py``, ``diagnose.py``) and the measured scale (``scale.py``)
    name the bug (the order of those tries is in ``verdict.py``), and the mask convention is re-read
-   under that bug. A mask that could not be verified never passes.
+   under that bug. A mask that could not be verified never passes. A module with an absorbed path
+   (``forward(x, absorb=True)``...) whose Linears fit multi-head latent attention's roles
+   (``latent_roles.py``) is judged as MLA instead (``latent.py``): its naive forward against MLA on its
+   own weights, then its absorbed path against its naive forward.
 9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, the bug in words with its id, its
    explain topic, the conventions and roles found, in English or Chinese. An exception is matched
    against the catalogue and shown with the learner's line (``run.py`` retries once with

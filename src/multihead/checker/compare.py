@@ -63,8 +63,6 @@ def reference_output(weights: Weights, spec: CallSpec, xq, xk, xv, keep) -> torc
 def compare_with_reference(module, spec: CallSpec, roles: RoleAssignment, cases):
     """(max forward error, max gradient error) over the cases, both relative to the reference's
     largest magnitude (gradients: over the inputs and all the learner's parameters together)."""
-    params = [p for p in module.parameters()
-              if p.requires_grad and not isinstance(p, torch.nn.UninitializedParameter)]
     forward_error = grad_error = 0.0
     for index, (xq, xk, xv, keep) in enumerate(cases):
         inputs = [t.detach().clone().requires_grad_(True) for t in (xq, xk, xv)[:INPUT_COUNT[spec.inputs]]]
@@ -72,17 +70,27 @@ def compare_with_reference(module, spec: CallSpec, roles: RoleAssignment, cases)
         got = invoke(module, spec, *full, keep=keep)
         want = reference_output(roles.weights(module), spec, *full, keep=keep)
         forward_error = max(forward_error, relative_error(got, want))
-        if not got.requires_grad:  # the learner's forward cut the graph (no_grad, detach...)
-            return forward_error, float("inf")
-        cotangent = torch.randn(want.shape, dtype=want.dtype,
-                                generator=torch.Generator().manual_seed(index))
-        wrt = inputs + params
-        got_grads = torch.autograd.grad(got, wrt, cotangent, allow_unused=True)
-        want_grads = torch.autograd.grad(want, wrt, cotangent, allow_unused=True)
-        # one scale for all gradients: a gradient that is zero in theory (a key bias) is not
-        # measured against its own rounding noise
-        zeros = [torch.zeros_like(t) for t in wrt]
-        got_flat = torch.cat([(g if g is not None else z).flatten() for g, z in zip(got_grads, zeros)])
-        want_flat = torch.cat([(w if w is not None else z).flatten() for w, z in zip(want_grads, zeros)])
-        grad_error = max(grad_error, relative_error(got_flat, want_flat))
+        grad_error = max(grad_error, gradient_error(got, want, inputs + learned_parameters(module), index))
     return forward_error, grad_error
+
+
+def learned_parameters(module) -> list[torch.Tensor]:
+    """The module's parameters that take gradients (materialised ones only)."""
+    return [p for p in module.parameters()
+            if p.requires_grad and not isinstance(p, torch.nn.UninitializedParameter)]
+
+
+def gradient_error(got: torch.Tensor, want: torch.Tensor, wrt: list[torch.Tensor], seed: int) -> float:
+    """The relative error of got's gradients against want's, with respect to ``wrt`` together, for one random
+    cotangent; infinite when the learner's forward cut the graph (no_grad, detach...)."""
+    if not got.requires_grad:
+        return float("inf")
+    cotangent = torch.randn(want.shape, dtype=want.dtype, generator=torch.Generator().manual_seed(seed))
+    got_grads = torch.autograd.grad(got, wrt, cotangent, allow_unused=True)
+    want_grads = torch.autograd.grad(want, wrt, cotangent, allow_unused=True)
+    # one scale for all gradients: a gradient that is zero in theory (a key bias) is not
+    # measured against its own rounding noise
+    zeros = [torch.zeros_like(t) for t in wrt]
+    got_flat = torch.cat([(g if g is not None else z).flatten() for g, z in zip(got_grads, zeros)])
+    want_flat = torch.cat([(w if w is not None else z).flatten() for w, z in zip(want_grads, zeros)])
+    return relative_error(got_flat, want_flat)

@@ -35,6 +35,8 @@ BUG_TITLE = {
                                        "cos/sin 按前后两半排列，却用了相邻成对的旋转"),
     "cache-positions-not-offset": ("positions not offset by the cache length", "位置没有加上缓存长度"),
     "cache-causal-top-left": ("causal mask aligned top-left in a cached step", "缓存解码时因果掩码按左上角对齐"),
+    "mla-absorbed-wuk-transposed": ("W_UK transposed when absorbed into the query",
+                                    "把 W_UK 吸收进查询时用成了它的转置"),
 }
 
 
@@ -182,6 +184,19 @@ BUG_TEXT = {
         "缓存解码的一步里，因果掩码是按左上角对齐的（torch.ones(Lq, Lk).tril()）：只有一个新查询、"
         "缓存里有 Lk 个键时，它只能看到第 0 个键。新的查询是最后 Lq 个位置，掩码应按右下角对齐："
         "写成 tril(Lk - Lq)，也就是第 i 个查询能看到 j <= i + Lk - Lq 的键。"),
+    "mla-absorbed-wuk-transposed": (
+        "The absorbed path folds each head's W_UK into the query transposed: q_nope @ W_UK_h.T instead of "
+        "q_nope @ W_UK_h. Since k_nope = W_UK_h c (W_UK_h is (Dn, C), W_UK.weight.view(H, Dn, C)[h]), "
+        "q_nope · k_nope = (q_nope @ W_UK_h) · c: the query that meets the latent c is q_nope @ W_UK_h, "
+        "(Dn,) @ (Dn, C) -> (C,), e.g. einsum(\"bhtd,hdc->bhtc\", q_nope, w_uk). The transpose only runs "
+        "because Dn == C here, so no shape error catches it; with real sizes (Dn 128, C 512) it raises. "
+        "Check it as the report did: the naive and absorbed forms must give the same outputs.",
+        "吸收形式把每个头的 W_UK 并入查询时用成了转置：写成了 q_nope @ W_UK_h.T，应为 q_nope @ W_UK_h。"
+        "因为 k_nope = W_UK_h c（W_UK_h 的形状是 (Dn, C)，即 W_UK.weight.view(H, Dn, C)[h]），"
+        "所以 q_nope · k_nope = (q_nope @ W_UK_h) · c：与潜向量 c 做点积的查询是 q_nope @ W_UK_h，"
+        "形状为 (Dn,) @ (Dn, C) -> (C,)，例如 einsum(\"bhtd,hdc->bhtc\", q_nope, w_uk)。"
+        "这里之所以没有报形状错误，只是因为恰好 Dn == C；换成真实的尺寸（Dn 为 128，C 为 512）就会直接报错。"
+        "可以像这份报告一样自己验证：朴素形式和吸收形式的输出必须相同。"),
     "mask-ignored": (
         "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
         "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
@@ -231,6 +246,15 @@ CONVENTION_TEXT = {
     "cache": ("KV cache driven through {protocol}: a prompt of {prompt} tokens, then {steps} single steps, "
               "compared with the full forward", "通过 {protocol} 使用 KV 缓存：先输入 {prompt} 个词的提示，"
               "再逐个输入 {steps} 个词，与一次性完整前向的结果比较"),
+    "mla": ("multi-head latent attention: {heads} heads of [{nope} + {rope} rotary] features for queries and keys, "
+            "{value} for values, a latent of {latent}; absorbed path {path}, compared with the naive forward",
+            "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
+            "潜向量 {latent} 维；吸收形式通过 {path} 调用，与朴素前向的结果比较"),
+    "mla-rope:half": ("RoPE on the rotary parts of q and k only (decoupled), half-split pairs (i, i + R/2), "
+                      "base {base}", "只对 q 和 k 的旋转部分施加 RoPE（解耦），按前后两半配对 (i, i + R/2)，基数 base 为 {base}"),
+    "mla-rope:interleaved": ("RoPE on the rotary parts of q and k only (decoupled), interleaved pairs (2i, 2i + 1), "
+                             "base {base}", "只对 q 和 k 的旋转部分施加 RoPE（解耦），按相邻两个配对 (2i, 2i + 1)，"
+                             "基数 base 为 {base}"),
     "cache:unused": ("cache argument ({protocol}): not read back (each call attends to its own tokens only), "
                      "so cached decoding was not checked", "缓存参数（{protocol}）：没有被读回（每次调用只关注自己输入的词），"
                      "因此没有检查带缓存的解码"),
@@ -254,11 +278,17 @@ MASK_TEXT = {
                 "有效长度 '{param}' {shape}：只保留下标 j < len 的键"),
 }
 
-ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出")}
+ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出"),
+             "latent": ("latent (down-projection)", "潜向量（下投影）"), "rope-key": ("rotary key", "旋转位置键")}
 
 MESSAGES = {
     "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
              "通过：{target} 与 multihead.MultiHeadAttention 一致（前向输出和梯度都一致，最大误差 {error:.1e}）"),
+    "pass-latent": ("PASS: {target} is multi-head latent attention done right: its naive forward matches MLA "
+                    "computed from its own weights (forward and gradients), and its absorbed path gives the same "
+                    "outputs (max error {error:.1e})",
+                    "通过：{target} 是正确的多头潜在注意力：朴素前向与用它自己的权重算出的 MLA 一致"
+                    "（前向输出和梯度都一致），吸收形式的输出也与之相同（最大误差 {error:.1e}）"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
@@ -347,6 +377,24 @@ MESSAGES = {
                       "other rows than its full forward, from token {row} on (max error {error:.2e})",
                       "使用缓存时（{protocol}），先输入 {prompt} 个词的提示、再逐个输入词，得到的结果与完整前向不同，"
                       "从第 {row} 个词开始就不一致（最大误差 {error:.2e}）"),
+    "mla-naive-differs": ("its naive forward differs from multi-head latent attention computed from its own weights "
+                          "(max error {error:.2e}), in every order of its Linears and RoPE pairing tried",
+                          "它的朴素前向与用它自己的权重算出的多头潜在注意力不一致（最大误差 {error:.2e}），"
+                          "试过了各种线性层的角色顺序和 RoPE 配对方式"),
+    "mla-absorbed-differs": ("its naive forward matches multi-head latent attention (max error {naive:.1e}), but its "
+                             "absorbed path {path} gives other outputs (max error {error:.2e}), in a way the "
+                             "catalogue does not know",
+                             "它的朴素前向与多头潜在注意力一致（最大误差 {naive:.1e}），但吸收形式 {path} 的输出不同"
+                             "（最大误差 {error:.2e}），不属于错误目录里已知的任何一种"),
+    "mla-absorbed-raises": ("its naive forward matches multi-head latent attention; its absorbed path {path} raises",
+                            "它的朴素前向与多头潜在注意力一致；吸收形式 {path} 运行时抛出异常"),
+    "mla-wuk-evidence": ("evidence: the naive forward matches MLA from its own weights (max error {naive:.1e}); the "
+                         "absorbed path {path} differs from it (max error {absorbed:.2e}); with every head's W_UK "
+                         "transposed back in a copy of the module, the absorbed path agrees with the naive forward "
+                         "(max error {back:.1e})",
+                         "依据：朴素前向与用它自己的权重算出的 MLA 一致（最大误差 {naive:.1e}）；吸收形式 {path} "
+                         "与它不同（最大误差 {absorbed:.2e}）；在模块的副本里把每个头的 W_UK 转置回来之后，"
+                         "吸收形式与朴素前向一致（最大误差 {back:.1e}）"),
     "printed": ("its forward prints; that output was hidden during the check",
                 "它的 forward 会打印内容；检查期间这些输出都被隐藏了"),
 }

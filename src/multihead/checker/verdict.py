@@ -1,6 +1,8 @@
 """Once the layout is known: argument order, causality, mask convention, roles, then the verdict.
 
-The verdict, in order (each step only when the previous ones did not explain the outputs):
+A module with an absorbed path whose Linears fit multi-head latent attention's roles gets its own
+verdict instead (``latent.py``). Otherwise, in order (each step only when the previous ones did not
+explain the outputs):
 
 1. some role assignment reproduces the outputs with the correct maths -> forward + gradient comparison
    with ``MultiHeadAttention`` (``compare.py``) -> PASS; for self-attention, with q and k turned by RoPE
@@ -29,6 +31,7 @@ from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
 from multihead.checker.incremental import check_cached
+from multihead.checker.latent import check_latent
 from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding,
                                      encoding_by_agreement, keep_shifts_scores, tried_text)
 from multihead.checker.order import find_order
@@ -69,6 +72,8 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
     if setup.hints.inputs is None:
         spec.order, spec.order_found = find_order(module, spec, dims, dtype, setup.tol)
     Lk = _detect_call_conventions(module, spec, setup)
+    if check_latent(module, spec, setup, report, conventions(spec, dtype)):  # MLA: its own verdict (latent.py)
+        return report
     plain = plain_cases(dims, dtype, L, Lk)
     assignments, seen = _role_candidates(module, spec, setup.heads, plain[0])
     if assignments and spec.mask_param and spec.encoding is None:  # blocked keys not inert: masked after softmax?

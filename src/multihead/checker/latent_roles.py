@@ -1,0 +1,224 @@
+"""A learner's multi-head latent attention (MLA): which Linear is which, and MLA written out plainly.
+
+Roles are found by behaviour, during one naive call (names are not trusted). Hooks record what every
+Linear reads and gives:
+
+- the down-projection W_DKV reads x, and one or two Linears read its output (or its first C features),
+  directly or through one layer of the module (a norm on the latent, DeepSeek's kv_a_layernorm): the
+  up-projections W_UK and W_UV (either order), or one Linear holding each head's [k_nope | v] rows
+  (DeepSeek's kv_b_proj);
+- the other Linears on x are the query W_Q (each head [q_nope | q_rope]) and the rotary key W_KR, unless
+  W_DKV's output is wider than the latent (DeepSeek's kv_a_proj_with_mqa: [c | k_rope]);
+- the Linear whose output is the module's output is W_O (none: the heads are returned concatenated).
+
+``latent_variant(roles, x, rope, causal, absorbed=..., mistake=...)`` is MLA in plain torch on those
+weights: the naive form (every head's keys and values decompressed) or the absorbed one (W_UK folded into
+the query, attention over the latents, W_UV after the sum), with at most one known mistake.
+
+Shapes: x (B, L, E); H heads, C latent width, Dn/R the two parts of a query/key head, Dv value head.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from multihead.checker.projections import Projection
+
+Piece = tuple[Projection, object]  # (a projection, rows: None = all, or an index tensor)
+WUK_TRANSPOSED = "mla-absorbed-wuk-transposed"  # the absorbed form's mistake: q_nope @ W_UKᵀ per head
+
+
+@dataclass
+class LatentRoles:
+    """Where each MLA weight lives in the learner's module, for one head count and one order."""
+
+    q: Projection  # (H*(Dn+R), E), each head's rows [nope | rope]
+    down: Projection  # W_DKV: (C, E), or (C+R, E) with the rotary key in its last R rows
+    rotary: Projection | None  # W_KR (R, E), or None when ``down`` holds it
+    up_k: Piece  # W_UK rows (H*Dn, C), head-major
+    up_v: Piece  # W_UV rows (H*Dv, C), head-major
+    o: Projection | None
+    num_heads: int
+    nope: int  # Dn
+    rope_dim: int  # R
+    value_dim: int  # Dv
+    latent: int  # C
+    norm: tuple | None = None  # (name, the module's own layer applied to the latent), or None
+
+    def up_weights(self) -> tuple[tuple, tuple]:
+        """((W_UK (H, Dn, C), its bias (H, Dn) or None), (W_UV (H, Dv, C), its bias (H, Dv) or None))."""
+        H = self.num_heads
+        found = []
+        for (proj, rows), width in ((self.up_k, self.nope), (self.up_v, self.value_dim)):
+            weight, bias = _rows(proj, rows)
+            found.append((weight.view(H, width, self.latent), None if bias is None else bias.view(H, width)))
+        return found[0], found[1]
+
+    def describe(self) -> dict[str, str]:
+        """Role -> where it lives, e.g. {"q": "W_Q", "latent": "W_DKV", "k": "W_UK", ...}."""
+        def piece(p: Piece, part: str) -> str:
+            viewed = f" rows viewed as (H={self.num_heads}, Dn + Dv, C)[:, {part}]"
+            return p[0].name + ("" if p[1] is None else viewed)
+        C, R = self.latent, self.rope_dim
+        down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "") + \
+            (f", then {self.norm[0]}" if self.norm else "")
+        rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {C}:{C + R}"
+        return {"q": self.q.name, "latent": down, "rope-key": rotary,
+                "k": piece(self.up_k, f":{self.nope}"), "v": piece(self.up_v, f"{self.nope}:"),
+                "o": self.o.name if self.o else "(none)"}
+
+
+def _rows(proj: Projection, rows) -> tuple:
+    weight, bias = proj.weight_bias()
+    if rows is None:
+        return weight, bias
+    return weight[rows], None if bias is None else bias[rows]
+
+
+def _row_count(piece: Piece) -> int:
+    proj, rows = piece
+    return proj.out_features if rows is None else len(rows)
+
+
+def _linear(x: torch.Tensor, proj: Projection) -> torch.Tensor:
+    return F.linear(x, *proj.weight_bias())
+
+
+class _Recorder:
+    """Context manager: every leaf layer's first (input, output) during the calls made inside it."""
+
+    def __init__(self, module):
+        self.layers = {name: layer for name, layer in module.named_modules() if name and not list(layer.children())}
+        self.seen, self._handles = {}, []
+
+    def __enter__(self) -> _Recorder:
+        for name, layer in self.layers.items():
+            def hook(mod, inputs, output, name=name):
+                if inputs and isinstance(inputs[0], torch.Tensor) and isinstance(output, torch.Tensor):
+                    self.seen.setdefault(name, (inputs[0].detach(), output.detach()))
+            self._handles.append(layer.register_forward_hook(hook))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def find_latent_roles(module, projections: dict[str, Projection], call, x: torch.Tensor,
+                      heads: int | None) -> list[LatentRoles]:
+    """Every MLA role assignment that fits what the Linears read and gave during ``call(x)`` (the naive
+    forward, batch first); [] for a module that is not MLA-shaped."""
+    linears = {n: p for n, p in projections.items() if p.kind == "linear" and p.heads == 1}
+    with torch.no_grad(), _Recorder(module) as recorder:
+        out = call(x)
+    seen = {n: got for n, got in recorder.seen.items() if n in linears}
+    between = {n: got for n, got in recorder.seen.items() if n not in linears}  # other leaf layers: a norm?
+    on_x = [n for n, (inp, _) in seen.items() if inp.shape == x.shape and torch.equal(inp, x)]
+    readers = {}  # x-reader -> [(a Linear reading its output or its first features, the layer in between)]
+    for name, (inp, _) in seen.items():
+        for source in [] if name in on_x else on_x:
+            given = seen[source][1]
+            if _starts(given, inp):  # read directly (a layer that changes nothing is not "in between")
+                readers.setdefault(source, []).append((name, None))
+                continue
+            layer = next((layer for layer, (layer_in, layer_out) in between.items() if layer_out.shape == inp.shape
+                          and torch.equal(layer_out, inp) and _starts(given, layer_in)), None)
+            if layer is not None:
+                readers.setdefault(source, []).append((name, layer))
+    output = [n for n, (_, got) in seen.items() if got.shape == out.shape and torch.equal(got, out)]
+    found = []
+    for down, read in readers.items():
+        ups, norms = [name for name, _ in read], {layer for _, layer in read}
+        others = [n for n in on_x if n != down]
+        if len(ups) > 2 or len(norms) != 1 or len(others) not in (1, 2) or \
+                len({linears[u].in_features for u in ups}) != 1:
+            continue
+        C = linears[ups[0]].in_features
+        fused = linears[down].out_features > C
+        if fused != (len(others) == 1):
+            continue
+        o = linears[output[0]] if output and output[0] not in on_x + ups else None
+        norm = next(iter(norms))
+        found += _assignments(linears, down, ups, others, o, C, heads,
+                              None if norm is None else (norm, recorder.layers[norm]))
+    return found
+
+
+def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
+    """Is ``inp`` (..., k) the first k features of ``given`` (..., n >= k)?"""
+    return given.shape[:-1] == inp.shape[:-1] and given.shape[-1] >= inp.shape[-1] and \
+        torch.equal(given[..., :inp.shape[-1]], inp)
+
+
+def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: int, heads,
+                 norm) -> list[LatentRoles]:
+    """The assignments of one down-projection: every order of its readers and of the other x-readers,
+    every head count that makes the widths fit."""
+    found = []
+    for q_name, rotary_name in itertools.permutations(others + [None] * (2 - len(others)), 2):
+        if q_name is None or (rotary_name is None) != (len(others) == 1):
+            continue
+        q, rotary = linears[q_name], linears[rotary_name] if rotary_name else None
+        R = rotary.out_features if rotary else linears[down].out_features - C
+        for H in ([heads] if heads else [h for h in range(1, q.out_features + 1) if q.out_features % h == 0]):
+            if q.out_features % H or q.out_features // H <= R:
+                continue
+            Dn = q.out_features // H - R
+            for up_k, up_v in _up_pieces(linears, ups, H, Dn):
+                Dv = _row_count(up_v) // H
+                if _row_count(up_k) != H * Dn or Dv == 0 or (o is not None and o.in_features != H * Dv):
+                    continue
+                found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C, norm))
+    return found
+
+
+def _up_pieces(linears, ups: list[str], H: int, Dn: int) -> list[tuple[Piece, Piece]]:
+    """(W_UK, W_UV) pieces: two Linears in either order, or one holding each head's [k_nope | v] rows."""
+    if len(ups) == 2:
+        a, b = (linears[u] for u in ups)
+        return [((a, None), (b, None)), ((b, None), (a, None))]
+    fused = linears[ups[0]]
+    if fused.out_features % H or fused.out_features // H <= Dn:
+        return []
+    rows = torch.arange(fused.out_features).view(H, fused.out_features // H)  # (H, Dn + Dv)
+    return [((fused, rows[:, :Dn].reshape(-1)), (fused, rows[:, Dn:].reshape(-1)))]
+
+
+def latent_variant(roles: LatentRoles, x: torch.Tensor, rope, causal: bool, *, absorbed: bool = False,
+                   mistake: str | None = None) -> torch.Tensor:
+    """MLA on x (B, L, E) with the learner's weights -> (B, L, O): naive, or absorbed (``mistake`` =
+    WUK_TRANSPOSED: the query multiplied by each head's W_UKᵀ, which runs only when Dn == C).
+    ``rope``: a rotary.Rotary turning q_rope and the rotary key to positions 0 .. L-1, or None."""
+    B, L, _ = x.shape
+    H, Dn, C = roles.num_heads, roles.nope, roles.latent
+    q = _linear(x, roles.q).view(B, L, H, Dn + roles.rope_dim).transpose(1, 2)  # (B, H, L, Dn + R)
+    q_nope, q_rope = q[..., :Dn], q[..., Dn:]
+    down = _linear(x, roles.down)  # (B, L, C) or (B, L, C + R)
+    c = down[..., :C] if roles.norm is None else roles.norm[1](down[..., :C])  # the latent a decoder caches
+    k_rope = (down[..., C:] if roles.rotary is None else _linear(x, roles.rotary))[:, None]  # (B, 1, L, R)
+    if rope is not None:
+        positions = torch.arange(L)
+        q_rope, k_rope = rope.turn(q_rope, positions), rope.turn(k_rope, positions)
+    (w_uk, b_uk), (w_uv, b_uv) = roles.up_weights()  # (H, Dn, C), (H, Dv, C)
+    if absorbed:  # q_nope . (W_UK c + b) = (q_nope W_UK) . c + a constant per query, which the softmax drops
+        folded = w_uk.transpose(-2, -1) if mistake == WUK_TRANSPOSED else w_uk
+        scores = (q_nope @ folded) @ c[:, None].transpose(-2, -1)  # (B, H, L, C) @ (B, 1, C, L)
+    else:
+        k_nope = torch.einsum("blc,hdc->bhld", c, w_uk) + (0 if b_uk is None else b_uk[:, None])  # (B, H, L, Dn)
+        scores = q_nope @ k_nope.transpose(-2, -1)
+    scores = (scores + q_rope @ k_rope.transpose(-2, -1)) * (Dn + roles.rope_dim) ** -0.5  # (B, H, L, L)
+    if causal:
+        scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if absorbed:  # W_UV after the weighted sum of latents
+        out = (weights @ c[:, None]) @ w_uv.transpose(-2, -1)  # (B, H, L, C) @ (H, C, Dv)
+    else:
+        out = weights @ torch.einsum("blc,hdc->bhld", c, w_uv)  # (B, H, L, Dv)
+    if b_uv is not None:
+        out = out + b_uv[:, None]  # the weights sum to 1
+    out = out.transpose(1, 2).reshape(B, L, H * roles.value_dim)
+    return out if roles.o is None else _linear(out, roles.o)

@@ -1,0 +1,137 @@
+"""check on multi-head latent attention (MLA): a learner's module with an absorbed path is judged by its naive
+forward against MLA on its own weights (forward and gradients), then by its absorbed path against its naive
+forward; W_UK transposed in the absorption is named with its evidence, and only there."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import edited_zoo_file
+from multihead.checker import check
+from multihead.checker.latent import find_absorbed
+from multihead.checker.latent_roles import WUK_TRANSPOSED, find_latent_roles, latent_variant
+from multihead.checker.projections import find_projections
+from multihead.checker.rotary import Rotary
+
+ZOO = Path(__file__).parent / "check_zoo"
+CORRECT = str(ZOO / "ok_mla_absorbed.py:LatentAttention")
+FUSED = str(ZOO / "mla_wuk_transposed.py:CompressedKVAttention")
+TRANSPOSE = ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')  # the mistake, in the einsum
+
+
+def _load(name: str, cls: str):
+    namespace: dict = {}
+    exec(compile((ZOO / name).read_text(), name, "exec"), namespace)
+    return namespace[cls]
+
+
+def test_find_absorbed_knows_a_forward_flag_and_a_method_and_plain_modules_have_none():
+    flag = find_absorbed(_load("ok_mla_absorbed.py", "LatentAttention")(16, 4))
+    method = find_absorbed(_load("mla_wuk_transposed.py", "CompressedKVAttention")(16, 4))
+    assert (flag.flag, flag.name) == ("absorb", "forward(x, absorb=True)")
+    assert (method.method, method.name) == ("forward_absorbed", "forward_absorbed(x)")
+    assert find_absorbed(_load("ok_rope_kv_cache.py", "CachedRoPEAttention")(16, 4)) is None
+    assert find_absorbed(torch.nn.Linear(2, 2)) is None
+
+
+@pytest.mark.parametrize("target, roles", [
+    (CORRECT, {"q": "W_Q", "latent": "W_DKV", "rope-key": "W_KR", "k": "W_UK", "v": "W_UV", "o": "W_O"}),
+    (FUSED, {"q": "q_proj", "latent": "kv_a_proj_with_mqa rows 0:6, then kv_a_layernorm", "rope-key": "kv_a_proj_with_mqa rows 6:10",
+             "k": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, :6]",
+             "v": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, 6:]", "o": "o_proj"}),
+])
+def test_mla_roles_are_found_by_behaviour_separate_or_fused(target, roles):
+    report = check(target)
+    assert report.roles == roles, str(report)
+    assert any(line.startswith("multi-head latent attention: 4 heads") for line in report.convention_lines())
+
+
+@settings(max_examples=12, deadline=None)
+@given(heads=st.integers(1, 3), latent=st.integers(2, 6), nope=st.integers(1, 6), square=st.booleans(),
+       half_rope=st.integers(1, 3), length=st.integers(1, 6))
+def test_plain_mla_is_the_learners_mla_and_absorbed_equals_naive(heads, latent, nope, square, half_rope, length):
+    """latent_variant on the roles found in the zoo's MLA gives its naive and absorbed outputs; the two are
+    equal, and the W_UK-transposed variant (where it runs: Dn == C) is the absorbed form on each head's W_UKᵀ."""
+    nope = latent if square else nope
+    module = _load("ok_mla_absorbed.py", "LatentAttention")(12, heads, latent, nope, 2 * half_rope).double()
+    x = torch.randn(2, length, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(length))
+    found = find_latent_roles(module, find_projections(module), module, x, heads)
+    assert found
+    roles, rope = found[0], Rotary(10000.0, True, True, float32=False)
+    with torch.no_grad():
+        naive = latent_variant(roles, x, rope, causal=True)
+        torch.testing.assert_close(naive, module(x), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(latent_variant(roles, x, rope, True, absorbed=True), naive, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(module(x, absorb=True), naive, rtol=1e-12, atol=1e-12)
+        if nope == latent:
+            wrong = latent_variant(roles, x, rope, True, absorbed=True, mistake=WUK_TRANSPOSED)
+            weight = module.W_UK.weight
+            weight.copy_(weight.clone().view(heads, nope, latent).transpose(1, 2).reshape(heads * nope, latent))
+            torch.testing.assert_close(wrong, latent_variant(roles, x, rope, True, absorbed=True), rtol=1e-12,
+                                       atol=1e-12)
+
+
+@pytest.mark.parametrize("sizes, runs", [
+    ({"kv_rank": 8, "nope_dim": 8}, True),
+    ({"kv_rank": 4, "nope_dim": 4, "rope_dim": 2}, True),
+    ({"kv_rank": 6, "nope_dim": 8}, False),  # Dn != C: the transposed einsum raises
+])
+def test_wuk_transposed_is_named_only_where_the_dims_let_it_run(tmp_path, sizes, runs):
+    init = {"d_model": 16, "n_heads": 4, **sizes}
+    assert check(CORRECT, init=init).passed
+    report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_absorbed.py', TRANSPOSE)}:LatentAttention", init=init)
+    assert report.verdict == "fail" and report.exit_code == 1, str(report)
+    if runs:
+        assert report.bug == WUK_TRANSPOSED and report.topic == "mla", str(report)
+        assert "q_nope @ W_UK_h" in report.explanation()
+        evidence = next(note for note in report.notes if note.startswith("evidence: "))
+        assert "transposed back" in evidence and float(evidence.rsplit("max error ", 1)[1][:-1]) < 1e-9
+    else:
+        assert report.bug is None and report.exception.startswith("RuntimeError: einsum()"), str(report)
+        assert 'torch.einsum("bhtd,hcd->bhtc"' in report.where
+        assert any("absorbed path forward(x, absorb=True) raises" in note for note in report.notes)
+
+
+def test_the_report_speaks_chinese():
+    report = check(FUSED, lang="zh")
+    assert report.bug == WUK_TRANSPOSED
+    assert "把 W_UK 吸收进查询时用成了它的转置" in report.headline()
+    assert "q_nope @ W_UK_h" in report.explanation() and "。" in report.explanation()
+    assert any(note.startswith("依据：") for note in report.notes)
+    assert any(line.startswith("多头潜在注意力：") for line in report.convention_lines())
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (("k_rope.expand(B, H, T, R)", "-k_rope.expand(B, H, T, R)"), "its naive forward differs"),
+    (("weights @ c[:, None], w_uv)", "weights @ c[:, None] * 2, w_uv)"), "gives other outputs"),
+])
+def test_differences_the_catalogue_does_not_know_fail_without_an_id(tmp_path, edit, reason):
+    report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_absorbed.py', edit)}:LatentAttention")
+    assert report.verdict == "fail" and report.bug is None and reason in report.headline(), str(report)
+
+
+def test_a_norm_on_the_latent_is_the_modules_own_layer(tmp_path):
+    norm = (("c = self.W_DKV(x)", "c = self.norm(self.W_DKV(x))"),
+            ("        self.W_O =", "        self.norm = nn.LayerNorm(kv_rank)\n        self.W_O ="))
+    report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_absorbed.py', *norm)}:LatentAttention")
+    assert report.passed and report.roles["latent"] == "W_DKV, then norm", str(report)
+    forgotten = ("weights @ c[:, None], w_uv)", "weights @ self.W_DKV(x)[:, None], w_uv)")  # values not normed
+    learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", *norm, forgotten, name="norm_forgotten.py")
+    assert check(f"{learner}:LatentAttention").verdict == "fail"
+
+
+def test_naive_outputs_right_with_gradients_cut_fail(tmp_path):
+    learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", ("c = self.W_DKV(x)", "c = self.W_DKV(x).detach()"))
+    report = check(f"{learner}:LatentAttention")
+    assert report.verdict == "fail" and report.error < 1e-9 and report.grad_error > 1e-3
+    assert "gradients differ" in report.headline()
+
+
+def test_a_plain_module_with_an_absorb_flag_is_checked_as_plain_attention(tmp_path):
+    learner = edited_zoo_file(tmp_path, "ok_rope_kv_cache.py", ("use_cache=False)", "use_cache=False, absorb=False)"))
+    report = check(f"{learner}:CachedRoPEAttention")
+    assert report.passed and report.kind == "attention" and "latent" not in report.roles, str(report)
