@@ -1,0 +1,204 @@
+"""What each catalogued bug is, in English and Chinese: its short name and one line on what the code does
+wrong and what it should do. `multihead.checker.text` holds every other sentence and looks these up too."""
+
+from __future__ import annotations
+
+LANGS = ("en", "zh")
+
+# bug id -> (English, Chinese): the bug's short name, shown with its id in parentheses
+BUG_TITLE = {
+    "reshape-without-transpose": ("heads split without a transpose", "拆分多头时缺少 transpose"),
+    "merge-without-transpose": ("heads merged without a transpose", "合并多头时缺少 transpose"),
+    "softmax-wrong-axis": ("softmax over the wrong axis", "softmax 的维度不对"),
+    "missing-scale": ("scores not scaled", "注意力分数没有缩放"),
+    "scale-by-embed-dim": ("scaled by the model width, not the head size", "按模型宽度而不是单头维度缩放"),
+    "scale-halved": ("half the right scale", "缩放因子只有应有值的一半"),
+    "scale-by-head-dim": ("divided by head_dim, not its square root", "除以了 head_dim 而不是它的平方根"),
+    "wrong-scale": ("wrong scale", "缩放因子不对"),
+    "scale-after-softmax": ("scaled after the softmax", "在 softmax 之后才缩放"),
+    "mask-after-softmax": ("mask applied after the softmax", "在 softmax 之后才加掩码"),
+    "mask-filled-with-zero": ("blocked scores filled with 0", "被屏蔽的分数填成了 0"),
+    "mask-wrong-rows": ("mask sent to the wrong batch rows", "掩码作用到了错误的批次行"),
+    "no-output-projection": ("output projection never applied", "没有使用输出投影层"),
+    "causal-off-by-one": ("causal mask off by one", "因果掩码错了一位"),
+    "keys-used-as-values": ("weights multiply the keys, not the values", "注意力权重乘的是键而不是值"),
+    "scores-without-key-transpose": ("scores without transposing the keys", "计算分数时没有转置 K"),
+    "view-on-non-contiguous": ("view() on a non-contiguous tensor", "在内存不连续的张量上调用 view()"),
+    "forward-misspelled": ("forward misspelled", "forward 方法名拼错了"),
+    "mask-ignored": ("mask has no effect", "掩码没有起作用"),
+    "mask-sign-flipped": ("mask added with the wrong sign", "掩码加到分数上时符号反了"),
+    "kv-heads-tiled": ("key/value heads tiled, not grouped", "键/值头按整体平铺复制，而不是按组复制"),
+    "rope-half-split-on-interleaved": ("half-split RoPE turn on interleaved cos/sin",
+                                       "cos/sin 按相邻成对排列，却用了前后两半配对的旋转"),
+    "rope-interleaved-on-half-split": ("interleaved RoPE turn on half-split cos/sin",
+                                       "cos/sin 按前后两半排列，却用了相邻成对的旋转"),
+    "cache-positions-not-offset": ("positions not offset by the cache length", "位置没有加上缓存长度"),
+    "cache-causal-top-left": ("causal mask aligned top-left in a cached step", "缓存解码时因果掩码按左上角对齐"),
+    "mla-absorbed-wuk-transposed": ("W_UK transposed when absorbed into the query",
+                                    "把 W_UK 吸收进查询时用成了它的转置"),
+}
+
+
+def bug_name(bug_id: str, lang: str) -> str:
+    """The bug's short name with its id: ``heads split without a transpose (reshape-without-transpose)``."""
+    title = BUG_TITLE[bug_id][LANGS.index(lang)]
+    return f"{title}（{bug_id}）" if lang == "zh" else f"{title} ({bug_id})"
+
+
+def bug_names(bug_ids, lang: str) -> str:
+    """Several bugs' names, joined in the language's way."""
+    return ("、" if lang == "zh" else ", ").join(bug_name(bug_id, lang) for bug_id in bug_ids)
+
+
+# bug id -> (English, Chinese): one line saying what the code does wrong and what it should do
+BUG_TEXT = {
+    "reshape-without-transpose": (
+        "Heads are split with reshape(B, H, L, D) directly: each head gets a slice of the flat memory "
+        "that mixes tokens. Reshape to (B, L, H, D), then transpose(1, 2).",
+        "拆分多头时直接 reshape(B, H, L, D)：按内存顺序切分会把不同词的特征混进同一个头。"
+        "应先 reshape 成 (B, L, H, D)，再 transpose(1, 2)。"),
+    "merge-without-transpose": (
+        "Heads are merged with reshape(B, L, E) straight from (B, H, L, D): heads and tokens get mixed. "
+        "transpose(1, 2) back to (B, L, H, D) first.",
+        "合并多头时直接把 (B, H, L, D) reshape 成 (B, L, E)，头和词的位置被打乱了。"
+        "应先 transpose(1, 2) 变回 (B, L, H, D) 再合并。"),
+    "softmax-wrong-axis": (
+        "softmax normalises over the wrong axis: each query's weights must sum to 1 over the keys "
+        "(dim=-1 of the (B, H, Lq, Lk) scores).",
+        "softmax 的维度不对：每个查询对所有键的注意力权重之和应为 1，"
+        "即在 (B, H, Lq, Lk) 分数的最后一维（dim=-1）上做 softmax。"),
+    "missing-scale": (
+        "The scores are not scaled: divide q @ k^T by sqrt(head_dim) before the softmax.",
+        "注意力分数没有缩放：softmax 之前要把 q @ k^T 除以 sqrt(head_dim)。"),
+    "scale-by-embed-dim": (
+        "The scores are divided by sqrt(embed_dim); the scale is 1 / sqrt(head_dim), the size of one head.",
+        "分数除以了 sqrt(embed_dim)；缩放因子应是 1 / sqrt(head_dim)，其中 head_dim 是单个头的维度。"),
+    "scale-halved": (
+        "The scores are divided by 2 * sqrt(head_dim): the scale is half of 1 / sqrt(head_dim). "
+        "Divide by sqrt(head_dim) exactly once.",
+        "分数除以了 2 * sqrt(head_dim)：缩放因子只有 1 / sqrt(head_dim) 的一半。"
+        "只需除以一次 sqrt(head_dim)。"),
+    "scale-by-head-dim": (
+        "The scores are divided by head_dim instead of sqrt(head_dim) (or 1/sqrt(head_dim) is applied twice, "
+        "to q and to k): splitting the scale over q and k takes head_dim ** -0.25 on each.",
+        "分数除以了 head_dim，而不是 sqrt(head_dim)（或者 q 和 k 各乘了一次 1/sqrt(head_dim)）："
+        "若把缩放分摊到 q 和 k 上，每边应乘 head_dim ** -0.25。"),
+    "wrong-scale": (
+        "The scores are multiplied by a factor other than 1 / sqrt(head_dim) before the softmax "
+        "(the measured factor is in the notes).",
+        "softmax 之前分数乘的缩放因子不是 1 / sqrt(head_dim)（实测的因子见下方说明）。"),
+    "scale-after-softmax": (
+        "The scale is applied after the softmax, so the weights no longer sum to 1. "
+        "Scale the scores, then take the softmax.",
+        "缩放放在了 softmax 之后，注意力权重之和不再是 1。应先缩放分数，再做 softmax。"),
+    "mask-after-softmax": (
+        "The mask is applied after the softmax: masked positions must be filled with -inf (masked_fill) "
+        "before the softmax, so the remaining weights still sum to 1.",
+        "掩码放在了 softmax 之后：应在 softmax 之前用 masked_fill 把被屏蔽的位置填成 -inf，"
+        "这样剩下的注意力权重之和仍为 1。"),
+    "mask-filled-with-zero": (
+        "Blocked scores are filled with 0 (or multiplied by the mask) before the softmax: exp(0) = 1, so "
+        "blocked keys still get weight. Fill them with -inf (masked_fill(~keep, float('-inf'))).",
+        "在 softmax 之前把被屏蔽的分数填成了 0（或乘以掩码）：exp(0) = 1，被屏蔽的键仍然分到权重。"
+        "应填成 -inf（masked_fill(~keep, float('-inf'))）。"),
+    "mask-wrong-rows": (
+        "The mask reaches the wrong batch rows: with heads folded into the batch as (B*H), row b*H + h "
+        "belongs to batch b, so the mask must be repeated with repeat_interleave(H, dim=0), not repeat(H, 1, 1).",
+        "掩码作用到了错误的批次行上：把多头折叠进批量 (B*H) 后，第 b*H + h 行属于第 b 个样本，"
+        "所以掩码应该用 repeat_interleave(H, dim=0) 复制，而不是 repeat(H, 1, 1)。"),
+    "no-output-projection": (
+        "The output projection is defined but never applied: pass the merged heads through it.",
+        "定义了输出投影层却没有使用：合并多头之后还要经过这个线性层。"),
+    "causal-off-by-one": (
+        "The causal mask is off by one: token i must see tokens 0..i, itself included "
+        "(triu(ones(L, L), diagonal=1) marks what to block).",
+        "因果掩码错了一位：第 i 个词应能看到第 0..i 个词（包括它自己），"
+        "应屏蔽的是 triu(ones(L, L), diagonal=1)。"),
+    "keys-used-as-values": (
+        "The attention weights multiply the keys; they must multiply the values (weights @ v).",
+        "注意力权重乘的是键 K，应该乘值 V（weights @ v）。"),
+    "scores-without-key-transpose": (
+        "The scores are q @ k without transposing k: use q @ k.transpose(-2, -1) so that every query "
+        "meets every key.",
+        "计算分数时没有转置 K：应写 q @ k.transpose(-2, -1)，让每个查询与每个键做点积。"),
+    "view-on-non-contiguous": (
+        "view() is called on a transposed (non-contiguous) tensor: call .contiguous() first, or use "
+        "reshape().",
+        "在转置后（内存不连续）的张量上调用了 view()：先调用 .contiguous()，或改用 reshape()。"),
+    "forward-misspelled": (
+        "The class has no forward method (nn.Module calls forward); '{method}' looks like a misspelling "
+        "of it.",
+        "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
+    "mask-sign-flipped": (
+        "The mask is added to the scores times a large positive number (scores += {param} * 1e9): a mask "
+        "multiplied by a large number conventionally marks 1 = blocked, and that mask would give the blocked "
+        "keys all the weight. It only works if a caller passes the reverse, 1 = may attend (e.g. 1 - padding), "
+        "and even then every kept score is shifted by 1e9, which float32 rounds away. Use "
+        "scores += {param} * -1e9 (1 = blocked) or masked_fill.",
+        "掩码乘以一个很大的正数后加到了分数上（scores += {param} * 1e9）：按惯例，乘以大数的掩码用 1 表示屏蔽，"
+        "可这样写会让被屏蔽的键拿走全部权重。只有调用者反过来传 1 = 可以关注（例如 1 - padding）时结果才对，"
+        "而且即便如此，每个保留的分数都被加上了 1e9，在 float32 下分数之间的差别会被舍入掉。"
+        "应写成 scores += {param} * -1e9（1 = 屏蔽），或者用 masked_fill。"),
+    "kv-heads-tiled": (
+        "The key/value heads are copied with repeat (kv head j serves query heads j, j + Hkv, ...); each kv head "
+        "belongs to a group of neighbouring query heads: repeat_interleave(H // Hkv, dim=1), so query head h "
+        "reads kv head h // (H // Hkv).",
+        "键/值头是用 repeat 复制的（第 j 个键/值头被分给了第 j、j + Hkv……个查询头）；"
+        "而每个键/值头应属于一组相邻的查询头：应写 repeat_interleave(H // Hkv, dim=1)，"
+        "让第 h 个查询头读取第 h // (H // Hkv) 个键/值头。"),
+    "rope-half-split-on-interleaved": (
+        "RoPE pairs the wrong features. The cos/sin tables repeat each frequency on neighbouring features "
+        "(repeat_interleave(freqs, 2): pairs (0, 1), (2, 3), ...), but the turn is rotate_half, which pairs "
+        "feature i with i + D/2. The result is not a rotation: scores no longer depend on the distance alone. "
+        "Use one layout for both: cat((freqs, freqs), -1) with rotate_half (GPT-NeoX, Llama), or the "
+        "interleaved tables with the pairwise turn (-x[1::2], x[0::2]) (GPT-J, Meta's complex form), whichever "
+        "the checkpoint was trained with.",
+        "RoPE 配错了特征对。cos/sin 表把每个频率放在相邻的两个特征上（repeat_interleave(freqs, 2)，"
+        "即 (0, 1)、(2, 3)……成对），旋转却用了 rotate_half，它把第 i 个特征和第 i + D/2 个配成一对。"
+        "这样算出来的已经不是旋转，分数也就不再只取决于两个位置的距离。两处要用同一种排列："
+        "要么 cat((freqs, freqs), -1) 配 rotate_half（GPT-NeoX、Llama 的写法），"
+        "要么相邻成对的表配逐对旋转 (-x[1::2], x[0::2])（GPT-J、Meta 复数写法），以模型训练时用的那种为准。"),
+    "rope-interleaved-on-half-split": (
+        "RoPE pairs the wrong features. The cos/sin tables are half-split (cat((freqs, freqs), -1): feature i "
+        "shares its frequency with i + D/2), but the turn pairs neighbours ((-x[1::2], x[0::2]), the "
+        "interleaved layout). The result is not a rotation: scores no longer depend on the distance alone. "
+        "Use one layout for both: the half-split tables with rotate_half (GPT-NeoX, Llama), or "
+        "repeat_interleave(freqs, 2) with the pairwise turn (GPT-J), whichever the checkpoint was trained with.",
+        "RoPE 配错了特征对。cos/sin 表是前后两半排列的（cat((freqs, freqs), -1)，第 i 个特征和第 i + D/2 个"
+        "共用一个频率），旋转却把相邻的两个特征配成一对（(-x[1::2], x[0::2])，即交错排列）。"
+        "这样算出来的已经不是旋转，分数也就不再只取决于两个位置的距离。两处要用同一种排列："
+        "要么前后两半的表配 rotate_half（GPT-NeoX、Llama 的写法），"
+        "要么 repeat_interleave(freqs, 2) 配逐对旋转（GPT-J 的写法），以模型训练时用的那种为准。"),
+    "cache-positions-not-offset": (
+        "With the cache, every call starts its positions at 0: the new token is turned as if it were the first "
+        "one (off by the prompt). Its position is the number of tokens already cached: "
+        "positions = torch.arange(past_len, past_len + L), where past_len is the cache's length before this call.",
+        "用缓存时，每次调用的位置都从 0 开始，新词被当成第一个词来旋转（差了整个提示的长度）。"
+        "新词的位置应是缓存里已有的词数：positions = torch.arange(past_len, past_len + L)，"
+        "其中 past_len 是这次调用之前缓存的长度。"),
+    "cache-causal-top-left": (
+        "In a cached step the causal mask is aligned top-left (torch.ones(Lq, Lk).tril()): with one new query "
+        "and Lk cached keys it sees only key 0. The new queries are the last Lq positions, so align it "
+        "bottom-right: tril(Lk - Lq), i.e. query i sees keys j <= i + Lk - Lq.",
+        "缓存解码的一步里，因果掩码是按左上角对齐的（torch.ones(Lq, Lk).tril()）：只有一个新查询、"
+        "缓存里有 Lk 个键时，它只能看到第 0 个键。新的查询是最后 Lq 个位置，掩码应按右下角对齐："
+        "写成 tril(Lk - Lq)，也就是第 i 个查询能看到 j <= i + Lk - Lq 的键。"),
+    "mla-absorbed-wuk-transposed": (
+        "The absorbed path folds each head's W_UK into the query transposed: q_nope @ W_UK_h.T instead of "
+        "q_nope @ W_UK_h. Since k_nope = W_UK_h c (W_UK_h is (Dn, C), W_UK.weight.view(H, Dn, C)[h]), "
+        "q_nope · k_nope = (q_nope @ W_UK_h) · c: the query that meets the latent c is q_nope @ W_UK_h, "
+        "(Dn,) @ (Dn, C) -> (C,), e.g. einsum(\"bhtd,hdc->bhtc\", q_nope, w_uk). The transpose only runs "
+        "because Dn == C here, so no shape error catches it; with real sizes (Dn 128, C 512) it raises. "
+        "Check it as the report did: the naive and absorbed forms must give the same outputs.",
+        "吸收形式把每个头的 W_UK 并入查询时用成了转置：写成了 q_nope @ W_UK_h.T，应为 q_nope @ W_UK_h。"
+        "因为 k_nope = W_UK_h c（W_UK_h 的形状是 (Dn, C)，即 W_UK.weight.view(H, Dn, C)[h]），"
+        "所以 q_nope · k_nope = (q_nope @ W_UK_h) · c：与潜向量 c 做点积的查询是 q_nope @ W_UK_h，"
+        "形状为 (Dn,) @ (Dn, C) -> (C,)，例如 einsum(\"bhtd,hdc->bhtc\", q_nope, w_uk)。"
+        "这里之所以没有报形状错误，只是因为恰好 Dn == C；换成真实的尺寸（Dn 为 128，C 为 512）就会直接报错。"
+        "可以像这份报告一样自己验证：朴素形式和吸收形式的输出必须相同。"),
+    "mask-ignored": (
+        "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
+        "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",
+        "掩码对输出没有任何影响。masked_fill 会返回一个新张量：要把结果赋值回去"
+        "（scores = scores.masked_fill(...)），或者使用原地操作 masked_fill_。"),
+}
