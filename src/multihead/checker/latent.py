@@ -12,8 +12,9 @@ a flag of its forward (``forward(x, absorb=True)``; also ``absorbed``, ``use_abs
    evidence: the naive and absorbed outputs differ, and with W_UK transposed back (in a copy of the
    module) its absorbed path agrees with its naive forward.
 
-Not modelled: low-rank queries, masks and caches (the module is then checked as
-plain attention, whose roles it does not fit).
+Low-rank queries (W_DQ, an optional norm on the query latent, W_UQ: DeepSeek's q_a_proj, q_a_layernorm,
+q_b_proj) are found like the latent and run with the module's own norm. Not modelled: masks and caches
+(the module is then checked as plain attention, whose roles it does not fit).
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
     report.conventions = found_conventions + [("mla", {
         "heads": roles.num_heads, "nope": roles.nope, "rope": roles.rope_dim, "value": roles.value_dim,
         "latent": roles.latent, "path": path.name})]
+    if roles.q_down is not None:
+        report.conventions.append(("mla-q-latent", {"q_latent": roles.q_down.out_features}))
     if fit.rope is not None:
         report.conventions.append(("mla-rope:" + ("interleaved" if fit.rope.tables_interleaved else "half"),
                                    {"base": f"{fit.rope.base:g}"}))

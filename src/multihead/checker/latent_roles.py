@@ -9,13 +9,15 @@ Linear reads and gives:
   (DeepSeek's kv_b_proj);
 - the other Linears on x are the query W_Q (each head [q_nope | q_rope]) and the rotary key W_KR, unless
   W_DKV's output is wider than the latent (DeepSeek's kv_a_proj_with_mqa: [c | k_rope]);
+- low-rank queries (DeepSeek's q_a_proj, q_a_layernorm, q_b_proj): an x-reader W_DQ whose output one Linear
+  reads, directly or through one layer (the norm on the query latent): that reader W_UQ gives the queries;
 - the Linear whose output is the module's output is W_O (none: the heads are returned concatenated).
 
 ``latent_variant(roles, x, rope, causal, absorbed=..., mistake=...)`` is MLA in plain torch on those
 weights: the naive form (every head's keys and values decompressed) or the absorbed one (W_UK folded into
 the query, attention over the latents, W_UV after the sum), with at most one known mistake.
 
-Shapes: x (B, L, E); H heads, C latent width, Dn/R the two parts of a query/key head, Dv value head.
+Shapes: x (B, L, E); H heads, C latent width, Cq query latent width, Dn/R the two parts of a query/key head, Dv value head.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ WUK_TRANSPOSED = "mla-absorbed-wuk-transposed"  # the absorbed form's mistake: q
 class LatentRoles:
     """Where each MLA weight lives in the learner's module, for one head count and one order."""
 
-    q: Projection  # (H*(Dn+R), E), each head's rows [nope | rope]
+    q: Projection  # W_Q (H*(Dn+R), E), or W_UQ (H*(Dn+R), Cq) after ``q_down``: each head's rows [nope | rope]
     down: Projection  # W_DKV: (C, E), or (C+R, E) with the rotary key in its last R rows
     rotary: Projection | None  # W_KR (R, E), or None when ``down`` holds it
     up_k: Piece  # W_UK rows (H*Dn, C), head-major
@@ -48,6 +50,15 @@ class LatentRoles:
     value_dim: int  # Dv
     latent: int  # C
     norm: tuple | None = None  # (name, the module's own layer applied to the latent), or None
+    q_down: Projection | None = None  # W_DQ (Cq, E): low-rank queries, or None (one W_Q on x)
+    q_norm: tuple | None = None  # (name, the module's own layer applied to the query latent), or None
+
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, L, E) -> every head's query (B, L, H*(Dn+R)), through the query latent when there is one."""
+        if self.q_down is not None:
+            x = _linear(x, self.q_down)  # (B, L, Cq)
+            x = x if self.q_norm is None else self.q_norm[1](x)
+        return _linear(x, self.q)
 
     def up_weights(self) -> tuple[tuple, tuple]:
         """((W_UK (H, Dn, C), its bias (H, Dn) or None), (W_UV (H, Dv, C), its bias (H, Dv) or None))."""
@@ -67,7 +78,9 @@ class LatentRoles:
         down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "") + \
             (f", then {self.norm[0]}" if self.norm else "")
         rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {C}:{C + R}"
-        return {"q": self.q.name, "latent": down, "rope-key": rotary,
+        q = self.q.name if self.q_down is None else \
+            ", then ".join([self.q_down.name] + ([self.q_norm[0]] if self.q_norm else []) + [self.q.name])
+        return {"q": q, "latent": down, "rope-key": rotary,
                 "k": piece(self.up_k, f":{self.nope}"), "v": piece(self.up_v, f"{self.nope}:"),
                 "o": self.o.name if self.o else "(none)"}
 
@@ -134,18 +147,34 @@ def find_latent_roles(module, projections: dict[str, Projection], call, x: torch
     for down, read in readers.items():
         ups, norms = [name for name, _ in read], {layer for _, layer in read}
         others = [n for n in on_x if n != down]
-        if len(ups) > 2 or len(norms) != 1 or len(others) not in (1, 2) or \
+        q_downs = [n for n in others if n in readers]  # x-readers whose output a Linear reads: W_DQ
+        if len(ups) > 2 or len(norms) != 1 or len(others) not in (1, 2) or len(q_downs) > 1 or \
                 len({linears[u].in_features for u in ups}) != 1:
             continue
         C = linears[ups[0]].in_features
         fused = linears[down].out_features > C
         if fused != (len(others) == 1):
             continue
+        query = _query_chain(linears, recorder.layers, readers, q_downs)
+        if query is False:
+            continue
         o = linears[output[0]] if output and output[0] not in on_x + ups else None
         norm = next(iter(norms))
         found += _assignments(linears, down, ups, others, o, C, heads,
-                              None if norm is None else (norm, recorder.layers[norm]))
+                              None if norm is None else (norm, recorder.layers[norm]), query)
     return found
+
+
+def _query_chain(linears, layers, readers, q_downs: list[str]):
+    """(W_DQ name, W_UQ name, (norm name, its layer) or None) for low-rank queries; None without them;
+    False when the query down-projection is read by more than one Linear (not a query latent)."""
+    if not q_downs:
+        return None
+    read = readers[q_downs[0]]
+    if len(read) != 1:
+        return False
+    up, norm = read[0]
+    return q_downs[0], up, None if norm is None else (norm, layers[norm])
 
 
 def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
@@ -155,13 +184,20 @@ def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
 
 
 def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: int, heads,
-                 norm) -> list[LatentRoles]:
-    """The assignments of one down-projection: every order of its readers and of the other x-readers,
-    every head count that makes the widths fit."""
+                 norm, query) -> list[LatentRoles]:
+    """The assignments of one down-projection: every order of its readers and of the other x-readers (the
+    query fixed by ``query``, a _query_chain, when the queries are low-rank), every head count that makes
+    the widths fit."""
     found = []
-    for q_name, rotary_name in itertools.permutations(others + [None] * (2 - len(others)), 2):
-        if q_name is None or (rotary_name is None) != (len(others) == 1):
-            continue
+    if query is None:
+        pairs = [(q, r) for q, r in itertools.permutations(others + [None] * (2 - len(others)), 2)
+                 if q is not None and (r is None) == (len(others) == 1)]
+    else:
+        rest = [n for n in others if n != query[0]]
+        pairs = [(query[1], rest[0] if rest else None)]
+    q_down = None if query is None else linears[query[0]]
+    q_norm = None if query is None else query[2]
+    for q_name, rotary_name in pairs:
         q, rotary = linears[q_name], linears[rotary_name] if rotary_name else None
         R = rotary.out_features if rotary else linears[down].out_features - C
         for H in ([heads] if heads else [h for h in range(1, q.out_features + 1) if q.out_features % h == 0]):
@@ -172,7 +208,8 @@ def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: in
                 Dv = _row_count(up_v) // H
                 if _row_count(up_k) != H * Dn or Dv == 0 or (o is not None and o.in_features != H * Dv):
                     continue
-                found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C, norm))
+                found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C, norm,
+                                         q_down, q_norm))
     return found
 
 
@@ -195,7 +232,7 @@ def latent_variant(roles: LatentRoles, x: torch.Tensor, rope, causal: bool, *, a
     ``rope``: a rotary.Rotary turning q_rope and the rotary key to positions 0 .. L-1, or None."""
     B, L, _ = x.shape
     H, Dn, C = roles.num_heads, roles.nope, roles.latent
-    q = _linear(x, roles.q).view(B, L, H, Dn + roles.rope_dim).transpose(1, 2)  # (B, H, L, Dn + R)
+    q = roles.queries(x).view(B, L, H, Dn + roles.rope_dim).transpose(1, 2)  # (B, H, L, Dn + R)
     q_nope, q_rope = q[..., :Dn], q[..., Dn:]
     down = _linear(x, roles.down)  # (B, L, C) or (B, L, C + R)
     c = down[..., :C] if roles.norm is None else roles.norm[1](down[..., :C])  # the latent a decoder caches

@@ -51,6 +51,9 @@ CONVENTION_TEXT = {
             "{value} for values, a latent of {latent}; absorbed path {path}, compared with the naive forward",
             "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
             "潜向量 {latent} 维；吸收形式通过 {path} 调用，与朴素前向的结果比较"),
+    "mla-q-latent": ("low-rank queries: x is first pressed into a query latent of {q_latent} features, and every "
+                     "head's query comes out of it", "低秩查询：x 先被压缩成 {q_latent} 维的查询潜向量，"
+                     "每个头的查询再由它生成"),
     "mla-rope:half": ("RoPE on the rotary parts of q and k only (decoupled), half-split pairs (i, i + R/2), "
                       "base {base}", "只对 q 和 k 的旋转部分施加 RoPE（解耦），按前后两半配对 (i, i + R/2)，基数 base 为 {base}"),
     "mla-rope:interleaved": ("RoPE on the rotary parts of q and k only (decoupled), interleaved pairs (2i, 2i + 1), "
