@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import multihead as mh
 from helpers import edited_zoo_file
 from multihead.checker import check
 from multihead.checker.latent import find_absorbed
@@ -20,6 +22,7 @@ from multihead.checker.rotary import Rotary
 ZOO = Path(__file__).parent / "check_zoo"
 CORRECT = str(ZOO / "ok_mla_absorbed.py:LatentAttention")
 FUSED = str(ZOO / "mla_wuk_transposed.py:CompressedKVAttention")
+LOW_RANK_Q = str(ZOO / "ok_mla_low_rank_queries.py:LowRankQueryMLA")
 TRANSPOSE = ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')  # the mistake, in the einsum
 
 
@@ -43,6 +46,9 @@ def test_find_absorbed_knows_a_forward_flag_and_a_method_and_plain_modules_have_
     (FUSED, {"q": "q_proj", "latent": "kv_a_proj_with_mqa rows 0:6, then kv_a_layernorm", "rope-key": "kv_a_proj_with_mqa rows 6:10",
              "k": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, :6]",
              "v": "kv_b_proj rows viewed as (H=4, Dn + Dv, C)[:, 6:]", "o": "o_proj"}),
+    (LOW_RANK_Q, {"q": "wq_a, then q_norm, then wq_b", "latent": "wkv_a rows 0:8, then kv_norm",
+                  "rope-key": "wkv_a rows 8:12", "k": "wkv_b rows viewed as (H=4, Dn + Dv, C)[:, :8]",
+                  "v": "wkv_b rows viewed as (H=4, Dn + Dv, C)[:, 8:]", "o": "wo"}),
 ])
 def test_mla_roles_are_found_by_behaviour_separate_or_fused(target, roles):
     report = check(target)
@@ -135,3 +141,73 @@ def test_a_plain_module_with_an_absorb_flag_is_checked_as_plain_attention(tmp_pa
     learner = edited_zoo_file(tmp_path, "ok_rope_kv_cache.py", ("use_cache=False)", "use_cache=False, absorb=False)"))
     report = check(f"{learner}:CachedRoPEAttention")
     assert report.passed and report.kind == "attention" and "latent" not in report.roles, str(report)
+
+
+# --- low-rank queries (DeepSeek-V3: q_a_proj, q_a_layernorm, q_b_proj) --------------------------------------
+
+def test_low_rank_queries_pass_and_the_report_names_the_query_latent():
+    report = check(LOW_RANK_Q)
+    assert report.passed and report.kind == "latent", str(report)
+    assert "low-rank queries: x is first pressed into a query latent of 12 features" in "\n".join(
+        report.convention_lines())
+    zh = check(LOW_RANK_Q, lang="zh")
+    assert zh.passed and "低秩查询：x 先被压缩成 12 维的查询潜向量" in "\n".join(zh.convention_lines())
+
+
+@settings(max_examples=8, deadline=None)
+@given(heads=st.integers(1, 3), q_rank=st.integers(2, 7), latent=st.integers(2, 6), half_rope=st.integers(1, 2),
+       length=st.integers(1, 5))
+def test_plain_mla_with_low_rank_queries_is_the_learners_naive_and_absorbed_forward(heads, q_rank, latent,
+                                                                                     half_rope, length):
+    """One assignment only (the query chain is fixed by what reads what); latent_variant on it, with the
+    module's own norms, gives the module's naive and absorbed outputs."""
+    module = _load("ok_mla_low_rank_queries.py", "LowRankQueryMLA")(10, heads, q_rank, latent, 3, 2 * half_rope,
+                                                                    5).double()
+    with torch.no_grad():
+        for norm in (module.q_norm, module.kv_norm):
+            norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, length, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(length))
+    found = find_latent_roles(module, find_projections(module), module, x, heads)
+    assert len(found) == 1 and found[0].q_down.name == "wq_a" and found[0].q_norm[0] == "q_norm"
+    rope = Rotary(10000.0, True, True, float32=False)
+    with torch.no_grad():
+        naive = latent_variant(found[0], x, rope, causal=True)
+        torch.testing.assert_close(naive, module(x), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(module(x, absorbed=True), naive, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(latent_variant(found[0], x, rope, True, absorbed=True), naive, rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_query_latent_norm_skipped_in_the_absorbed_path_fails_without_an_id(tmp_path):
+    skipped = ("        if absorbed:\n", "        if absorbed:\n            q_nope = self.wq_b(self.wq_a(x)).view("
+               "bsz, seqlen, self.n_heads, -1)[..., :self.qk_nope_head_dim]  # q_norm forgotten\n")
+    report = check(f"{edited_zoo_file(tmp_path, 'ok_mla_low_rank_queries.py', skipped)}:LowRankQueryMLA")
+    assert report.verdict == "fail" and report.bug is None, str(report)
+    assert "absorbed path forward(x, absorbed=True) gives other outputs" in report.headline()
+
+
+def test_low_rank_queries_without_a_norm_are_found_too(tmp_path):
+    learner = edited_zoo_file(tmp_path, "ok_mla_low_rank_queries.py",
+                              ("self.wq_b(self.q_norm(self.wq_a(x)))", "self.wq_b(self.wq_a(x))"))
+    report = check(f"{learner}:LowRankQueryMLA")
+    assert report.passed and report.roles["q"] == "wq_a, then wq_b", str(report)
+
+
+class _WrappedLatent(nn.Module):
+    """A learner's layer around mh.MultiHeadLatentAttention, causal, with its absorb flag passed on."""
+
+    def __init__(self, q_lora_rank):
+        super().__init__()
+        self.mla = mh.MultiHeadLatentAttention(16, 4, kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                               v_head_dim=6, q_lora_rank=q_lora_rank, causal=True)
+
+    def forward(self, x, absorb=False):
+        return self.mla(x, absorb=absorb)
+
+
+@pytest.mark.parametrize("q_lora_rank, query", [(None, "mla.q_proj"),
+                                                (12, "mla.q_a_proj, then mla.q_a_layernorm, then mla.q_b_proj")])
+def test_multiheads_own_mla_wrapped_by_a_learner_passes(q_lora_rank, query):
+    report = check(_WrappedLatent(q_lora_rank))
+    assert report.passed and report.kind == "latent" and report.roles["q"] == query, str(report)
+    assert report.roles["latent"] == "mla.kv_a_proj_with_mqa rows 0:8, then mla.kv_a_layernorm"

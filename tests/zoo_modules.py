@@ -55,6 +55,7 @@ CORRECT = {
     "ok_gptj_rope_cache_object.py:GPTJAttention": {},
     "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
     "ok_mla_absorbed.py:LatentAttention": {},
+    "ok_mla_low_rank_queries.py:LowRankQueryMLA": {},
 }
 
 

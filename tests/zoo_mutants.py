@@ -63,12 +63,17 @@ _LLAMA_CACHE = "ok_rope_kv_cache.py:CachedRoPEAttention"
 _GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
 _MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
 _MLA = "ok_mla_absorbed.py:LatentAttention"
+_MLA_LOW_RANK_Q = "ok_mla_low_rank_queries.py:LowRankQueryMLA"
 
 MUTANTS = [
     _m(_MLA, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')),
     _m(_MLA, "mla-absorbed-wuk-transposed", ("w_uk = self.W_UK.weight.view(H, Dn, C)",
                                              "w_uk = self.W_UK.weight.view(H, Dn, C).transpose(1, 2)"),
        note="transposed-view"),
+    _m(_MLA_LOW_RANK_Q, "mla-absorbed-wuk-transposed", ('"bshd,hdc->bshc", q_nope', '"bshd,hcd->bshc", q_nope')),
+    _m(_MLA_LOW_RANK_Q, "mla-absorbed-wuk-transposed", ("wkv_b[:, :self.qk_nope_head_dim])",
+                                                        "wkv_b[:, :self.qk_nope_head_dim].transpose(1, 2))"),
+       note="transposed-slice"),
     _m(_MQA_CACHE, "cache-causal-top-left", ("is_causal=layer_past is None", "is_causal=True"),
        note="sdpa-is-causal-in-step"),
     _m(_LLAMA_CACHE, "cache-causal-top-left", (".tril(S - T)", ".tril()")),
