@@ -17,7 +17,8 @@ Linear reads and gives:
 weights: the naive form (every head's keys and values decompressed) or the absorbed one (W_UK folded into
 the query, attention over the latents, W_UV after the sum), with at most one known mistake.
 
-Shapes: x (B, L, E); H heads, C latent width, Cq query latent width, Dn/R the two parts of a query/key head, Dv value head.
+Shapes: x (B, L, E); H heads, C latent width, Cq query latent width, Dn/R the two parts of a query/key head,
+Dv value head.
 """
 
 from __future__ import annotations
