@@ -193,6 +193,37 @@ def test_low_rank_queries_without_a_norm_are_found_too(tmp_path):
     assert report.passed and report.roles["q"] == "wq_a, then wq_b", str(report)
 
 
+_SPLIT_QUERY = "q = self.W_Q(x).view(B, T, H, Dn + R).transpose(1, 2)  # (B, H, T, Dn + R)\n" \
+    "        q_nope, q_rope = q.split([Dn, R], dim=-1)"
+_PAPER_QUERIES = {  # the rotary queries from a Linear of their own (W_QR), as the DeepSeek-V2 paper writes MLA
+    "low-rank": (("self.W_Q = nn.Linear(d_model, n_heads * (nope_dim + rope_dim), bias=False)",
+                  "self.W_DQ = nn.Linear(d_model, 6, bias=False)\n        self.q_norm = nn.LayerNorm(6)\n"
+                  "        self.W_UQ = nn.Linear(6, n_heads * nope_dim, bias=False)\n"
+                  "        self.W_QR = nn.Linear(6, n_heads * rope_dim, bias=False)"),
+                 (_SPLIT_QUERY, "c_q = self.q_norm(self.W_DQ(x))\n"
+                  "        q_nope = self.W_UQ(c_q).view(B, T, H, Dn).transpose(1, 2)\n"
+                  "        q_rope = self.W_QR(c_q).view(B, T, H, R).transpose(1, 2)")),
+    "full-rank": (("self.W_Q = nn.Linear(d_model, n_heads * (nope_dim + rope_dim), bias=False)",
+                   "self.W_Q = nn.Linear(d_model, n_heads * nope_dim, bias=False)\n"
+                   "        self.W_QR = nn.Linear(d_model, n_heads * rope_dim, bias=False)"),
+                  (_SPLIT_QUERY, "q_nope = self.W_Q(x).view(B, T, H, Dn).transpose(1, 2)\n"
+                   "        q_rope = self.W_QR(x).view(B, T, H, R).transpose(1, 2)")),
+}
+
+
+@pytest.mark.parametrize("queries, chain", [("low-rank", "W_DQ, then q_norm, then "), ("full-rank", "")])
+@pytest.mark.parametrize("sizes", [{}, {"d_model": 16, "n_heads": 4, "kv_rank": 4, "nope_dim": 4, "rope_dim": 4}])
+def test_rotary_queries_from_their_own_linear_pass_and_wuk_transposed_is_named(tmp_path, queries, chain, sizes):
+    """W_QR apart from W_UQ (or W_Q), in either order when their widths agree (Dn == R)."""
+    options = {"init": sizes} if sizes else {}
+    learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", *_PAPER_QUERIES[queries])
+    report = check(f"{learner}:LatentAttention", **options)
+    assert report.passed, str(report)
+    assert (report.roles["q"], report.roles["rope-query"]) == (chain + ("W_UQ" if chain else "W_Q"), chain + "W_QR")
+    learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", *_PAPER_QUERIES[queries], TRANSPOSE, name="wuk.py")
+    assert check(f"{learner}:LatentAttention", **options).bug == WUK_TRANSPOSED
+
+
 class _WrappedLatent(nn.Module):
     """A learner's layer around mh.MultiHeadLatentAttention, causal, with its absorb flag passed on."""
 

@@ -11,6 +11,8 @@ Linear reads and gives:
   W_DKV's output is wider than the latent (DeepSeek's kv_a_proj_with_mqa: [c | k_rope]);
 - low-rank queries (DeepSeek's q_a_proj, q_a_layernorm, q_b_proj): an x-reader W_DQ whose output one Linear
   reads, directly or through one layer (the norm on the query latent): that reader W_UQ gives the queries;
+- the rotary queries may come from a Linear of their own, W_QR (on x, or on the query latent as the
+  DeepSeek-V2 paper writes it), next to the one giving the rest of each head's query;
 - the Linear whose output is the module's output is W_O (none: the heads are returned concatenated).
 
 ``latent_variant(roles, x, rope, causal, absorbed=..., mistake=...)`` is MLA in plain torch on those
@@ -53,13 +55,19 @@ class LatentRoles:
     norm: tuple | None = None  # (name, the module's own layer applied to the latent), or None
     q_down: Projection | None = None  # W_DQ (Cq, E): low-rank queries, or None (one W_Q on x)
     q_norm: tuple | None = None  # (name, the module's own layer applied to the query latent), or None
+    q_rope: Projection | None = None  # W_QR (H*R, E or Cq): the rotary queries apart; ``q`` then gives H*Dn
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, L, E) -> every head's query (B, L, H*(Dn+R)), through the query latent when there is one."""
+        B, L, _ = x.shape
         if self.q_down is not None:
             x = _linear(x, self.q_down)  # (B, L, Cq)
             x = x if self.q_norm is None else self.q_norm[1](x)
-        return _linear(x, self.q)
+        if self.q_rope is None:
+            return _linear(x, self.q)
+        nope = _linear(x, self.q).view(B, L, self.num_heads, self.nope)
+        rope = _linear(x, self.q_rope).view(B, L, self.num_heads, self.rope_dim)
+        return torch.cat((nope, rope), dim=-1).flatten(2)
 
     def up_weights(self) -> tuple[tuple, tuple]:
         """((W_UK (H, Dn, C), its bias (H, Dn) or None), (W_UV (H, Dv, C), its bias (H, Dv) or None))."""
@@ -79,9 +87,11 @@ class LatentRoles:
         down = self.down.name + (f" rows 0:{C}" if self.rotary is None else "") + \
             (f", then {self.norm[0]}" if self.norm else "")
         rotary = self.rotary.name if self.rotary else f"{self.down.name} rows {C}:{C + R}"
-        q = self.q.name if self.q_down is None else \
-            ", then ".join([self.q_down.name] + ([self.q_norm[0]] if self.q_norm else []) + [self.q.name])
-        return {"q": q, "latent": down, "rope-key": rotary,
+        chain = [] if self.q_down is None else [self.q_down.name] + ([self.q_norm[0]] if self.q_norm else [])
+        q = {"q": ", then ".join(chain + [self.q.name])}
+        if self.q_rope is not None:
+            q["rope-query"] = ", then ".join(chain + [self.q_rope.name])
+        return {**q, "latent": down, "rope-key": rotary,
                 "k": piece(self.up_k, f":{self.nope}"), "v": piece(self.up_v, f"{self.nope}:"),
                 "o": self.o.name if self.o else "(none)"}
 
@@ -147,35 +157,45 @@ def find_latent_roles(module, projections: dict[str, Projection], call, x: torch
     found = []
     for down, read in readers.items():
         ups, norms = [name for name, _ in read], {layer for _, layer in read}
-        others = [n for n in on_x if n != down]
-        q_downs = [n for n in others if n in readers]  # x-readers whose output a Linear reads: W_DQ
-        if len(ups) > 2 or len(norms) != 1 or len(others) not in (1, 2) or len(q_downs) > 1 or \
-                len({linears[u].in_features for u in ups}) != 1:
+        if len(ups) > 2 or len(norms) != 1 or len({linears[u].in_features for u in ups}) != 1:
             continue
         C = linears[ups[0]].in_features
         fused = linears[down].out_features > C
-        if fused != (len(others) == 1):
-            continue
-        query = _query_chain(linears, recorder.layers, readers, q_downs)
-        if query is False:
-            continue
+        others = [n for n in on_x if n != down]
         o = linears[output[0]] if output and output[0] not in on_x + ups else None
         norm = next(iter(norms))
-        found += _assignments(linears, down, ups, others, o, C, heads,
-                              None if norm is None else (norm, recorder.layers[norm]), query)
+        found += _assignments(linears, down, ups, o, C, heads,
+                              None if norm is None else (norm, recorder.layers[norm]),
+                              _query_options(recorder.layers, readers, others, fused))
     return found
 
 
-def _query_chain(linears, layers, readers, q_downs: list[str]):
-    """(W_DQ name, W_UQ name, (norm name, its layer) or None) for low-rank queries; None without them;
-    False when the query down-projection is read by more than one Linear (not a query latent)."""
+def _query_options(layers, readers, others: list[str], fused: bool) -> list[tuple]:
+    """Every way the x-readers other than W_DKV fit the query's roles, as (W_Q or W_UQ, W_QR or None,
+    W_KR or None, W_DQ or None, (the query latent's norm name, its layer) or None): W_KR exactly when the
+    rotary key is not W_DKV's (``fused``); W_QR (the rotary queries, apart from the rest) optional; W_DQ
+    when one x-reader's output is read by one or two Linears (W_UQ, and W_QR)."""
+    q_downs = [n for n in others if n in readers]
+    rotaries = 0 if fused else 1
     if not q_downs:
-        return None
-    read = readers[q_downs[0]]
-    if len(read) != 1:
-        return False
-    up, norm = read[0]
-    return q_downs[0], up, None if norm is None else (norm, layers[norm])
+        if len(others) not in (1 + rotaries, 2 + rotaries):
+            return []
+        options = []
+        for order in itertools.permutations(others):
+            q, rest = order[0], list(order[1:])
+            rotary = rest.pop() if rotaries else None
+            options.append((q, rest[0] if rest else None, rotary, None, None))
+        return options
+    read, rest = readers[q_downs[0]], [n for n in others if n != q_downs[0]]
+    norms = {layer for _, layer in read}
+    if len(q_downs) > 1 or len(read) > 2 or len(norms) != 1 or len(rest) != rotaries:
+        return []
+    norm = next(iter(norms))
+    norm = None if norm is None else (norm, layers[norm])
+    names = [name for name, _ in read]
+    return [(q, q_rope, rest[0] if rest else None, q_downs[0], norm)
+            for q, q_rope in itertools.permutations(names + [None] * (2 - len(names)), 2)
+            if q is not None and (q_rope is None) == (len(names) == 1)]
 
 
 def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
@@ -184,33 +204,29 @@ def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
         torch.equal(given[..., :inp.shape[-1]], inp)
 
 
-def _assignments(linears, down: str, ups: list[str], others: list[str], o, C: int, heads,
-                 norm, query) -> list[LatentRoles]:
-    """The assignments of one down-projection: every order of its readers and of the other x-readers (the
-    query fixed by ``query``, a _query_chain, when the queries are low-rank), every head count that makes
-    the widths fit."""
+def _assignments(linears, down: str, ups: list[str], o, C: int, heads, norm,
+                 queries: list[tuple]) -> list[LatentRoles]:
+    """The assignments of one down-projection: every order of its readers, every way of the query's
+    (``_query_options``), every head count that makes the widths fit."""
     found = []
-    if query is None:
-        pairs = [(q, r) for q, r in itertools.permutations(others + [None] * (2 - len(others)), 2)
-                 if q is not None and (r is None) == (len(others) == 1)]
-    else:
-        rest = [n for n in others if n != query[0]]
-        pairs = [(query[1], rest[0] if rest else None)]
-    q_down = None if query is None else linears[query[0]]
-    q_norm = None if query is None else query[2]
-    for q_name, rotary_name in pairs:
+    for q_name, q_rope_name, rotary_name, q_down_name, q_norm in queries:
         q, rotary = linears[q_name], linears[rotary_name] if rotary_name else None
+        q_rope, q_down = (linears[n] if n else None for n in (q_rope_name, q_down_name))
         R = rotary.out_features if rotary else linears[down].out_features - C
-        for H in ([heads] if heads else [h for h in range(1, q.out_features + 1) if q.out_features % h == 0]):
-            if q.out_features % H or q.out_features // H <= R:
+        if q_rope is not None:  # its width fixes the head count
+            counts = [q_rope.out_features // R] if q_rope.out_features % R == 0 else []
+        else:
+            counts = [h for h in range(1, q.out_features + 1) if q.out_features % h == 0]
+        for H in [h for h in counts if heads in (None, h)]:
+            if q.out_features % H or (q_rope is None and q.out_features // H <= R):
                 continue
-            Dn = q.out_features // H - R
+            Dn = q.out_features // H - (0 if q_rope is not None else R)
             for up_k, up_v in _up_pieces(linears, ups, H, Dn):
                 Dv = _row_count(up_v) // H
                 if _row_count(up_k) != H * Dn or Dv == 0 or (o is not None and o.in_features != H * Dv):
                     continue
                 found.append(LatentRoles(q, linears[down], rotary, up_k, up_v, o, H, Dn, R, Dv, C, norm,
-                                         q_down, q_norm))
+                                         q_down, q_norm, q_rope))
     return found
 
 

@@ -83,7 +83,8 @@ MASK_TEXT = {
 }
 
 ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出"),
-             "latent": ("latent (down-projection)", "潜向量（下投影）"), "rope-key": ("rotary key", "旋转位置键")}
+             "latent": ("latent (down-projection)", "潜向量（下投影）"), "rope-key": ("rotary key", "旋转位置键"),
+             "rope-query": ("rotary query", "旋转位置查询")}
 
 MESSAGES = {
     "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
