@@ -13,7 +13,8 @@ a flag of its forward (``forward(x, absorb=True)``; also ``absorbed``, ``use_abs
    module) its absorbed path agrees with its naive forward.
 
 Low-rank queries (W_DQ, an optional norm on the query latent, W_UQ: DeepSeek's q_a_proj, q_a_layernorm,
-q_b_proj) are found like the latent and run with the module's own norm. Not modelled: masks and caches
+q_b_proj) are found like the latent and run with the module's own norm; the rotary queries may come from
+a Linear of their own (W_QR). Not modelled: masks and caches
 (the module is then checked as plain attention, whose roles it does not fit).
 """
 

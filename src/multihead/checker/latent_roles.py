@@ -41,7 +41,8 @@ WUK_TRANSPOSED = "mla-absorbed-wuk-transposed"  # the absorbed form's mistake: q
 class LatentRoles:
     """Where each MLA weight lives in the learner's module, for one head count and one order."""
 
-    q: Projection  # W_Q (H*(Dn+R), E), or W_UQ (H*(Dn+R), Cq) after ``q_down``: each head's rows [nope | rope]
+    q: Projection  # W_Q (H*(Dn+R), E), or W_UQ (H*(Dn+R), Cq) after ``q_down``: each head's [nope | rope] rows
+    # (its nope rows only, H*Dn, when ``q_rope`` gives the rotary ones)
     down: Projection  # W_DKV: (C, E), or (C+R, E) with the rotary key in its last R rows
     rotary: Projection | None  # W_KR (R, E), or None when ``down`` holds it
     up_k: Piece  # W_UK rows (H*Dn, C), head-major
@@ -206,7 +207,7 @@ def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
 
 def _assignments(linears, down: str, ups: list[str], o, C: int, heads, norm,
                  queries: list[tuple]) -> list[LatentRoles]:
-    """The assignments of one down-projection: every order of its readers, every way of the query's
+    """The assignments of one down-projection: every order of its readers, every way the query's roles fit
     (``_query_options``), every head count that makes the widths fit."""
     found = []
     for q_name, q_rope_name, rotary_name, q_down_name, q_norm in queries:
