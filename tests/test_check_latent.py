@@ -152,6 +152,7 @@ def test_low_rank_queries_pass_and_the_report_names_the_query_latent():
         report.convention_lines())
     zh = check(LOW_RANK_Q, lang="zh")
     assert zh.passed and "低秩查询：x 先被压缩成 12 维的查询潜向量" in "\n".join(zh.convention_lines())
+    assert "检测到的约定：" in str(zh) and "各线性层的角色：" in str(zh)  # full-width colons in Chinese
 
 
 @settings(max_examples=8, deadline=None)

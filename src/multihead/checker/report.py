@@ -107,8 +107,9 @@ class CheckReport:
         lines = [self.headline()]
         if self.verdict != "error":
             lines += [f"  {line}" for line in self.detail_lines()]
+            colon = "：" if self.lang == "zh" else ":"
             if self.conventions:
-                lines += [say("conventions", self.lang) + ":"] + [f"  - {c}" for c in self.convention_lines()]
+                lines += [say("conventions", self.lang) + colon] + [f"  - {c}" for c in self.convention_lines()]
             if self.roles:
-                lines += [say("roles", self.lang) + ":"] + [f"  - {r}" for r in self.role_lines()]
+                lines += [say("roles", self.lang) + colon] + [f"  - {r}" for r in self.role_lines()]
         return "\n".join(lines)
