@@ -76,13 +76,14 @@ def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device):
 def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
                softcap: float) -> torch.Tensor:
-    """The C++ kernel; slopes and sinks empty when absent, softcap 0 when absent. Out: float32."""
+    """The C++ kernel; q float32 or bfloat16 (a bf16 q meets bf16 keys in bf16 dot products, exactly);
+    slopes and sinks empty when absent, softcap 0 when absent. Out: float32."""
     return kernel().decode_step(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap)
 
 
 @_decode_op.register_fake
 def _(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap):
-    return q.new_empty(*q.shape[:3], v.shape[-1])
+    return q.new_empty(*q.shape[:3], v.shape[-1], dtype=torch.float32)
 
 
 def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
@@ -95,7 +96,8 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Ten
     if not use_kernel or module is None:
         return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
     empty = q.new_empty(0, dtype=torch.float32)
-    out = _decode_op(q.float().contiguous(), k, v, lo, hi, qpos,
+    kept = q.dtype in (torch.float32, torch.bfloat16)  # the kernel takes a bf16 query as it is
+    out = _decode_op((q if kept else q.float()).contiguous(), k, v, lo, hi, qpos,
                      empty if slopes is None else slopes.float().contiguous(),
                      empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0)
     return out.to(q.dtype)
