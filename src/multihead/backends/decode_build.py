@@ -1,5 +1,5 @@
-"""Building and loading the C++ decode kernel (decode_kernel.cpp, with its AVX-512 pieces in
-decode_simd.h) with torch's extension tooling.
+"""Building and loading the C++ decode kernel (decode_kernel.cpp, with its row loops in decode_rows.h
+and its AVX-512 tiles in decode_simd.h) with torch's extension tooling.
 
 The kernel is compiled on first use for the host CPU (`-march=native`: AVX-512 or AVX2 where the CPU
 has them) into a cache folder beside the Python environment, one per source, torch version and CPU.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernel.cpp")
-HEADERS = (Path(__file__).with_name("decode_simd.h"),)  # included by SOURCE: part of the build's key
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("decode_rows.h", "decode_simd.h"))  # in the key
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17"]
 DISABLE = "MULTIHEAD_DECODE_KERNEL"
 _state: dict[str, object] = {}  # "module" and "why": the outcome of the one attempt per process
@@ -33,7 +33,8 @@ def build_dir() -> Path:
     torch and CPU."""
     root = os.environ.get("MULTIHEAD_BUILD_DIR")
     tag = hashlib.sha256(
-        b"".join(path.read_bytes() for path in (SOURCE, *HEADERS)) + " ".join([torch.__version__, platform.machine(), _cpu_flags(), *FLAGS]).encode()
+        b"".join(path.read_bytes() for path in (SOURCE, *HEADERS))
+        + " ".join([torch.__version__, platform.machine(), _cpu_flags(), *FLAGS]).encode()
     ).hexdigest()[:16]
     base = Path(root) if root else Path(sys.prefix) / "var" / "multihead"
     return base / f"decode-{tag}"
