@@ -5,7 +5,7 @@
 //   lo, hi (B, Lq) int64   row (b, i) keeps keys lo <= j < hi; keys outside [min lo, max hi) are never read
 //   qpos   (B, Lq) float32 the query position ALiBi measures distance from (used with slopes)
 //   slopes (H,) float32 or empty; sinks (H,) float32 or empty; softcap <= 0: none
-//   out    (B, H, Lq, Dv) float32
+//   out    (B, H, Lq, Dv) in q's dtype (the sums are made in float32)
 // Rows with no key give exactly 0; NaN in a query or a visible key or value propagates.
 // The G = H / Hkv query heads of a kv head and its Lq rows share one pass: R = G * Lq rows per key.
 #include <torch/extension.h>
@@ -351,7 +351,8 @@ torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   const int64_t B = q.size(0), H = q.size(1), Lq = q.size(2), D = q.size(3), Hkv = k.size(1), Dv = v.size(3);
   TORCH_CHECK(Hkv > 0 && H % Hkv == 0, "H must be a multiple of Hkv");
   auto out = torch::empty({B, H, Lq, Dv}, qf.options());
-  Args a{qf.data_ptr<float>(), q_bf16 ? reinterpret_cast<const uint16_t*>(q.data_ptr()) : nullptr, k.data_ptr(), v.data_ptr(), lo.data_ptr<int64_t>(), hi.data_ptr<int64_t>(),
+  const uint16_t* qb = q_bf16 ? reinterpret_cast<const uint16_t*>(q.data_ptr()) : nullptr;
+  Args a{qf.data_ptr<float>(), qb, k.data_ptr(), v.data_ptr(), lo.data_ptr<int64_t>(), hi.data_ptr<int64_t>(),
          qpos.data_ptr<float>(), slopes.numel() ? slopes.data_ptr<float>() : nullptr,
          sinks.numel() ? sinks.data_ptr<float>() : nullptr, out.data_ptr<float>(), B, H, Hkv, Lq, D, Dv,
          k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2), static_cast<float>(scale),
@@ -362,7 +363,7 @@ torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
     TORCH_CHECK(k.scalar_type() == at::kBFloat16, "k and v must be float32 or bfloat16");
     run_all<uint16_t>(a);
   }
-  return out;
+  return q_bf16 ? out.to(at::kBFloat16) : out;
 }
 
 }  // namespace
