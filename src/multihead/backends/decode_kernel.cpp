@@ -111,9 +111,9 @@ ALWAYS_INLINE void tile_rows(const QRows& q, int64_t r0, const T* K, int64_t ks,
   }
 }
 
-// acc[r][c] += sum_j p[r][j] * V[j][c] for RN rows, 64 columns at a time: each value is loaded (and
-// widened) once for all RN rows. Needs Dv % 64 == 0. p: rows kBlock apart; acc: rows Dv apart, for bf16
-// values with each 32 columns in the order of decode_simd::load64 (even columns, then odd ones).
+// acc[r][c] += sum_j p[r][j] * V[j][c] for RN rows, 16 * CV columns at a time: each value is loaded
+// (and widened) once for all RN rows. Needs Dv % (16 * CV) == 0. p: rows kBlock apart; acc: rows Dv
+// apart, for bf16 values with each 32 columns in the order of decode_simd::load64 (even, then odd).
 template <int RN, int CV, typename T>
 ALWAYS_INLINE void accumulate_rows(const float* p, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
   for (int64_t c0 = 0; c0 < Dv; c0 += 16 * CV) {
@@ -172,8 +172,6 @@ inline void block_scores(const QRows& q, int64_t R, const T* K, int64_t ks, int6
   for (int64_t r = 0; r < R; ++r) scores(q.f + r * D, K + j * ks, ks, n - j, D, scale, s + r * kBlock + j);
 }
 
-// acc[r] += sum_j p[r][j] V[j] for all R rows (p: rows kBlock apart; acc: rows Dv apart); on AVX-512
-// with Dv % 64 == 0, each value is loaded once for four rows.
 // Whether block_values runs the grouped AVX-512 loop (accumulate_rows) for value dim Dv.
 constexpr bool grouped_values(int64_t Dv) {
 #if defined(__AVX512F__)
@@ -183,6 +181,9 @@ constexpr bool grouped_values(int64_t Dv) {
 #endif
 }
 
+// acc[r] += sum_j p[r][j] V[j] for all R rows (p: rows kBlock apart; acc: rows Dv apart). On AVX-512
+// with Dv % 64 == 0, each value is loaded once for several rows: fp32 rows of 128 whole for two query
+// rows (the values are then read in order, which reads faster), else 64 columns for four query rows.
 template <typename T>
 inline void block_values(const float* p, int64_t R, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
   int64_t r0 = 0;
