@@ -33,8 +33,9 @@ constexpr int64_t kBlock = 64;  // the most keys per block (the scores' row stri
 constexpr int64_t kDistance = 64;  // how many keys ahead keys and values are prefetched
 
 // Keys per block: the softmax's bookkeeping runs once a block, and each block reads its keys, then
-// its values. Measured on AMD EPYC (Zen 5), 1 thread, cold cache: fp32 reads fastest in blocks of
-// 64 keys, bf16 in blocks of 32 (64 reached 45-50% of the read bandwidth, 32 about 60%).
+// its values. Measured on AMD EPYC (Zen 5), 1 thread, cold cache: while the tiles read key rows across
+// their columns, fp32 read fastest in blocks of 64 keys and bf16 in blocks of 32; since the D = 128
+// tiles read each key and value row in order, blocks of 32 to 128 keys read alike.
 template <typename T>
 constexpr int64_t block_keys() { return std::is_same<T, float>::value ? 64 : 32; }
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -98,10 +99,16 @@ ALWAYS_INLINE void tile_rows(const QRows& q, int64_t r0, const T* K, int64_t ks,
     __m512 a[16];
     for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_ps();
     if constexpr (std::is_same<T, float>::value) {
-      decode_simd::dot_tile<RN, KN>(q.f + r0 * D, D, K + u0 * ks, ks, D, a);
+      if (RN == 4 && D == 128) {
+        decode_simd::dot_tile_in_order(q.f + r0 * D, K + u0 * ks, ks, a);
+      } else {
+        decode_simd::dot_tile<RN, KN>(q.f + r0 * D, D, K + u0 * ks, ks, D, a);
+      }
     } else {
 #if defined(__AVX512BF16__)
-      if (q.b) {
+      if (q.b && RN == 4 && D == 128) {
+        decode_simd::dot_tile_bf16_in_order(q.b + r0 * D, K + u0 * ks, ks, a);
+      } else if (q.b) {
         decode_simd::dot_tile_bf16<RN, KN>(q.b + r0 * D, D, K + u0 * ks, ks, D, a);
       } else
 #endif
@@ -182,14 +189,14 @@ constexpr bool grouped_values(int64_t Dv) {
 }
 
 // acc[r] += sum_j p[r][j] V[j] for all R rows (p: rows kBlock apart; acc: rows Dv apart). On AVX-512
-// with Dv % 64 == 0, each value is loaded once for several rows: fp32 rows of 128 whole for two query
-// rows (the values are then read in order, which reads faster), else 64 columns for four query rows.
+// with Dv % 64 == 0, each value is loaded once for several rows: rows of 128 whole for two query rows
+// (the values are then read in order, which reads faster), else 64 columns for four query rows.
 template <typename T>
 inline void block_values(const float* p, int64_t R, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
   int64_t r0 = 0;
 #if defined(__AVX512F__)
   if (grouped_values(Dv)) {
-    if (std::is_same<T, float>::value && Dv == 128) {  // whole fp32 rows, two query rows at a time
+    if (Dv == 128) {  // whole rows, two query rows at a time
       for (; r0 + 2 <= R; r0 += 2) accumulate_rows<2, 8>(p + r0 * kBlock, V, vs, n, Dv, acc + r0 * Dv);
       if (r0 < R) accumulate_rows<1, 8>(p + r0 * kBlock, V, vs, n, Dv, acc + r0 * Dv);
       return;

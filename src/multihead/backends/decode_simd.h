@@ -42,6 +42,29 @@ ALWAYS_INLINE void dot_tile(const float* q, int64_t qs, const float* K, int64_t 
   }
 }
 
+// The fp32 tile of 4 rows x 4 keys for D = 128, reading each key row in order: two query rows at a
+// time are held in 16 registers while the four keys' 8 vectors each stream past them (the second
+// pair of rows finds the keys in L1).
+ALWAYS_INLINE void dot_tile_in_order(const float* q, const float* K, int64_t ks, __m512* a) {
+  for (int h = 0; h < 2; ++h) {
+    __m512 x0[8], x1[8];
+    for (int c = 0; c < 8; ++c) {
+      x0[c] = _mm512_loadu_ps(q + (2 * h) * 128 + 16 * c);
+      x1[c] = _mm512_loadu_ps(q + (2 * h + 1) * 128 + 16 * c);
+    }
+    for (int u = 0; u < 4; ++u) {
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      for (int c = 0; c < 8; ++c) {
+        const __m512 k = _mm512_loadu_ps(K + u * ks + 16 * c);
+        s0 = _mm512_fmadd_ps(x0[c], k, s0);
+        s1 = _mm512_fmadd_ps(x1[c], k, s1);
+      }
+      a[(2 * h) * 4 + u] = s0;
+      a[(2 * h + 1) * 4 + u] = s1;
+    }
+  }
+}
+
 // The same for bfloat16 keys and an fp32 query whose every 32 columns are stored as their 16 even
 // columns, then their 16 odd ones: a key's 32 bf16 words widen to fp32 with one shift (even columns)
 // and one mask (odd columns), and the dot product does not depend on the order of the columns.
@@ -78,6 +101,23 @@ ALWAYS_INLINE void dot_tile_bf16(const uint16_t* qb, int64_t qs, const uint16_t*
       const __m512bh k = (__m512bh)_mm512_loadu_si512(K + u * ks + c);
       for (int r = 0; r < RN; ++r) a[r * KN + u] = _mm512_dpbf16_ps(a[r * KN + u], x[r], k);
     }
+  }
+}
+
+// The bf16 tile of 4 rows x 4 keys for D = 128 with a bf16 query, reading each key row in order: the
+// four query rows sit in 16 registers while each key's 4 vectors stream past them.
+ALWAYS_INLINE void dot_tile_bf16_in_order(const uint16_t* qb, const uint16_t* K, int64_t ks, __m512* a) {
+  __m512bh x[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) x[r][c] = (__m512bh)_mm512_loadu_si512(qb + r * 128 + 32 * c);
+  for (int u = 0; u < 4; ++u) {
+    __m512 s[4];
+    for (int r = 0; r < 4; ++r) s[r] = _mm512_setzero_ps();
+    for (int c = 0; c < 4; ++c) {
+      const __m512bh k = (__m512bh)_mm512_loadu_si512(K + u * ks + 32 * c);
+      for (int r = 0; r < 4; ++r) s[r] = _mm512_dpbf16_ps(s[r], x[r][c], k);
+    }
+    for (int r = 0; r < 4; ++r) a[r * 4 + u] = s[r];
   }
 }
 #endif
