@@ -59,28 +59,50 @@ def test_decode_step_matches_float64_reference(use_kernel, dtype, Hkv, head_dim)
                 assert out.dtype == dtype and out.shape == (3, H, Lq, head_dim)
 
 
-def test_rows_with_no_key_are_exact_zeros_and_keys_past_lengths_are_never_read():
-    q, k, v = _qkv(torch.float32, 2, 1)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("rows, D, Dv", [(1, 128, 128), (2, 128, 128), (3, 128, 128), (5, 64, 64), (7, 96, 64),
+                                         (16, 576, 512)], ids=["R1", "R2", "R3", "R5", "R7-Dv64", "R16-mla"])
+def test_every_row_grouping_and_head_dim_matches_float64_reference(dtype, rows, D, Dv):
+    """The AVX-512 score tiles take rows in groups of 4, 2 and 1 and keys 16 at a time (the rest row by
+    row); values Dv % 64 at a time. One kv head with `rows` query heads, ragged lengths, a window."""
+    g = torch.Generator().manual_seed(rows)
+    q = torch.randn(3, rows, 1, D, generator=g).to(dtype)
+    k = (2 * torch.randn(3, 1, N, D, generator=g)).to(dtype)
+    v = (2 * torch.randn(3, 1, N, Dv, generator=g)).to(dtype)
+    mask = mh.Mask.lengths(torch.tensor([N, 37, 170])) & mh.Mask.window(100, "bottom_right")
+    ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math")
+    same = mh.attention(q, k, v, mask, backend="math")
+    lo, hi, qpos, _ = key_ranges(mask, 3, rows, 1, N, "cpu")
+    out = decode_step(q, k, v, lo, hi, qpos, D**-0.5)
+    assert out.dtype == dtype and out.shape == (3, rows, 1, Dv)
+    assert _max_err(out, ref) <= 2 * _max_err(same, ref) + 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_rows_with_no_key_are_exact_zeros_and_keys_past_lengths_are_never_read(dtype):
+    q, k, v = _qkv(dtype, 2, 1, D=128)
     k[:, :, 50:] = float("nan")
     v[:, :, 50:] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([0, 10, 50]))
     for backend_kernel in (True, False):
         lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
-        out = decode_step(q, k, v, lo, hi, qpos, D**-0.5, use_kernel=backend_kernel)
+        out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=backend_kernel)
         assert torch.equal(out[0], torch.zeros_like(out[0]))
         assert torch.isfinite(out).all()
         ref = mh.attention(q, k, v, mask, backend="math")
-        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("where", ["query", "key", "value"])
-def test_nan_in_a_query_or_visible_key_propagates(where):
-    q, k, v = _qkv(torch.float32, 2, 1)
+def test_nan_in_a_query_or_visible_key_propagates(where, dtype):
+    q, k, v = _qkv(dtype, 2, 1, D=128)
     {"query": q, "key": k, "value": v}[where][1, 0, 3 if where != "query" else 0] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([N, N, N]))
     for use_kernel in (True, False):
         lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
-        out = decode_step(q, k, v, lo, hi, qpos, D**-0.5, use_kernel=use_kernel)
+        out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=use_kernel)
         assert out[1, 0].isnan().all() and torch.isfinite(out[0]).all()
 
 

@@ -1,4 +1,5 @@
-"""Building and loading the C++ decode kernel (decode_kernel.cpp) with torch's extension tooling.
+"""Building and loading the C++ decode kernel (decode_kernel.cpp, with its row loops in decode_rows.h
+and its AVX-512 tiles in decode_simd.h) with torch's extension tooling.
 
 The kernel is compiled on first use for the host CPU (`-march=native`: AVX-512 or AVX2 where the CPU
 has them) into a cache folder beside the Python environment, one per source, torch version and CPU.
@@ -21,16 +22,19 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernel.cpp")
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("decode_rows.h", "decode_simd.h"))  # in the key
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17"]
 DISABLE = "MULTIHEAD_DECODE_KERNEL"
 _state: dict[str, object] = {}  # "module" and "why": the outcome of the one attempt per process
 
 
 def build_dir() -> Path:
-    """MULTIHEAD_BUILD_DIR, else <sys.prefix>/var/multihead/<tag>: one folder per source, torch and CPU."""
+    """MULTIHEAD_BUILD_DIR, else <sys.prefix>/var/multihead/<tag>: one folder per source (and headers),
+    torch and CPU."""
     root = os.environ.get("MULTIHEAD_BUILD_DIR")
     tag = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join([torch.__version__, platform.machine(), _cpu_flags(), *FLAGS]).encode()
+        b"".join(path.read_bytes() for path in (SOURCE, *HEADERS))
+        + " ".join([torch.__version__, platform.machine(), _cpu_flags(), *FLAGS]).encode()
     ).hexdigest()[:16]
     base = Path(root) if root else Path(sys.prefix) / "var" / "multihead"
     return base / f"decode-{tag}"

@@ -2,7 +2,8 @@
 
 1. Decode step, B=1, H=32, Hkv=8, D=128 (E=4096), contexts 4096 and 16384, fp32 and bf16:
    - the attention alone: `mh.attention` on a KVCache's keys and values with the cache's mask (what the
-     module calls), raw SDPA with enable_gqa, and SDPA on the queries grouped per kv head,
+     module calls), the decode kernel called directly (`decode_step`, without dispatch and plan: what
+     the kernel itself reads at), raw SDPA with enable_gqa, and SDPA on the queries grouped per kv head,
      (B, Hkv, H/Hkv, D) against (B, Hkv, L, D), which reads each K/V head once. Achieved rate = bytes
      of K and V / time, against the read bandwidth of the same rounds: `sum()` of a 256 MiB fp32
      tensor. Each call takes the next cache of a rotation spanning at least as many bytes, so no call
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 import multihead as mh
 from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import plain_decode_step
+from multihead.backends.decode_step import decode_step, plain_decode_step
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.machine import load_average
 from multihead.bench.plots import DRAWERS
@@ -53,6 +54,7 @@ from multihead.cache import KVCache
 
 GOALS = {"bandwidth": 0.5, "recompute": 50.0, "hf": 1.0, "ragged": 1.5, "window": WINDOW_GOAL}
 PLAIN = "decode step, plain-torch form (what runs without a compiler)"
+KERNEL = "the decode kernel alone (decode_step: no dispatch, no plan)"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 COLUMNS = ["case", "implementation", "ms", "GB/s", "% of bandwidth", "x ours", "max |diff|", "runs"]
 OURS, VARLEN, DENSE = "ours: mh.attention", "ours: backend='varlen'", "ours: backend='sdpa'"
@@ -164,6 +166,7 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
     fns = {
         OURS: lambda: mh.attention(q, *turn()),
         PLAIN: lambda: plain_decode_step(q, *turn()[:2], lo, hi, qpos, D**-0.5),
+        KERNEL: lambda: decode_step(q, *turn()[:2], lo, hi, qpos, D**-0.5),
         "raw SDPA, enable_gqa": lambda: F.scaled_dot_product_attention(q, *turn()[:2], enable_gqa=True),
         "SDPA on grouped queries": lambda: F.scaled_dot_product_attention(grouped, *turn()[:2]),
         bandwidth_name: big.sum,
@@ -186,7 +189,8 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
     ours = mh.attention(q, *first)
     diffs = {"raw SDPA, enable_gqa": F.scaled_dot_product_attention(q, *first[:2], enable_gqa=True),
              "SDPA on grouped queries": F.scaled_dot_product_attention(grouped, *first[:2]).view_as(q),
-             PLAIN: plain_decode_step(q, *first[:2], lo, hi, qpos, D**-0.5)}
+             PLAIN: plain_decode_step(q, *first[:2], lo, hi, qpos, D**-0.5),
+             KERNEL: decode_step(q, *first[:2], lo, hi, qpos, D**-0.5)}
     bw = t[bandwidth_name]
     case = f"decode N={length} {dtype}: attention"
     shares = {}
@@ -213,7 +217,8 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
         shares[OURS], ">=", GOALS["bandwidth"],
         note=(f"{nbytes / 2**20:.0f} MiB of K/V per step; bandwidth {big.numel() * 4 / bw.median_s / 1e9:.1f} "
               f"GB/s (sum of {s.rotation_mib} MiB fp32); raw SDPA {shares['raw SDPA, enable_gqa']:.0%}, "
-              f"grouped queries {shares['SDPA on grouped queries']:.0%}, plain-torch form {shares[PLAIN]:.0%}; "
+              f"grouped queries {shares['SDPA on grouped queries']:.0%}, plain-torch form {shares[PLAIN]:.0%}, "
+              f"the kernel alone {shares[KERNEL]:.0%}; "
               f"{mh.dispatch(q, *first).detail}")))
 
 
