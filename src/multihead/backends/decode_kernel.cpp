@@ -22,6 +22,7 @@
 
 #include "decode_rows.h"
 #include "decode_simd.h"
+#include "latent_products.h"
 
 namespace {
 
@@ -376,4 +377,8 @@ torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("decode_step", &decode_step, "one attention decode step"); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_step", &decode_step, "one attention decode step");
+  m.def("latent_fold", &latent_products::fold, "MLA: y = x @ W per head, W (H, K, N) bfloat16");
+  m.def("latent_unfold", &latent_products::unfold, "MLA: y = W @ x per head, W (H, N, K) bfloat16");
+}
