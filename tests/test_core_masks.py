@@ -69,3 +69,13 @@ def test_structure_queries_and_repr():
 def test_materialize_checks_the_target_shape():
     with pytest.raises(mh.AttentionError, match="cannot broadcast"):
         mh.Mask.keep(torch.ones(4, 5, 2, dtype=torch.bool)).materialize(2, 2, 4, 5)
+
+
+def test_mask_tensors_are_its_pytree_leaves_in_order():
+    """Mask.tensors (read by the backends to ask whether a mask needs grad) are the leaves torch.compile sees."""
+    import torch.utils._pytree as pytree
+
+    lens, slopes = torch.tensor([3, 5]), torch.tensor([0.5, 0.25])
+    mask = mh.Mask.lengths(lens) & mh.Mask.causal() & mh.Mask.alibi(slopes)
+    assert mask.tensors == tuple(pytree.tree_leaves(mask)) and mask.tensors[0] is lens and mask.tensors[-1] is slopes
+    assert mh.Mask.causal().tensors == ()

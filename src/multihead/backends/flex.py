@@ -51,7 +51,6 @@ import warnings
 from typing import NamedTuple
 
 import torch
-import torch.utils._pytree as pytree
 
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
@@ -157,7 +156,7 @@ def needs_grad(p: Problem) -> bool:
         return False
     if p.mask is not None and p.mask.has_functions:  # a mask_mod / score_mod may capture learnable tensors
         return True
-    tensors = [p.q, p.k, p.v, p.sinks] + (pytree.tree_leaves(p.mask) if p.mask is not None else [])
+    tensors = (p.q, p.k, p.v, p.sinks) + (p.mask.tensors if p.mask is not None else ())
     return any(t is not None and t.requires_grad for t in tensors)
 
 

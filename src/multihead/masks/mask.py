@@ -159,7 +159,7 @@ class Mask:
         Mask.score_mod(fn)      scores become fn(score, b, h, i, j) (FlexAttention's score_mod)
     """
 
-    __slots__ = ("parts", "_memo", "_tensors", "_extents", "_checked", "_combined", "transforms_scores",
+    __slots__ = ("parts", "_memo", "tensors", "_extents", "_checked", "_combined", "transforms_scores",
                  "has_functions")
 
     def __init__(self, parts: tuple = ()):
@@ -167,7 +167,8 @@ class Mask:
         self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
         self._checked = None  # eager only: the last (B, H, Lq, Lk, device) every part was checked against
         self._combined = None  # eager only: (other, self & other) for the last mask combined with `and_cached`
-        self._tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
+        # the parts' tensors (the pytree leaves), read without flattening: backends ask if any needs grad
+        self.tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
         found = [e for e in (p.extents() for p in self.parts) if e is not None]
         self._extents = found[0] if len(found) == 1 else None
         self.transforms_scores = any(p.changes_scores for p in self.parts)  # a score_mod: see score_terms
@@ -289,7 +290,7 @@ class Mask:
 
     def memoized(self, key: tuple, build):
         """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = self._tensors
+        leaves = self.tensors
         if (self.has_functions or torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
                 and any(t.requires_grad for t in leaves)):
             return build()
