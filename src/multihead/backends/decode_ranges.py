@@ -41,9 +41,11 @@ def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device):
     if mask is None:
         return lo, hi, qpos, slopes
     ix = mask.index(B, H, Lq, Lk, device)
+    start = lo
     for part in mask.parts:
         lo, hi = part.key_interval(ix, lo, hi)
         bias = part.distance_bias(ix)
         if bias is not None:
             qpos, slopes = bias
-    return lo.contiguous(), torch.maximum(hi, lo).contiguous(), qpos.contiguous(), slopes
+    hi = hi if lo is start else torch.maximum(hi, lo)  # an empty range stays empty: hi >= lo
+    return lo.contiguous(), hi.contiguous(), qpos.contiguous(), slopes

@@ -39,6 +39,8 @@ class CausalPart(Part):
         return None if offset is None else (0, max(0, q_hi + offset))
 
     def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._keeps_all(ix):  # a decode step's one bottom-right query: every valid key
+            return lo, hi
         return lo, torch.minimum(hi, ix.row_positions(self.align) + 1)  # keys j <= i
 
     def _keeps_all(self, ix: Index) -> bool:
