@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from multihead.masks import Mask
-from multihead.masks.mask import overrides
+from multihead.masks.mask import Part
 
 ONLY_INTERVALS = "the decode step takes masks that keep one interval of keys per query row (lengths, causal, " \
     "window, chunks) and ALiBi"
@@ -21,13 +21,18 @@ ONE_ALIBI = "the decode step takes one ALiBi part"
 MASK_REASONS = (ONLY_INTERVALS, ONE_ALIBI)
 
 
+def _defines(part: Part, hook: str) -> bool:
+    """Whether the part's kind defines `hook` itself (a structural fact: no grid, no tensors)."""
+    return getattr(type(part), hook) is not getattr(Part, hook)
+
+
 def unsupported_mask(mask: Mask | None) -> str | None:
     """Why the decode step cannot take this mask (None: it can); one of MASK_REASONS. Structural: no tensors."""
     if mask is None:
         return None
-    if not all(overrides(part, "key_interval") for part in mask.parts):
+    if not all(_defines(part, "key_interval") for part in mask.parts):
         return ONLY_INTERVALS
-    if sum(overrides(part, "distance_bias") for part in mask.parts) > 1:
+    if sum(_defines(part, "distance_bias") for part in mask.parts) > 1:
         return ONE_ALIBI
     return None
 

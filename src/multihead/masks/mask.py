@@ -118,11 +118,6 @@ class Part:
         return type(self).__name__
 
 
-def overrides(part: Part, hook: str) -> bool:
-    """Whether the part's kind defines `hook` itself (a structural fact: no grid, no tensors)."""
-    return getattr(type(part), hook) is not getattr(Part, hook)
-
-
 def _flatten_part(part):
     fields = [f.name for f in dataclasses.fields(part)]
     children = [getattr(part, n) for n in part.tensor_fields]
