@@ -244,3 +244,16 @@ def test_multiheads_own_mla_wrapped_by_a_learner_passes(q_lora_rank, query):
     report = check(_WrappedLatent(q_lora_rank))
     assert report.passed and report.kind == "latent" and report.roles["q"] == query, str(report)
     assert report.roles["latent"] == "mla.kv_a_proj_with_mqa rows 0:8, then mla.kv_a_layernorm"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_projects_own_modules_pass_check(lang):
+    """multihead's own modules take a Mask object; check passes it as Mask.keep and judges them like any other."""
+    torch.manual_seed(0)
+    mla = mh.MultiHeadLatentAttention(64, 4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+    report = mh.check(mla, lang=lang)
+    assert report.passed and report.kind == "latent", str(report)
+    assert any("Mask.keep((B, 1, Lq, Lk))" in line for line in report.convention_lines())
+    for module in (mh.MultiHeadAttention(64, 4), mh.MultiHeadAttention(64, 8, num_kv_heads=2)):
+        report = mh.check(module, lang=lang)
+        assert report.passed, str(report)

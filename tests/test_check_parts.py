@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+import multihead as mh
+
 from helpers import randn64
 from multihead import AttentionError, textbook
 from multihead.checker.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
@@ -131,17 +133,18 @@ def test_mask_conventions_are_found(module, kind, shape):
 
 # How each convention reads back as keep (True = may attend), and where its shape puts (B, Lq, Lk).
 _READ_BACK = {"keep": lambda t: t != 0, "block": lambda t: t == 0, "block01": lambda t: t == 0,
-              "additive": lambda t: t == 0}
+              "additive": lambda t: t == 0, "multihead-mask": lambda m: m.materialize(2, 1, 3, 4)[0]}
 _TO_B_LQ_LK = {"(B, 1, Lq, Lk)": lambda t: t[:, 0], "(B, Lq, Lk)": lambda t: t, "(Lq, Lk)": lambda t: t[None],
                "(B, 1, 1, Lk)": lambda t: t[:, 0], "(B, 1, Lk)": lambda t: t, "(B, Lk)": lambda t: t[:, None],
-               "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1)}
+               "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1), "Mask.keep((B, 1, Lq, Lk))": lambda t: t[:, 0]}
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS, ids=lambda e: f"{e.kind} {e.shape}")
 def test_every_encoding_carries_its_family_of_patterns(encoding):
     keep = random_pattern(encoding.family, 2, 3, 4, torch.Generator().manual_seed(1))  # (B, Lq, Lk)
     encoded = encoding.encode(keep, torch.float64)
-    assert encoded.dtype in (torch.bool, torch.float64)
+    assert isinstance(encoded, mh.Mask) if encoding.kind == "multihead-mask" else encoded.dtype in (torch.bool,
+                                                                                                     torch.float64)
     read = _TO_B_LQ_LK[encoding.shape](_READ_BACK[encoding.kind](encoded))
     assert torch.equal(read.expand(2, 3, 4), keep)
     if encoding.kind == "additive":

@@ -95,7 +95,7 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
     """Judge an MLA module (module docstring) and fill ``report``; False (report untouched) when the
     module has no absorbed path or its Linears do not fit MLA's roles."""
     path = find_absorbed(module)
-    if path is None or spec.inputs != "x" or spec.layout != "batch" or spec.mask_param:
+    if path is None or spec.inputs != "x" or spec.layout != "batch":
         return False
     xs = [case[0] for case in plain_cases(setup.dims, setup.dtype, setup.length, setup.length)]
     candidates = find_latent_roles(module, linear_layers(module), lambda x: invoke(module, spec, x), xs[0],

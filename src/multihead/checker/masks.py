@@ -29,6 +29,7 @@ from multihead.checker.compare import agree
 from multihead.checker.conventions import nudge
 from multihead.checker.diagnose import closest
 from multihead.checker.text import say
+from multihead.masks import Mask
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,13 @@ def _encodings() -> list[Encoding]:
             found.append(Encoding(kind.replace("keep01", "keep"), shape, family,
                                   lambda m, dt, cut=cut, convert=convert: convert(cut(m), dt)))
     found.append(Encoding("keep", "(Lq, Lk, B)", "full", lambda m, dt: m.permute(1, 2, 0)))
+    # multihead's own modules take a Mask object, which says its convention itself
+    found.append(Encoding("multihead-mask", "Mask.keep((B, 1, Lq, Lk))", "full", lambda m, dt: Mask.keep(m[:, None])))
     return found
 
 
 ENCODINGS = _encodings()
-MASK_KINDS = {"keep", "block", "block01", "additive", "lengths", "causal-switch"}  # Encoding.kind values
+MASK_KINDS = {"keep", "block", "block01", "additive", "lengths", "causal-switch", "multihead-mask"}  # Encoding.kind
 LENGTHS = [
     Encoding("lengths", "(B,)", "lengths", lambda m, dt: m[:, 0].sum(-1)),
     Encoding("lengths", "(B, Lq)", "lengths", lambda m, dt: m.sum(-1)),

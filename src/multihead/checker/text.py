@@ -80,6 +80,8 @@ MASK_TEXT = {
                       "因此按因果模式检查"),
     "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
                 "有效长度 '{param}' {shape}：只保留下标 j < len 的键"),
+    "multihead-mask": ("mask '{param}': a multihead Mask, checked as {shape} (True = may attend)",
+                       "掩码 '{param}'：multihead 的 Mask 对象，按 {shape} 检查（True 表示可以关注）"),
 }
 
 ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出"),
