@@ -25,6 +25,6 @@ from multihead.backends.sdpa import SdpaBackend
 from multihead.backends.varlen import VarlenBackend
 
 
-BACKENDS = [DecodeBackend(), VarlenBackend(), BandedBackend(), FlexBackend(), SdpaBackend(), MathBackend()]
+BACKENDS = [DecodeBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend()]
 
 __all__ = ["BACKENDS", "Problem", "Reason"]

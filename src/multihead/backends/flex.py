@@ -17,19 +17,21 @@ the sink factor is 0 there too).
 
 When "auto" picks it: flex_attention is a fused kernel only under torch.compile. Outside it, torch
 runs an unfused implementation that materialises the (B, H, Lq, Lk) scores like the reference math,
-with more overhead, so "auto" never picks it in eager mode, on any device. Under torch.compile, never
-where SDPA runs the call with no dense mask at all (is_causal or no mask): SDPA's flash kernels win
-there. Otherwise, per device type:
-- CPU (inference only: the compiled CPU kernel has no backward), from 512 keys, for masks of positions
-  only (causal, window, chunks): there compiled SDPA builds and reads the dense (Lq, Lk) mask, which
-  flex's BlockMask replaces. Measured here (1 thread, H=8, D=64, causal, a window of 256, no_grad, both
-  compiled): SDPA / flex 0.92 at 256 keys, 1.38 at 512, 2.3 at 1024, 8.8 at 4096. Masks that read a tensor
-  (key padding, lengths, dense masks, user functions) stay with SDPA: with dynamic shapes torch 2.13's
-  compiled CPU flex kernel fails to build (a C++ error) for a mask_mod that reads one
-  (tests/test_flex_backend.py checks both choices);
-- CUDA: only for the calls SDPA refuses (softcap, sinks), where the alternative is the reference math:
-  on an H100 (bf16, B=4, H=16, L=4096, D=128, causal, softcap) compiled flex took 6.3 ms forward and
-  backward, the math 12.3 ms. Dense-masked calls stay with SDPA there (not measured against flex).
+with more overhead, so "auto" never picks it in eager mode, on any device. Under torch.compile it is
+picked on CUDA only, and not where SDPA could run the call with no dense mask at all (is_causal or no
+mask): SDPA's flash kernels win there. As this backend sits after SDPA, "auto" in practice reaches it
+for the calls SDPA refuses (softcap, sinks), where the alternative is the reference math: on an H100
+(bf16, B=4, H=16, L=4096, D=128, causal, softcap) compiled flex took 6.3 ms forward and backward, the
+math 12.3 ms.
+
+On the CPU, compiled flex with a block mask would be much faster than compiled SDPA with a dense mask
+(measured here, 1 thread, H=8, D=64, causal, a window of 256, no_grad: SDPA / flex 1.38 at 512 keys, 2.3
+at 1024, 8.8 at 4096), but "auto" does not pick it there: torch 2.13's compiled CPU kernel is
+inference-only, takes no float64, and with dynamic shapes fails to build (a C++ error, an undeclared
+`cur_qSplitSize` in the generated code) for some masks that nothing in their shapes tells apart: a
+mask_mod reading a tensor (key padding, lengths), a bottom-right alignment, and a window combined with
+chunks did; a window, chunks or causal alone did not. Asked for by name (backend="flex") under
+torch.compile on the CPU it runs, with a score_mod that keeps the NaN contract (make_score_mod).
 
 torch warns once per process that flex_attention ran without torch.compile. In eager mode that is
 this backend working as described above (chosen by name, or to check results), and the warning's
@@ -42,8 +44,7 @@ What torch cannot do here (each is refused with its reason): a backward pass on 
 refuses inputs that need grad there, eager or compiled), dropout, the log-sum-exp under torch.compile
 on CPU (so no sinks there), and in the compiled GPU kernel head dims outside 16..256 or float64
 (seen with torch 2.11 on an H100). Not refused, as no shape tells it: torch 2.13's compiled CPU kernel
-fails to build (a C++ error) for mask_mods that read a tensor (key padding, per-sequence lengths) when
-shapes are dynamic.
+fails to build (a C++ error) for some mask_mods when shapes are dynamic (see above), and takes no float64.
 """
 from __future__ import annotations
 
@@ -108,12 +109,6 @@ def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk:
         return score
 
     return score_mod
-
-
-def positional(mask: Mask | None) -> bool:
-    """Whether every part of the mask is a function of positions alone: no tensor (key padding, lengths,
-    ALiBi slopes), no user function. Structural: read from the parts, never from values."""
-    return mask is None or (not mask.has_functions and all(not part.tensor_fields for part in mask.parts))
 
 
 class FlexForms(NamedTuple):
@@ -185,17 +180,14 @@ HEAD_DIMS = cannot("flex.head-dims", lambda p: f"the compiled GPU flex kernel ta
                                                f"D={p.q.shape[-1]}, Dv={p.v.shape[-1]}")
 FLOAT64 = cannot("flex.float64", "the compiled GPU flex kernel has no float64")
 CPU_LSE = cannot("flex.cpu-lse", "the compiled CPU flex kernel cannot return the log-sum-exp that sinks need")
+CPU_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what torch 2.13's compiled CPU flex kernel takes
+CPU_DTYPE = cannot("flex.cpu-dtype", "the compiled CPU flex kernel takes float32, float16 and bfloat16")
 EAGER = declines("flex.eager", "outside torch.compile flex_attention is unfused: it materialises the (B, H, Lq, Lk) "
                                "scores like the reference math, with more overhead")
-CPU_MIN_KEYS = 512  # under torch.compile on CPU, from here flex's BlockMask beats SDPA's dense mask (measured)
-FEW_KEYS = declines("flex.few-keys", f"under torch.compile on CPU it is picked from {CPU_MIN_KEYS} keys; below, "
-                                     "SDPA with a dense mask is as fast")
-READS_TENSORS = declines("flex.cpu-tensor-mask", "under torch.compile on CPU it is picked only for masks of positions "
-                                                 "(causal, window, chunks): the compiled CPU kernel fails to build for "
-                                                 "a mask that reads a tensor when shapes are dynamic")
-NOT_PICKED = declines("flex.device", "under torch.compile it is picked on CPU and CUDA only")
-SDPA_TAKES = declines("flex.sdpa-takes", "on CUDA it is picked only for calls SDPA refuses (softcap, sinks)")
+NOT_CUDA = declines("flex.not-cuda", "under torch.compile it is picked on CUDA only (the CPU kernel is "
+                                     "inference-only and fails to build for some masks)")
 SDPA_FASTER = declines("flex.sdpa-faster", "SDPA runs this call with no dense mask; its flash kernels are faster")
+PICKED_ON = ("cuda",)  # device types where "auto" picks it under torch.compile
 
 
 class FlexBackend:
@@ -210,17 +202,10 @@ class FlexBackend:
         if auto:
             if not torch.compiler.is_compiling():
                 return EAGER
-            device, sdpa_can = p.q.device.type, score_variants_unsupported(p) is None
-            if device == "cpu" and p.k.shape[2] < CPU_MIN_KEYS:
-                return FEW_KEYS
-            if device == "cpu" and not positional(p.mask):
-                return READS_TENSORS
-            if device == "cuda" and sdpa_can:
-                return SDPA_TAKES
-            if device not in ("cpu", "cuda"):
-                return NOT_PICKED
+            if p.q.device.type not in PICKED_ON:
+                return NOT_CUDA
             # the dense form is only traced here (torch.compile drops what nothing uses)
-            if sdpa_can and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
+            if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
                 return SDPA_FASTER
         return forms_for(p)
 
@@ -244,6 +229,8 @@ class FlexBackend:
             return FLOAT64
         if compiling and device == "cpu" and p.sinks is not None:
             return CPU_LSE
+        if compiling and device == "cpu" and p.q.dtype not in CPU_DTYPES:
+            return CPU_DTYPE
         return None
 
     def describe(self, p: Problem, forms: FlexForms) -> str:
