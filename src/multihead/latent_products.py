@@ -18,26 +18,15 @@ from multihead.backends.decode_build import kernel, loaded
 MAX_ROWS = 8  # more rows than this: a prefill, where torch's matrix products are the faster form
 
 
-@torch.library.custom_op("multihead::latent_fold", mutates_args=())
-def _fold_op(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """w (H, K, N) bfloat16, x (H, M, K) float32 -> (H, M, N) float32."""
-    return kernel().latent_fold(w, x)
+@torch.library.custom_op("multihead::latent_product", mutates_args=())
+def _product_op(w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
+    """x (H, M, K) float32 with w bfloat16, (H, K, N) to fold or (H, N, K) to unfold -> (H, M, N) float32."""
+    return kernel().latent_product(w, x, fold)
 
 
-@_fold_op.register_fake
-def _(w, x):
-    return x.new_empty(x.shape[0], x.shape[1], w.shape[2])
-
-
-@torch.library.custom_op("multihead::latent_unfold", mutates_args=())
-def _unfold_op(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """w (H, N, K) bfloat16, x (H, M, K) float32 -> (H, M, N) float32."""
-    return kernel().latent_unfold(w, x)
-
-
-@_unfold_op.register_fake
-def _(w, x):
-    return x.new_empty(x.shape[0], x.shape[1], w.shape[1])
+@_product_op.register_fake
+def _(w, x, fold):
+    return x.new_empty(x.shape[0], x.shape[1], w.shape[2] if fold else w.shape[1])
 
 
 def _kernel_runs(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -48,39 +37,28 @@ def _kernel_runs(x: torch.Tensor, w: torch.Tensor) -> bool:
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return False  # the kernel has no backward
     module = loaded() if torch.compiler.is_compiling() else kernel()
-    return module is not None and hasattr(module, "latent_fold")
+    return module is not None and hasattr(module, "latent_product")
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, L, K) -> (H, B * L, K) float32, contiguous: the kernel's rows per head."""
+def _product(w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
+    """x (B, H, L, K) through the kernel -> (B, H, L, N) in x's dtype. The custom op under torch.compile;
+    eager calls go to the compiled module directly (as decode_step)."""
     B, H, L, K = x.shape
-    return x.transpose(0, 1).reshape(H, B * L, K).float().contiguous()
-
-
-def _back(y: torch.Tensor, B: int, L: int, dtype: torch.dtype) -> torch.Tensor:
-    """(H, B * L, N) float32 -> (B, H, L, N) in `dtype`."""
-    H, _, N = y.shape
-    return y.view(H, B, L, N).transpose(0, 1).to(dtype)
-
-
-def _call(name: str, op, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The custom op under torch.compile; eager calls go to the compiled module directly (as decode_step)."""
-    if torch.compiler.is_compiling():
-        return op(w, x)
-    return getattr(kernel(), name)(w, x)
+    rows = x.transpose(0, 1).reshape(H, B * L, K).float().contiguous()  # (H, B * L, K): the rows per head
+    y = _product_op(w, rows, fold) if torch.compiler.is_compiling() else kernel().latent_product(w, rows, fold)
+    return y.view(H, B, L, y.shape[-1]).transpose(0, 1).to(x.dtype)
 
 
 def fold(q_nope: torch.Tensor, w_uk: torch.Tensor) -> torch.Tensor:
     """q_nope (B, H, L, Dn) @ w_uk (H, Dn, C) -> (B, H, L, C)."""
     if _kernel_runs(q_nope, w_uk):
-        y = _call("latent_fold", _fold_op, w_uk, _rows(q_nope))
-        return _back(y, q_nope.shape[0], q_nope.shape[2], q_nope.dtype)
+        return _product(w_uk, q_nope, True)
     return q_nope @ w_uk
 
 
 def unfold(o: torch.Tensor, w_uv: torch.Tensor) -> torch.Tensor:
     """o (B, H, L, C) @ w_uv (H, Dv, C)^T -> (B, H, L, Dv)."""
     if _kernel_runs(o, w_uv):
-        return _back(_call("latent_unfold", _unfold_op, w_uv, _rows(o)), o.shape[0], o.shape[2], o.dtype)
+        return _product(w_uv, o, False)
     # W_UV @ o^T: this order runs bfloat16 on the CPU about 6x faster than o @ W_UV^T
     return (w_uv @ o.transpose(-1, -2)).transpose(-1, -2)

@@ -379,6 +379,5 @@ torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step");
-  m.def("latent_fold", &latent_products::fold, "MLA: y = x @ W per head, W (H, K, N) bfloat16");
-  m.def("latent_unfold", &latent_products::unfold, "MLA: y = W @ x per head, W (H, N, K) bfloat16");
+  m.def("latent_product", &latent_products::products, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");
 }

@@ -117,7 +117,4 @@ inline torch::Tensor products(torch::Tensor W, torch::Tensor x, bool fold) {
   return y;
 }
 
-inline torch::Tensor fold(torch::Tensor W, torch::Tensor x) { return products(W, x, true); }
-inline torch::Tensor unfold(torch::Tensor W, torch::Tensor x) { return products(W, x, false); }
-
 }  // namespace latent_products
