@@ -9,7 +9,7 @@ import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import BUGS, check
-from zoo_mutants import BUGGY, CORRECT, target_path
+from zoo_mutants import BUGGY, BUGGY_OPTIONS, CORRECT, target_path
 from multihead.checker.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -21,7 +21,7 @@ EXPECTED = {**{target: bug for target, bug in BUGGY.items() if bug},
 
 @pytest.mark.parametrize("target", sorted(EXPECTED))
 def test_zoo_module_gets_its_verdict(target):
-    report = check(str(ZOO / target), **CORRECT.get(target, {}))
+    report = check(str(ZOO / target), **CORRECT.get(target, BUGGY_OPTIONS.get(target, {})))
     expected = EXPECTED[target]
     assert report.bug == expected, str(report)
     assert report.verdict == ("pass" if expected is None else "fail"), str(report)
@@ -30,7 +30,7 @@ def test_zoo_module_gets_its_verdict(target):
 
 @pytest.mark.parametrize("target", [target for target, bug in BUGGY.items() if not bug])
 def test_zoo_module_without_a_catalogue_id_fails(target):
-    report = check(str(ZOO / target))
+    report = check(str(ZOO / target), **BUGGY_OPTIONS.get(target, {}))
     assert report.verdict == "fail" and report.bug is None and report.exit_code == 1, str(report)
 
 

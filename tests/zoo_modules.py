@@ -56,6 +56,8 @@ CORRECT = {
     "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
     "ok_mla_absorbed.py:LatentAttention": {},
     "ok_mla_low_rank_queries.py:LowRankQueryMLA": {},
+    "ok_hf_complete_mask.py:DecoderSelfAttention": {},
+    "mask_one_means_keep.py:PaddingAwareAttention as written": {},  # valid for a caller passing 1 = blocked
 }
 
 
@@ -94,4 +96,11 @@ BUGGY = {
     "mla_wuk_transposed.py:CompressedKVAttention": "mla-absorbed-wuk-transposed",
     "raises_mask_fill_typo.py:TypoMaskAttention": "",
     "short_range_only.py:LocalWhenLongAttention": "",
+    "mask_keep_sign_flipped.py:PaddedSelfAttention": "mask-sign-flipped",
+    "mask_one_means_keep.py:PaddingAwareAttention": "mask-inverted",
+}
+
+# file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)
+BUGGY_OPTIONS = {
+    "mask_one_means_keep.py:PaddingAwareAttention": {"call": "mask=keep"},
 }

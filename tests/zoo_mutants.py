@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo_modules import BUGGY, CORRECT, ZOO  # noqa: F401 (the zoo's modules, re-exported for the check tests)
+from zoo_modules import BUGGY, BUGGY_OPTIONS, CORRECT, ZOO  # noqa: F401 (the zoo's modules, re-exported for the check tests)
 
 @dataclass(frozen=True)
 class Mutant:

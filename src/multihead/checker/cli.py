@@ -27,7 +27,8 @@ TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("E
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the check subcommand's arguments."""
     parser.add_argument("target", metavar="FILE.py:Class",
-                        help="your module's file and class name, e.g. my_attention.py:MultiHeadAttention")
+                        help="your module's file and class name, e.g. my_attention.py:MultiHeadAttention, or an "
+                             "attention function's, e.g. my_attention.py:scaled_dot_product")
     parser.add_argument("--init", metavar="JSON", default=None,
                         help="constructor keyword arguments as JSON, e.g. "
                              "'{\"d_model\": 16, \"num_heads\": 4}' "
@@ -38,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "attributes not given are guessed by name")
     parser.add_argument("--call", metavar="HINTS", default=None,
                         help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "
-                             "causal=yes|no, inputs=x|qkv|q_kv (comma separated)")
+                             "causal=yes|no, inputs=x|qkv|q_kv; and how callers pass the mask, a claim the module "
+                             "must keep: mask=keep|block|additive|lengths|key_padding (comma separated)")
     parser.add_argument("--lang", choices=LANGS, default=None,
                         help="language of the report (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
 

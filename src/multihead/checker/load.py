@@ -208,6 +208,17 @@ def size_values(kwargs: dict) -> dict:
     return found
 
 
+def named_values(cls: type, kwargs: dict) -> dict:
+    """The constructor's named values: its parameters' defaults, overridden by the arguments it was built with
+    (config attributes included), e.g. to read rope_theta=1e6 or window_size=4 left at their defaults."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        params = []
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return {**defaults, **size_values(kwargs)}
+
+
 def with_head_count(kwargs: dict, heads: int) -> dict | None:
     """The constructor arguments changed to ``heads`` heads (head sizes follow the width), or None when
     the head count is not among them (then the module cannot be rebuilt that way)."""

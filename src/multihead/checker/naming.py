@@ -33,13 +33,13 @@ def name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float,
     if scale is not None:
         report.bug, report.ambiguous = scale.bug, scale.ambiguous
         report.notes.append(say("scale-measured", report.lang, measured=scale.scale, right=scale.right))
-        return Match(None, scale.roles, -float("inf"), scale.error)
+        return Match(None, scale.roles, -float("inf"), scale.error, scale.scale)
     for form in forms_to_try(spec.encoding is not None, spec.causal):  # two bugs: a form and a wrong scale
         if form in ("scale-after-softmax", "scores-q-times-k", "merge-by-view"):
             continue
         scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
         if scale is not None:
-            match = Match(form, scale.roles, fills[0], scale.error)
+            match = Match(form, scale.roles, fills[0], scale.error, scale.scale)
             report.notes.append(say("also-scale", report.lang, bug=bug_name(scale.bug, report.lang),
                                     measured=scale.scale, right=scale.right))
             return _named(match, report)
@@ -63,7 +63,7 @@ def mask_under_bug(module, spec: CallSpec, match, plain, make_masked, tol: float
     the named bug reproduces the masked outputs too (finite ones), and describe that one; none fits: say
     the convention is unconfirmed rather than describe a guess."""
     found = None
-    for encoding in [spec.encoding] + [e for e in ENCODINGS + LENGTHS if e is not spec.encoding]:
+    for encoding in [e for e in [spec.encoding] + ENCODINGS + LENGTHS if e is not None]:
         trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
         try:
             cases = make_masked(trial)
@@ -72,7 +72,7 @@ def mask_under_bug(module, spec: CallSpec, match, plain, make_masked, tol: float
         except LearnerError:
             continue
         if all(torch.isfinite(g).all() for g in got) and \
-                closest(module, trial, [match.roles], cases, got, [match.form]).error <= tol:
+                closest(module, trial, [match.roles], cases, got, [match.form], match.scale).error <= tol:
             found = encoding
             break
     report.notes = [note for note in report.notes if note not in (say("named-without-mask", report.lang),
@@ -81,7 +81,8 @@ def mask_under_bug(module, spec: CallSpec, match, plain, make_masked, tol: float
     spec.encoding = found or spec.encoding
     line = (found.kind, {"param": spec.mask_param, "shape": found.shape}) if found else \
         ("mask:unconfirmed", {"param": spec.mask_param})
-    report.conventions = [line if key in MASK_KINDS else (key, values) for key, values in report.conventions]
+    report.conventions = [line if key in MASK_KINDS or key == "mask:unknown" else (key, values)
+                          for key, values in report.conventions]
 
 
 def _named(bug, report):

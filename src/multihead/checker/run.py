@@ -16,6 +16,7 @@ import difflib
 import io
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -31,6 +32,7 @@ from multihead.checker.load import (
     build,
     load_class,
     misspelled_forward,
+    named_values,
     parse_config,
     parse_init,
     size_values,
@@ -38,6 +40,7 @@ from multihead.checker.load import (
     with_head_count,
 )
 from multihead.checker.masks import all_keep_encoding
+from multihead.checker.option_search import intended, randomise_extras
 from multihead.checker.names import (
     EMBED,
     EMBED_NAMES,
@@ -52,7 +55,7 @@ from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
 from multihead.checker.rotary import bases
-from multihead.checker.text import bug_name, bug_names, check_lang, say
+from multihead.checker.text import bug_name, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
 
 
@@ -115,21 +118,25 @@ def _check_built(module, kwargs, hints, report) -> CheckReport:
 
 def _tell_scales_apart(report: CheckReport, rebuild, hints: Hints) -> None:
     """The measured scale fits two mistakes at this head count (H = 4: 1/sqrt(4 D) = 1/(2 sqrt(D))):
-    check the class again with another head count and keep the id that still fits."""
+    check the class again with another head count and keep the id that still fits. The report lists the
+    mistakes, one per line, then says which one the rebuilt module shows (or how to tell them apart)."""
+    lang, ambiguous = report.lang, report.ambiguous
+    sizes = next((values for key, values in report.conventions if key == "heads"), None)
+    report.ambiguous = []
+    report.notes.append(say("scale-same", lang, **sizes) if sizes else say("scale-same-here", lang))
+    report.notes.extend(f"- {bug_name(bug, lang)}" for bug in ambiguous)
     for heads in (2, 8, 3, 1) if rebuild else ():  # an instance cannot be rebuilt
         built = rebuild(heads)
         if built is None:
             continue
         module, kwargs = built
-        other = _check_built(module, kwargs, Hints(layout=hints.layout, causal=hints.causal, inputs=hints.inputs),
-                             CheckReport(target=report.target, lang=report.lang))
-        if other.bug in report.ambiguous and not other.ambiguous:
+        other = _check_built(module, kwargs, replace(hints, heads=None),
+                             CheckReport(target=report.target, lang=lang))
+        if other.bug in ambiguous and not other.ambiguous:
             report.bug = other.bug
-            report.notes.append(say("scale-rebuilt", report.lang, heads=heads, bug=bug_name(other.bug, report.lang),
-                                    bugs=bug_names(report.ambiguous, report.lang)))
-            report.ambiguous = []
+            report.notes.append(say("scale-rebuilt", lang, heads=heads, bug=other.bug))
             return
-    report.notes.append(say("scale-ambiguous", report.lang, bugs=bug_names(report.ambiguous, report.lang)))
+    report.notes.append(say("scale-ambiguous", lang))
 
 
 def _say_after_rename(method: str, inner: CheckReport) -> str:
@@ -212,8 +219,10 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
     """Check a built module; when its code raises, retry once with Lq = Lk = head_dim, then diagnose."""
     module.eval()
     spec = apply_hints(read_signature(module.forward), hints)
+    named = named_values(type(module), kwargs)
     setup = Setup(_input_dims(module, kwargs), _heads_hint(module, kwargs, hints), hints,
-                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, kwargs))
+                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, named),
+                  intended=intended(module, named))
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
             invoke(module, spec, *inputs(setup.dims, PROBE_BATCH, 5, 5, torch.float32, 0))
@@ -221,6 +230,7 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
             pass
     if square is None:
         randomise_projections(linear_layers(module))
+        randomise_extras(module, linear_layers(module))
     if spec.mask_required:
         _stand_in_for_no_mask(module, spec, setup, report)
     try:

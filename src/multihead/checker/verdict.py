@@ -20,25 +20,27 @@ A mask argument whose convention could not be verified never ends in PASS (``mas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from multihead.checker import conventions as conv
 from multihead.checker.calling import CallSpec, LearnerError, invoke
-from multihead.checker.catalogue import forms_to_try
+from multihead.checker.catalogue import MASK_BUGS, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
 from multihead.checker.incremental import check_cached
 from multihead.checker.latent import check_latent
-from multihead.checker.masks import (causal_switch, detect_encoding, encoding_by_agreement, keep_shifts_scores,
-                                     tried_text)
+from multihead.checker.mask_meaning import judge_mask, mask_replaces_causal
+from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
 from multihead.checker.naming import by_names, mask_under_bug, name_the_bug
+from multihead.checker.option_search import describe, find_window, intended_bug, one_dimensional, search
+from multihead.checker.options import Options
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs, describe_seen
-from multihead.checker.roles import candidate_roles
+from multihead.checker.roles import candidate_roles, linear_layers
 from multihead.checker.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
 from multihead.checker.text import say
 
@@ -56,6 +58,7 @@ class Setup:
     square: int | None = None  # Lq = Lk = head_dim (the retry after an exception), else None
     dtype: torch.dtype = torch.float64
     rope_bases: tuple[float, ...] = (DEFAULT_BASE,)  # the RoPE wavelength bases to try (rotary.bases)
+    intended: dict = field(default_factory=dict)  # what the constructor names (option_search.intended)
 
     @property
     def tol(self) -> float:
@@ -87,12 +90,27 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
                     setup.tol, report, setup.rope_bases)
 
 
+def _option_match(module, spec: CallSpec, assignments, cases, wanted, tol: float, rope_bases, report):
+    """(match, assignments, tolerance) under the options the module was found to use (option_search.py),
+    with ``spec.options`` set to them; None when it shows no sign of any."""
+    found = search(module, spec, assignments, cases, wanted, tol, rope_bases,
+                   one_dimensional(module, linear_layers(module)))
+    if found is None:
+        return None
+    spec.options = found.options
+    if not found.verified:
+        return found.match, found.assignments, tol
+    return found.match, found.assignments, max(tol, ROPE_TOLERANCE)
+
+
 def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
     """Fill in spec's causality, causal buffer, Lq != Lk support and mask encoding; return the key length."""
     dims, dtype, tol, L = setup.dims, setup.dtype, setup.tol, setup.length
     if setup.hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
     spec.causal_buffer = conv.causal_buffer(module)
+    window = None if setup.context_limited or setup.square else find_window(module, spec, dims, dtype, tol)
+    spec.options = Options(window=window, intended=setup.intended)
     Lk = L if setup.square or spec.causal or setup.context_limited else L + 2
     spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec,
                                                                 inputs(dims, PROBE_BATCH, L, Lk, dtype, 3))
@@ -103,6 +121,7 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
         spec.encoding = causal_switch(module, spec, probe, tol) or detect_encoding(module, spec, probe, tol)
         if spec.none_mask is not None and spec.encoding is not None and spec.encoding.family != "causal":
             spec.none_mask = spec.encoding  # "no mask" from now on in the convention the masked probes found
+        spec.mask_complete = mask_replaces_causal(module, spec, probe[0], tol)
     return Lk
 
 
@@ -140,6 +159,14 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         if turned[0].error <= ROPE_TOLERANCE:
             match, assignments, tol = turned[0], turned[1], max(tol, ROPE_TOLERANCE)
             report.bug, turned = match.roles.rope.bug, None
+    if match.error > tol and not report.bug:  # QK-norm, sinks, a softcap, partial RoPE?
+        optioned = _option_match(module, spec, assignments, cases, wanted, tol, rope_bases, report)
+        if optioned is not None:
+            match, assignments, tol = optioned
+            turned = None if match.error <= tol or match.roles.rope is None else turned
+    if match.error <= tol and not report.bug:  # the module measures otherwise than its constructor says
+        report.bug, report.bug_values = intended_bug(spec.options, match.roles.rope, match.roles.weights().head_dim) \
+            or (None, {})
     report.verdict, report.error = "fail", match.error
     if report.bug:  # the rotation's pairing is the bug
         pass
@@ -153,13 +180,9 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             match = name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
             if report.bug:  # RoPE and another bug, named under the pairing that fits best
                 break
-        if report.bug and spec.mask_param and spec.encoding is not None and spec.encoding.family != "causal":
+        if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
-    if report.verdict == "pass" and spec.mask_param and keep_shifts_scores(module, spec, plain[0][:3]):
-        report.verdict, report.bug = "fail", "mask-sign-flipped"
-        report.bug_values = {"param": spec.mask_param}
-        report.conventions = [("keep-shifted", values) if key == "keep" else (key, values)
-                              for key, values in report.conventions]
+    judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
     if report.verdict == "pass":
         _check_longer(module, spec, match.roles, plain, tol, report)
     if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
@@ -167,10 +190,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
         report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
                                                     tried=tried_text(report.lang))
-    elif spec.mask_param and spec.encoding is None:
+    elif spec.mask_param and spec.encoding is None and (report.bug is None or report.bug in MASK_BUGS):
         report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text(report.lang)))
     if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
-        match = Match(match.form, by_names(assignments, match.roles), match.fill, match.error)
+        match = Match(match.form, by_names(assignments, match.roles), match.fill, match.error, match.scale)
     report.roles = match.roles.describe()
     weights = match.roles.weights(module)
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
@@ -179,6 +202,7 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     if weights.rope is not None:
         report.conventions.append(("rope:" + ("interleaved" if weights.rope.tables_interleaved else "half"),
                                    {"base": f"{weights.rope.base:g}"}))
+    report.conventions += describe(spec.options, weights.rope, weights.head_dim)
     return report
 
 
@@ -254,6 +278,8 @@ def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
         found.append(("mask:ignored", {"param": spec.mask_param}))
     else:
         found.append((spec.encoding.kind, {"param": spec.mask_param, "shape": spec.encoding.shape}))
+    if spec.mask_complete:
+        found.append(("mask-complete", {}))
     if spec.inputs != "x":
         found.append(("cross-lengths" if spec.cross_lengths else "cross-lengths:equal", {}))
     if dtype == torch.float32:
