@@ -58,6 +58,15 @@ CORRECT = {
     "ok_mla_low_rank_queries.py:LowRankQueryMLA": {},
     "ok_hf_complete_mask.py:DecoderSelfAttention": {},
     "mask_one_means_keep.py:PaddingAwareAttention as written": {},  # valid for a caller passing 1 = blocked
+    "ok_qwen3_qk_norm.py:Qwen3Attention": {},
+    "ok_qk_norm_after_rotary.py:CausalSelfAttention": {},
+    "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention": {},
+    "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention without weights": {"init": {"norm_weight": False}},
+    "ok_sliding_window.py:SlidingWindowAttention": {},
+    "ok_partial_rotary.py:GPTNeoXAttention": {},
+    "ok_complex_rotary.py:Attention": {},
+    "ok_attention_sinks.py:SinkAttention": {},
+    "ok_softcap.py:Gemma2StyleAttention": {},
 }
 
 
@@ -98,6 +107,9 @@ BUGGY = {
     "short_range_only.py:LocalWhenLongAttention": "",
     "mask_keep_sign_flipped.py:PaddedSelfAttention": "mask-sign-flipped",
     "mask_one_means_keep.py:PaddingAwareAttention": "mask-inverted",
+    "qk_norm_over_width.py:NormedQKAttention": "qk-norm-wrong-axis",
+    "window_off_by_one.py:LocalAttention": "window-off-by-one",
+    "rope_partial_last_features.py:PartialRotaryAttention": "rope-partial-wrong-features",
 }
 
 # file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)

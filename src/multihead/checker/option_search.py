@@ -18,6 +18,7 @@ otherwise has a bug (``intended_bug``).
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -25,9 +26,10 @@ import torch
 from multihead.checker.calling import CallSpec, LearnerError, invoke
 from multihead.checker.compare import relative_error
 from multihead.checker.conventions import bumped
+from multihead.checker.catalogue import SCALE_FORMS, forms_to_try
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.options import Options, QKNorm
-from multihead.checker.rotary import ROPE_TOLERANCE, rotaries, rotary_dims
+from multihead.checker.rotary import ROPE_TOLERANCE, Rotary, rotary_dims
 
 WINDOW_NAMES = ("window", "window_size", "sliding_window", "attention_window", "local_window", "window_len",
                 "sliding_window_size", "attn_window")
@@ -37,7 +39,6 @@ CAP_NAMES = ("softcap", "soft_cap", "attn_logit_softcapping", "logit_softcap", "
              "logit_cap", "attn_logit_softcap")
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "norm_eps", "rms_norm_eps", "qk_norm_eps", "layer_norm_eps")
 COMMON_EPS = (1e-6, 1e-5, 1e-8, float(torch.finfo(torch.float32).eps), 0.0)
-COMMON_CAPS = (50.0, 30.0, 20.0)
 WINDOW_LENGTHS = (64, 24, 12)  # the longest first: a window is seen only in a sequence longer than it
 STILL = 1e-3  # relative change below which outputs count as unmoved by a scaled projection (eps blurs it)
 FACTOR = 4.0  # a power of two: scaling rows by it and back restores them exactly
@@ -48,19 +49,29 @@ def _number(value, low: float = 0.0) -> float | None:
     return float(value) if ok else None
 
 
-def intended(module, kwargs: dict) -> dict:
-    """What the constructor arguments (or the module's attributes) name: "window" and "window_name" (the
-    argument's name), "rotary_dim", "rotary_fraction", "softcap" (None when not named), "eps" (every eps
-    found, its layers' included)."""
-    def named(names):
-        found = ((n, kwargs.get(n, getattr(module, n, None))) for n in names)
-        return next(((n, v) for n, v in found if _number(v)), (None, None))
+def _named(names, *sources) -> tuple[str | None, float | None]:
+    """(name, value) of the first positive number among ``names`` in the first source that has one."""
+    for source in sources:
+        found = next(((n, source[n]) for n in names if _number(source.get(n))), None)
+        if found:
+            return found
+    return None, None
 
+
+def intended(module, kwargs: dict) -> dict:
+    """What the constructor arguments (``kwargs``, defaults included) name, else the module's attributes:
+    "window" and "window_name" (the argument's name), "rotary_dim" or "rotary_fraction", "softcap" (None when
+    not named), "eps" (every eps found, its layers' included). The constructor's word comes first: an attribute
+    computed from it (``self.rotary_ndims = ...``) may be where the mistake is."""
+    attributes = vars(module)
+    window_name, window = _named(WINDOW_NAMES, kwargs, attributes)
+    rotary = {"rotary_dim": _named(ROTARY_DIM_NAMES, kwargs)[1], "rotary_fraction": _named(ROTARY_FRACTION_NAMES, kwargs)[1]}
+    if not any(rotary.values()):
+        rotary = {"rotary_dim": _named(ROTARY_DIM_NAMES, attributes)[1],
+                  "rotary_fraction": _named(ROTARY_FRACTION_NAMES, attributes)[1]}
     eps = [getattr(layer, name, None) for layer in module.modules() for name in EPS_NAMES]
     eps += [kwargs.get(name) for name in EPS_NAMES]
-    window_name, window = named(WINDOW_NAMES)
-    return {"window": window, "window_name": window_name, "rotary_dim": named(ROTARY_DIM_NAMES)[1],
-            "rotary_fraction": named(ROTARY_FRACTION_NAMES)[1], "softcap": named(CAP_NAMES)[1],
+    return {"window": window, "window_name": window_name, **rotary, "softcap": _named(CAP_NAMES, kwargs, attributes)[1],
             "eps": [float(e) for e in eps if _number(e, -1.0) is not None]}
 
 
@@ -139,19 +150,49 @@ def _still(module, spec, roles, role, rows, case, base) -> bool:
             return False
 
 
-def normalised(module, spec: CallSpec, roles, case) -> str | None:
-    """"head" when q's and k's projections are normalised per head (scaling one head's rows moves nothing),
-    "width" when only over their whole width, None when not normalised."""
+def _pieces_key(roles, role: str) -> tuple:
+    return tuple((id(proj), repr(rows)) for proj, rows in roles.pieces[role])
+
+
+def normalised(module, spec: CallSpec, assignments, case) -> tuple[str | None, list]:
+    """("head", the assignments whose q and k are normalised per head: scaling one head's rows moves nothing),
+    ("width", those normalised only over their whole width), or (None, every assignment)."""
     try:
         with torch.no_grad():
             base = invoke(module, spec, *case[:3])
     except LearnerError:
-        return None
-    if not all(_still(module, spec, roles, role, None, case, base) for role in ("q", "k")):
-        return None
-    D = roles.weights().head_dim
-    return "head" if all(_still(module, spec, roles, role, slice(0, D), case, base) for role in ("q", "k")) \
-        else "width"
+        return None, assignments
+    still: dict[tuple, bool] = {}
+
+    def normed(roles, role, rows=None) -> bool:
+        key = (_pieces_key(roles, role), repr(rows))
+        if key not in still:
+            still[key] = _still(module, spec, roles, role, rows, case, base)
+        return still[key]
+
+    both = [roles for roles in assignments if normed(roles, "q") and normed(roles, "k")]
+    if not both:
+        return None, assignments
+    per_head = [roles for roles in both if all(normed(roles, role, slice(0, roles.weights().head_dim))
+                                               for role in ("q", "k"))]
+    return ("head", per_head) if per_head else ("width", both)
+
+
+def turned_by_position(module, spec: CallSpec, case) -> bool:
+    """Do positions matter to the module? Without them, the output of token i >= 2 depends on the tokens up to
+    it as a set (causal or not), so swapping tokens 0 and 1 leaves it alone; RoPE moves it. Self-attention."""
+    x = case[0]
+    if spec.inputs != "x" or x.shape[1] < 3:
+        return False
+    swapped = x.clone()
+    swapped[:, [0, 1]] = x[:, [1, 0]]
+    last = 3 if spec.options is None or spec.options.window is None else min(3, spec.options.window)
+    try:
+        with torch.no_grad():
+            base, moved = invoke(module, spec, x), invoke(module, spec, swapped)
+    except LearnerError:
+        return False
+    return relative_error(moved[:, 2:last], base[:, 2:last]) > STILL if last > 2 else False
 
 
 @dataclass
@@ -165,68 +206,111 @@ class Found:
     verified: bool
 
 
-def search(module, spec: CallSpec, assignments, cases, wanted, tol: float, bases, extras) -> Found | None:
-    """The options (and RoPE) under which some assignment reproduces the learner's outputs (see the module
-    docstring); None when the module shows no sign of any. ``extras``: ``one_dimensional`` of the module."""
-    base_options = spec.options or Options()
-    norm_kind = normalised(module, spec, assignments[0], cases[0]) if assignments else None
-    weights = assignments[0].weights() if assignments else None
-    if weights is None:
-        return None
+def _choices(module, spec: CallSpec, assignments, case, bases, extras) -> tuple[dict, list, str | None]:
+    """(every dimension's options, most likely first; the assignments to try; "head", "width" or None: the
+    QK-norm the module's behaviour shows). A dimension with one option is not searched."""
+    meant = spec.options.intended if spec.options else {}
+    norm_kind, assignments = normalised(module, spec, assignments, case)
+    weights = assignments[0].weights()
     H, D = weights.num_heads, weights.head_dim
-    sinks = [None] + [named for named in extras if named[1].numel() == H]
-    caps = [None] + list(dict.fromkeys(c for c in [base_options.intended.get("softcap"), *COMMON_CAPS] if c))
-    ropes = [None]
-    if spec.inputs == "x":
-        fraction = base_options.intended.get("rotary_fraction")
-        wanted_dim = base_options.intended.get("rotary_dim") or (int(D * fraction) if fraction else None)
-        ropes += rotaries(bases, True) + rotaries(bases, True, reverse=True)
-        for R in rotary_dims(D, wanted_dim):
-            ropes += rotaries(bases, True, R) + rotaries(bases, True, R, trailing=True)
-    norms = [None]
+    choices = {"rope": [False], "cap": [None] + ([meant["softcap"]] if meant.get("softcap") else [])}
+    if turned_by_position(module, spec, case):
+        fraction = meant.get("rotary_fraction")
+        wanted_dim = meant.get("rotary_dim") or (int(D * fraction) if fraction else None)
+        partial = rotary_dims(D, wanted_dim)
+        sizes = ([wanted_dim] if wanted_dim in partial else []) + [None] + [r for r in partial if r != wanted_dim]
+        turns = [(interleaved, size, trailing, reverse) for size in sizes for trailing in (False, True)
+                 for interleaved in (False, True) for reverse in (False, True) if size or not trailing]
+        choices.update(rope=turns + [False], base=list(bases), float32=[True, False])  # False: no RoPE
     if norm_kind:
         width = {"q": H * D, "k": weights.num_kv_heads * D} if norm_kind == "width" else {"q": D, "k": D}
         q_side = [None] + [n for n in extras if n[1].numel() == width["q"]]
         k_side = [None] + [n for n in extras if n[1].numel() == width["k"]]
         pairs = [(a, b) for a in q_side for b in k_side if a is None or b is None or a[0] != b[0]]
         pairs = sorted(pairs, key=lambda pair: pair.count(None))  # weighted first: a weight of ones ties
-        eps = list(dict.fromkeys(base_options.intended.get("eps", []) + list(COMMON_EPS)))
-        norms = [QKNorm(q, k, e, after, norm_kind == "width") for q, k in pairs for e in eps for after in (False, True)]
-    if len(ropes) == len(sinks) == len(caps) == len(norms) == 1:
+        choices.update(norm=[(pair, after) for pair in pairs for after in (False, True)],  # (weights, after RoPE)
+                       eps=list(dict.fromkeys(meant.get("eps", []) + list(COMMON_EPS))))
+    sinks = [named for named in extras if named[1].numel() == H]
+    choices["sinks"] = [None] + sorted(sinks, key=lambda named: "sink" not in named[0])
+    return choices, assignments, norm_kind
+
+
+def _options_of(state: dict, base: Options, whole_width: bool) -> Options | None:
+    """The Options of a search state (None: a state that uses one parameter twice)."""
+    norm = None
+    if "norm" in state:
+        pair, after = state["norm"]
+        norm = QKNorm(*pair, state["eps"], after and bool(state["rope"]), whole_width)
+        if state["sinks"] is not None and any(w is not None and w[0] == state["sinks"][0] for w in pair):
+            return None
+    return replace(base, qk_norm=norm, sinks=state["sinks"], softcap=state["cap"])
+
+
+def _rotary_of(state: dict) -> Rotary | None:
+    """The Rotary of a search state: its "rope" is (interleaved, rotary_dim, trailing, reverse) or False."""
+    if not state["rope"]:
         return None
-    state = {"rope": ropes[0], "norm": norms[0 if len(norms) == 1 else 1], "sinks": sinks[0], "cap": caps[0]}
-    choices = {"rope": ropes, "norm": norms, "sinks": sinks, "cap": caps}
+    interleaved, size, trailing, reverse = state["rope"]
+    return Rotary(state["base"], interleaved, interleaved, state["float32"], size, trailing, reverse)
+
+
+def search(module, spec: CallSpec, assignments, cases, wanted, tol: float, bases, extras) -> Found | None:
+    """The options (and RoPE) under which some assignment reproduces the learner's outputs (see the module
+    docstring); None when the module shows no sign of any. When none reproduces them, the search runs again
+    with a catalogue mistake as one more dimension, tried first, from the most likely options and from the
+    best found: options found that way are kept, for the bug to be named under them. ``extras``:
+    ``one_dimensional`` of the module."""
+    if not assignments:
+        return None
+    choices, assignments, norm_kind = _choices(module, spec, assignments, cases[0], bases, extras)
+    if all(len(options) == 1 for options in choices.values()):
+        return None
+    base_options = spec.options or Options()
+    prior = {dim: options[0] for dim, options in choices.items()}
+    prior["form"] = None
 
     def build(chosen):
-        options = replace(base_options, qk_norm=chosen["norm"], sinks=chosen["sinks"], softcap=chosen["cap"])
+        options = _options_of(chosen, base_options, norm_kind == "width")
         trial = CallSpec(**{**spec.__dict__, "options": options})
-        turned = [replace(roles, rope=chosen["rope"]) for roles in assignments]
-        return trial, turned, options
+        return trial, [replace(roles, rope=_rotary_of(chosen)) for roles in assignments], options
 
-    def score(chosen, every: bool = False) -> Match:
-        trial, turned, _ = build(chosen)
+    def score(chosen, every: bool = False) -> float:
+        trial, turned, options = build(chosen)
+        if options is None:
+            return math.inf
         use = slice(None) if every else slice(0, 1)
-        return closest(module, trial, turned, cases[use], wanted[use], [None])
+        return closest(module, trial, turned, cases[use], wanted[use], [chosen["form"]]).error
 
-    best = score(state).error
-    for _ in range(3):  # sweeps until nothing improves
+    state, best = _descend(score, prior, choices, tol)
+    if best > tol:  # a mistake too? the catalogue's forms (and scale mistakes) as one more dimension, first
+        forms = [None] + forms_to_try(spec.encoding is not None, spec.causal) + list(SCALE_FORMS)
+        state, best = min((_descend(score, start, {"form": forms, **choices}, tol) for start in (prior, state)),
+                          key=lambda found: found[1])
+    rotary = _rotary_of(state)
+    limit = max(tol, ROPE_TOLERANCE) if rotary is not None else tol
+    trial, turned, options = build(state)
+    if score(state, every=True) > limit and not norm_kind:
+        return None  # nothing fits, and no behaviour says the module uses an option: keep none
+    match = closest(module, trial, turned, cases, wanted, [None])
+    return Found(match, turned, options, state["form"] is None and match.error <= limit)
+
+
+def _descend(score, state: dict, choices: dict, tol: float, sweeps: int = 3) -> tuple[dict, float]:
+    """Coordinate descent: each dimension's options tried with the others held at their best, until a sweep
+    improves nothing or the error is within ``tol``. Returns (the best state, its error)."""
+    best = score(state)
+    for _ in range(sweeps):
         improved = False
         for dim, options in choices.items():
             for option in options:
-                if option is state[dim]:
+                if option is state[dim] or best <= tol:
                     continue
-                error = score({**state, dim: option}).error
+                error = score({**state, dim: option})
                 if error < best * 0.999:
                     state, best, improved = {**state, dim: option}, error, True
         if not improved or best <= tol:
             break
-    match = score(state, every=True)
-    limit = max(tol, ROPE_TOLERANCE) if state["rope"] is not None else tol
-    trial, turned, options = build(state)
-    verified = match.error <= limit
-    if not verified and not norm_kind:
-        return None  # no behaviour says the module uses any option: nothing to keep
-    return Found(match, turned, options, verified)
+    return state, best
 
 
 def intended_bug(options: Options, rope, head_dim: int) -> tuple[str, dict] | None:

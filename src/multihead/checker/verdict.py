@@ -98,9 +98,8 @@ def _option_match(module, spec: CallSpec, assignments, cases, wanted, tol: float
     if found is None:
         return None
     spec.options = found.options
-    if not found.verified:
-        return found.match, found.assignments, tol
-    return found.match, found.assignments, max(tol, ROPE_TOLERANCE)
+    rotated = found.match.roles is not None and found.match.roles.rope is not None
+    return found.match, found.assignments, max(tol, ROPE_TOLERANCE) if rotated else tol
 
 
 def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
