@@ -4,6 +4,7 @@ must get. Their mutants are in zoo_mutants.py.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -67,7 +68,17 @@ CORRECT = {
     "ok_complex_rotary.py:Attention": {},
     "ok_attention_sinks.py:SinkAttention": {},
     "ok_softcap.py:Gemma2StyleAttention": {},
+    "ok_function_sdpa_style.py:scaled_dot_product_attention": {},
+    "ok_function_assignment.py:attention": {},
 }
+
+# Correct modules whose roles only the dataflow role finder reads (raw weight arguments multiplied with @):
+# checked as correct where multihead.convert.dataflow exists.
+NEEDS_DATAFLOW = {
+    "ok_function_weights.py:multi_head_attention": {},
+}
+if importlib.util.find_spec("multihead.convert.dataflow") is not None:
+    CORRECT.update(NEEDS_DATAFLOW)
 
 
 # file:Class -> the bug id the check must name for every buggy zoo module; "" = it must fail without a

@@ -74,8 +74,18 @@ _NEOX = "ok_partial_rotary.py:GPTNeoXAttention"
 _COMPLEX = "ok_complex_rotary.py:Attention"
 _SINKS = "ok_attention_sinks.py:SinkAttention"
 _SOFTCAP = "ok_softcap.py:Gemma2StyleAttention"
+_SDPA_FN = "ok_function_sdpa_style.py:scaled_dot_product_attention"
+_ASSIGNMENT_FN = "ok_function_assignment.py:attention"
 
 MUTANTS = [
+    _m(_SDPA_FN, "softmax-wrong-axis", ("torch.softmax(attn_weight, dim=-1)", "torch.softmax(attn_weight, dim=-2)")),
+    _m(_SDPA_FN, "missing-scale", ("attn_weight = query @ key.transpose(-2, -1) * scale_factor",
+                                   "attn_weight = query @ key.transpose(-2, -1)")),
+    _m(_SDPA_FN, "mask-after-softmax",
+       ("    attn_weight = attn_weight + attn_bias\n    attn_weight = torch.softmax(attn_weight, dim=-1)\n",
+        "    attn_weight = torch.softmax(attn_weight, dim=-1)\n    attn_weight = attn_weight * (attn_bias == 0)\n")),
+    _m(_ASSIGNMENT_FN, "scale-by-head-dim", ("/ np.sqrt(d_k)", "/ d_k")),
+    _m(_ASSIGNMENT_FN, "keys-used-as-values", ("torch.matmul(p_attn, V)", "torch.matmul(p_attn, K)")),
     _m(_HF_MASK, "mask-ignored", ("attn_weights = attn_weights + causal_mask", "attn_weights + causal_mask")),
     _m(_HF_MASK, "missing-scale", ("* scaling", "")),
     _m(_KEEP_COMMENT, "mask-filled-with-zero", ("== 1, -1e9)", "== 1, 0.0)")),

@@ -24,15 +24,14 @@ from dataclasses import dataclass, replace
 import torch
 
 from multihead.checker.calling import CallSpec, LearnerError, invoke
+from multihead.checker.catalogue import SCALE_FORMS, forms_to_try
 from multihead.checker.compare import relative_error
 from multihead.checker.conventions import bumped
-from multihead.checker.catalogue import SCALE_FORMS, forms_to_try
 from multihead.checker.diagnose import Match, closest
+from multihead.checker.names import WINDOW_NAMES
 from multihead.checker.options import Options, QKNorm
 from multihead.checker.rotary import ROPE_TOLERANCE, Rotary, rotary_dims
 
-WINDOW_NAMES = ("window", "window_size", "sliding_window", "attention_window", "local_window", "window_len",
-                "sliding_window_size", "attn_window")
 ROTARY_DIM_NAMES = ("rotary_dim", "rotary_ndims", "rope_dim", "rotary_emb_dim", "partial_rotary_dim", "rot_dim")
 ROTARY_FRACTION_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_fraction", "rope_fraction", "rope_pct")
 CAP_NAMES = ("softcap", "soft_cap", "attn_logit_softcapping", "logit_softcap", "attn_softcap", "softcapping",
@@ -325,7 +324,7 @@ def intended_bug(options: Options, rope, head_dim: int) -> tuple[str, dict] | No
         return "window-off-by-one", {"got": options.window, "want": int(window), "name": name}
     fraction = meant.get("rotary_fraction")
     wanted = meant.get("rotary_dim") or (int(head_dim * fraction) if fraction else None)
-    turned = rope.turned(head_dim) if rope is not None else None
+    turned = (rope.rotary_dim or head_dim) if rope is not None else None
     if rope is not None and (rope.trailing or (wanted and wanted < head_dim and turned != wanted)):
         start = head_dim - turned if rope.trailing else 0
         return "rope-partial-wrong-features", {"want": wanted or turned, "dim": head_dim,
@@ -340,8 +339,8 @@ def describe(options: Options, rope, head_dim: int) -> list[tuple[str, dict]]:
         lines.append(("rope-reversed", {}))
     if options.window:
         lines.append(("window", {"window": options.window}))
-    if rope is not None and rope.turned(head_dim) < head_dim and not rope.trailing:
-        lines.append(("rope-partial", {"rotary_dim": rope.turned(head_dim), "head_dim": head_dim}))
+    if rope is not None and rope.rotary_dim and rope.rotary_dim < head_dim and not rope.trailing:
+        lines.append(("rope-partial", {"rotary_dim": rope.rotary_dim, "head_dim": head_dim}))
     norm = options.qk_norm
     if norm is not None and norm.whole_width:
         lines.append(("qk-norm:width", {"eps": f"{norm.eps:g}"}))

@@ -36,7 +36,7 @@ class Rotary:
     tables_interleaved: bool
     turn_interleaved: bool
     float32: bool
-    rotary_dim: int | None = None
+    rotary_dim: int | None = None  # R: only the first R features of each head turn (None: all D)
     trailing: bool = False
     reverse: bool = False
 
@@ -53,38 +53,38 @@ class Rotary:
             return None
         return "rope-half-split-on-interleaved" if self.tables_interleaved else "rope-interleaved-on-half-split"
 
-    def turned(self, head_dim: int) -> int:
-        """R: how many features of each head turn."""
-        return self.rotary_dim or head_dim
-
-    def frequencies(self, rotary_dim: int) -> torch.Tensor:
-        """(R/2,) float64: base ** (-2i / R)."""
-        exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    def frequencies(self, head_dim: int) -> torch.Tensor:
+        """(R/2,) float64: base ** (-2i / R), R = rotary_dim or D; negated for a reverse turn."""
+        turned = self.rotary_dim or head_dim
+        exponents = torch.arange(0, turned, 2, dtype=torch.float64) / turned
         freqs = 1.0 / self.base ** exponents
         freqs = freqs.float().double() if self.float32 else freqs
         return -freqs if self.reverse else freqs
 
     def turn(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """t (B, H, L, D) turned to ``positions`` (L,); shape unchanged."""
-        R = self.turned(t.shape[-1])
-        cos, sin = _tables(self, R, tuple(positions.tolist()), t.dtype)
+        """t (B, H, L, D) turned to ``positions`` (L,) (its first rotary_dim features, or its last ones when
+        ``trailing``); shape unchanged. RuntimeError (as any variant that cannot run on these shapes) when D
+        cannot hold the turned pairs."""
+        turned = self.rotary_dim or t.shape[-1]
+        if turned % 2 or turned > t.shape[-1]:
+            raise RuntimeError(f"RoPE turns pairs: {turned} of a head's {t.shape[-1]} features cannot turn")
+        cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)  # (1, L, R)
         if not self.trailing:
-            return apply_rotary(t, cos, sin, self.turn_interleaved)  # the first R features turn
-        kept, turning = t[..., :-R], t[..., -R:]
+            return apply_rotary(t, cos, sin, self.turn_interleaved)
+        kept, turning = t[..., :-turned], t[..., -turned:]
         return torch.cat((kept, apply_rotary(turning, cos, sin, self.turn_interleaved)), dim=-1)
 
     def module(self, head_dim: int) -> RoPE:
         """``mh.RoPE`` in this (correct) layout with these exact frequencies, for the reference module."""
-        R = self.turned(head_dim)
-        rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved, rotary_dim=R)
-        rope.inv_freq = self.frequencies(R)  # float64: positions (float32) * inv_freq -> float64 angles
+        rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved, rotary_dim=self.rotary_dim)
+        rope.inv_freq = self.frequencies(head_dim)  # float64: positions (float32) * inv_freq -> float64 angles
         return rope
 
 
 @functools.lru_cache(maxsize=256)
-def _tables(rope: Rotary, rotary_dim: int, positions: tuple[int, ...], dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _tables(rope: Rotary, head_dim: int, positions: tuple[int, ...], dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin (1, L, R) in the rotary's table layout (the checker asks for the same few many times)."""
-    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(rotary_dim)  # (L, R/2)
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(head_dim)  # (L, R/2)
     table = angles.repeat_interleave(2, dim=-1) if rope.tables_interleaved else torch.cat((angles, angles), -1)
     return table.cos().to(dtype)[None], table.sin().to(dtype)[None]
 

@@ -26,6 +26,7 @@ from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signa
 from multihead.checker.catalogue import BUG_OF_FORM
 from multihead.checker.config import GuessedConfig
 from multihead.checker.diagnose import match_exception, random_weights
+from multihead.checker.functions import describe_function, function_class, is_function_target
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (
     LoadError,
@@ -40,7 +41,6 @@ from multihead.checker.load import (
     with_head_count,
 )
 from multihead.checker.masks import all_keep_encoding
-from multihead.checker.option_search import intended, randomise_extras
 from multihead.checker.names import (
     EMBED,
     EMBED_NAMES,
@@ -51,6 +51,7 @@ from multihead.checker.names import (
     VALUE_SIZE_NAMES,
     is_head_count_name,
 )
+from multihead.checker.option_search import intended, randomise_extras
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
@@ -61,7 +62,8 @@ from multihead.checker.verdict import Setup, check_in_layout, conventions
 
 def check(target, *, init=None, config=None, call=None, lang: str = "en") -> CheckReport:
     """Check a multi-head attention module: ``target`` is a "file.py:Class" string, a class or an
-    instance (never modified: the checker works on a copy). ``init``: constructor kwargs (dict or
+    instance (never modified: the checker works on a copy), or an attention function ("file.py:function"
+    or the function itself, ``functions.py``). ``init``: constructor kwargs (dict or
     JSON text); ``config``: attributes of a config object for ``__init__(self, config)`` (dict or JSON
     text; unnamed ones are guessed); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
     lang = check_lang(lang)
@@ -88,6 +90,8 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
         return report
     try:
         report = _check_built(module, kwargs, hints, report)
+        if hasattr(type(module), "checked_function"):  # a plain function, checked inside a module (functions.py)
+            describe_function(report, type(module))
         configs = [v for v in kwargs.values() if isinstance(v, GuessedConfig)]
         report.notes[:0] = [say("switched-on", lang, name=name) for name in notes] + [
             say("config-read", lang, values=", ".join(f"{k}={v!r}" for k, v in c.values().items())) for c in configs]
@@ -151,7 +155,7 @@ def _say_after_rename(method: str, inner: CheckReport) -> str:
 def _target_name(target) -> str:
     if isinstance(target, str):
         return target
-    cls = target if isinstance(target, type) else type(target)
+    cls = target if isinstance(target, type) or is_function_target(target) else type(target)
     return cls.__name__
 
 
@@ -174,7 +178,8 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
             why = f"{type(error).__name__}: {error}"
             raise LoadError(f"cannot copy the module to check it ({why}); pass its class instead",
                             f"无法复制这个模块来检查（{why}）；请改为传入它的类") from error
-    cls = load_class(target) if isinstance(target, str) else target
+    cls = load_class(target) if isinstance(target, str) else function_class(target) if is_function_target(target) \
+        else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}",
                         f"需要 nn.Module 的类或实例，实际是 {type(target).__name__}")

@@ -7,10 +7,13 @@ from multihead.errors import AttentionError
 
 # convention key -> (English, Chinese)
 CONVENTION_TEXT = {
-    "inputs:x": ("forward({args}): self-attention on one input", "forward({args})：只有一个输入的自注意力"),
-    "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别传入"),
-    "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
-                    "forward({args})：传入查询，键和值共用另一个输入"),
+    "inputs:x": ("{call}({args}): self-attention on one input", "{call}({args})：只有一个输入的自注意力"),
+    "inputs:qkv": ("{call}({args}): separate query, key, value", "{call}({args})：查询、键、值分别传入"),
+    "inputs:q_kv": ("{call}({args}): query, and one tensor for keys and values",
+                    "{call}({args})：传入查询，键和值共用另一个输入"),
+    "function:core": ("{call}({args}): an attention function, taking q, k, v as {shape}; checked inside multi-head "
+                      "attention whose projections the checker supplies", "{call}({args})：一个注意力函数，q、k、v 的形状为 "
+                      "{shape}；检查时由检查器在它外面补上各个投影层，组成多头注意力"),
     "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
                   "根据行为判断出各参数的角色：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",

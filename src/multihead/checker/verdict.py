@@ -260,7 +260,7 @@ def materialise_unused_lazy(module) -> None:
 def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     """The report's (text key, values) lines for what was found."""
     args = spec.args + ([spec.mask_param] if spec.mask_param else [])
-    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args)})]
+    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args), "call": "forward"})]
     if spec.order_found and spec.order not in (None, (0, 1), (0, 1, 2)):
         named = {role: spec.args[p] for p, role in enumerate(spec.order) if p < len(spec.args)}
         found.append((f"order:{spec.inputs}", {"q": named.get(0), "k": named.get(1), "v": named.get(2)}))
