@@ -164,8 +164,8 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             match, assignments, tol = optioned
             turned = None if match.error <= tol or match.roles.rope is None else turned
     if match.error <= tol and not report.bug:  # the module measures otherwise than its constructor says
-        report.bug, report.bug_values = intended_bug(spec.options, match.roles.rope, match.roles.weights().head_dim) \
-            or (None, {})
+        weights = match.roles.weights()  # its rope: the match's, with the rotary_dim its roles carry
+        report.bug, report.bug_values = intended_bug(spec.options, weights.rope, weights.head_dim) or (None, {})
     report.verdict, report.error = "fail", match.error
     if report.bug:  # the rotation's pairing is the bug
         pass
