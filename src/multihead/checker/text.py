@@ -91,7 +91,7 @@ CONVENTION_TEXT = {
     "sinks": ("attention sinks: one learned logit per head ('{name}') joins each softmax's denominator",
               "注意力 sink：每个头有一个可学习的 logit（'{name}'），加进 softmax 的分母"),
     "softcap": ("scores soft-capped at {cap}: {cap} * tanh(scores / {cap})",
-                "分数经过软上限 {cap}：{cap} * tanh(scores / {cap})"),
+                "分数经过上限为 {cap} 的软截断（softcap）：{cap} * tanh(scores / {cap})"),
     "cache:unused": ("cache argument ({protocol}): not read back (each call attends to its own tokens only), "
                      "so cached decoding was not checked", "缓存参数（{protocol}）：没有被读回（每次调用只关注自己输入的词），"
                      "因此没有检查带缓存的解码"),
@@ -122,13 +122,13 @@ MASK_TEXT = {
 # mask encoding name -> (English, Chinese): what a PASS says first about the mask, for a caller
 MEANING_TEXT = {
     "meaning:keep": ("your mask '{param}': 1 (True) = may attend, 0 = blocked. A caller who passes 1 = blocked (a "
-                     "padding mask) gets wrong results; if that is what you meant, check again with --call mask=block.",
+                     "padding mask) gets wrong results; if you meant 1 = blocked, check again with --call mask=block.",
                      "你的掩码 '{param}'：1（True）表示可以关注，0 表示屏蔽。调用者如果传入 1 表示屏蔽的掩码（例如填充掩码），"
-                     "结果就会出错；如果你本意如此，请加上 --call mask=block 再检查一次。"),
+                     "结果就会出错；如果你本来就打算让 1 表示屏蔽，请加上 --call mask=block 再检查一次。"),
     "meaning:block": ("your mask '{param}': 1 (True) = blocked. A caller who passes 1 = keep (such as Hugging Face's "
-                      "attention_mask) gets wrong results; if that is what you meant, check again with --call mask=keep.",
+                      "attention_mask) gets wrong results; if you meant 1 = keep, check again with --call mask=keep.",
                       "你的掩码 '{param}'：1（True）表示屏蔽。调用者如果传入 1 表示保留的掩码（例如 Hugging Face 的 "
-                      "attention_mask），结果就会出错；如果你本意如此，请加上 --call mask=keep 再检查一次。"),
+                      "attention_mask），结果就会出错；如果你本来就打算让 1 表示保留，请加上 --call mask=keep 再检查一次。"),
     "meaning:additive": ("your mask '{param}' is added to the scores: 0 = may attend, a large negative number (or -inf) "
                          "= blocked. A caller who passes a 0/1 mask gets wrong results.",
                          "你的掩码 '{param}' 会直接加到注意力分数上：0 表示可以关注，很大的负数（或 -inf）表示屏蔽。"
