@@ -9,6 +9,8 @@ import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import check
+from multihead.checker.mask_meaning import claim_broken
+from multihead.checker.masks import Encoding
 
 ZOO = Path(__file__).parent / "check_zoo"
 KEEP_COMMENT = str(ZOO / "mask_one_means_keep.py:PaddingAwareAttention")
@@ -91,3 +93,19 @@ def test_without_grouped_kv_heads_tiling_names_nothing(tmp_path):
 def test_a_claim_without_a_mask_argument_is_noted():
     report = check(str(ZOO / "ok_fused_causal.py:Block"), call="mask=keep")
     assert report.passed and "--call mask=keep was given, but forward takes no mask argument" in report.notes
+
+
+@pytest.mark.parametrize("claim, kind, family, broken", [
+    ("keep", "keep", "full", None), ("keep", "block01", "key", ("mask-inverted", "1", "0")),
+    ("block", "keep", "full", ("mask-inverted", "0", "1")), ("key_padding", "block", "key", None),
+    ("key_padding", "block", "full", (None,)), ("additive", "keep", "full", (None,)),
+    ("lengths", "lengths", "lengths", None),
+])
+def test_a_claim_is_held_to_the_convention_found(claim, kind, family, broken):
+    got = claim_broken(claim, Encoding(kind, "(B, Lk)", family, None), "mask")
+    if broken is None:
+        assert got is None
+    elif broken[0] is None:
+        assert got[0] is None and got[1] == {"param": "mask", "claim": claim}
+    else:
+        assert (got[0], got[1]["blocked"], got[1]["wanted"]) == broken
