@@ -97,8 +97,8 @@ def find_window(module, spec: CallSpec, dims, dtype, tol: float) -> int | None:
 def one_dimensional(module, projections) -> list[tuple[str, torch.Tensor]]:
     """(name, parameter) for the module's 1-D parameters outside its projections (norm weights, sinks)."""
     inside = {id(p) for proj in projections.values() for p in proj.layer.parameters()}
-    return [(name, p) for name, p in module.named_parameters() if p.dim() == 1 and p.numel() > 1
-            and id(p) not in inside and not isinstance(p, torch.nn.UninitializedParameter)]
+    return [(name, p) for name, p in module.named_parameters() if not isinstance(p, torch.nn.UninitializedParameter)
+            and p.dim() == 1 and p.numel() > 1 and id(p) not in inside]
 
 
 def randomise_extras(module, projections) -> None:
