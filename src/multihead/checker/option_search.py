@@ -113,7 +113,9 @@ def randomise_extras(module, projections) -> None:
 
 @contextlib.contextmanager
 def _rows_scaled(roles, role: str, rows: slice | None):
-    """The projection rows of ``role`` (all, or the stacked rows ``rows``) multiplied by FACTOR, then back."""
+    """The projection rows of ``role`` (all, or the stacked rows ``rows``) multiplied by FACTOR, then back.
+    Yields False (and changes nothing) when some piece's rows cannot be scaled in place: a projection whose
+    (weight, bias) is a copy of the learner's tensors (reshaped, block-diagonal) rather than a view."""
     touched, offset = [], 0
     for proj, local in roles.pieces[role]:
         index = torch.arange(proj.out_features)  # the piece's rows of the projection
@@ -121,21 +123,26 @@ def _rows_scaled(roles, role: str, rows: slice | None):
         count = len(index)
         wanted = range(count) if rows is None else range(max(rows.start - offset, 0), min(rows.stop - offset, count))
         offset += count
-        if len(wanted) and proj.heads == 1:
+        if len(wanted):
             touched.append((proj, index[list(wanted)]))
-    with torch.no_grad():
-        for proj, index in touched:
-            for tensor in proj.weight_bias():
-                if tensor is not None:
-                    tensor[index] *= FACTOR
+    done = bool(touched) and all(_scale_rows(proj, index, FACTOR) for proj, index in touched)
     try:
-        yield bool(touched)
+        yield done
     finally:
-        with torch.no_grad():
-            for proj, index in touched:
-                for tensor in proj.weight_bias():
-                    if tensor is not None:
-                        tensor[index] /= FACTOR
+        for proj, index in touched:
+            _scale_rows(proj, index, 1.0 / FACTOR)
+
+
+def _scale_rows(proj, index: torch.Tensor, factor: float) -> bool:
+    """Scale rows ``index`` of the projection's weight and bias in place; False when the projection gives a
+    copy (the scaling did not reach the learner's parameters; it is then undone by itself)."""
+    with torch.no_grad():
+        weight = proj.weight_bias()[0]
+        before = weight[index[:1]].clone()
+        for tensor in proj.weight_bias():
+            if tensor is not None:
+                tensor[index] *= factor
+        return not torch.equal(proj.weight_bias()[0][index[:1]], before)
 
 
 def _still(module, spec, roles, role, rows, case, base) -> bool:
