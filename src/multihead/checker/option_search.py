@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -222,7 +222,8 @@ def _choices(module, spec: CallSpec, assignments, case, bases, extras) -> tuple[
     choices = {"rope": [False], "cap": [None] + ([meant["softcap"]] if meant.get("softcap") else [])}
     if turned_by_position(module, spec, case):
         fraction = meant.get("rotary_fraction")
-        wanted_dim = meant.get("rotary_dim") or (int(D * fraction) if fraction else None)
+        wanted_dim = meant.get("rotary_dim") or (int(D * fraction) if fraction else None) or \
+            getattr(assignments[0], "rotary_dim", None)  # else the size the role finder saw the heads cut at
         partial = rotary_dims(D, wanted_dim)
         sizes = ([wanted_dim] if wanted_dim in partial else []) + [None] + [r for r in partial if r != wanted_dim]
         turns = [(interleaved, size, trailing, reverse) for size in sizes for trailing in (False, True)
@@ -260,6 +261,13 @@ def _rotary_of(state: dict) -> Rotary | None:
     return Rotary(state["base"], interleaved, interleaved, state["float32"], size, trailing, reverse)
 
 
+def _turned(roles, rotary: Rotary | None):
+    """``roles`` turned by ``rotary``, whose size the search chose: a rotary size the roles carry (the role
+    finder's reading of heads cut in two) was one of its candidates, not a constraint."""
+    carried = {"rotary_dim": None} if "rotary_dim" in {f.name for f in fields(roles)} else {}
+    return replace(roles, rope=rotary, **carried)
+
+
 def search(module, spec: CallSpec, assignments, cases, wanted, tol: float, bases, extras) -> Found | None:
     """The options (and RoPE) under which some assignment reproduces the learner's outputs (see the module
     docstring); None when the module shows no sign of any. When none reproduces them, the search runs again
@@ -278,7 +286,7 @@ def search(module, spec: CallSpec, assignments, cases, wanted, tol: float, bases
     def build(chosen):
         options = _options_of(chosen, base_options, norm_kind == "width")
         trial = CallSpec(**{**spec.__dict__, "options": options})
-        return trial, [replace(roles, rope=_rotary_of(chosen)) for roles in assignments], options
+        return trial, [_turned(roles, _rotary_of(chosen)) for roles in assignments], options
 
     def score(chosen, every: bool = False) -> float:
         trial, turned, options = build(chosen)
