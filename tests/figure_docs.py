@@ -198,5 +198,5 @@ def all_problems(results: Results | None = None, texts: dict[str, str] | None = 
 
 if __name__ == "__main__":  # python tests/figure_docs.py [DOC]: print what is missing or wrong
     for doc, found in all_problems().items():
-        if len(sys.argv) < 2 or doc == sys.argv[1]:
+        if found and (len(sys.argv) < 2 or doc == sys.argv[1]):
             print("\n".join(found))
