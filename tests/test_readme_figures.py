@@ -107,6 +107,17 @@ def test_the_targets_table_is_the_one_the_run_wrote():
     assert table in text
 
 
+@pytest.mark.parametrize(("doc", "source"), [("benchmarks/README.md", "results.json"), ("benchmarks/decode.md", "decode.json"),
+                                             ("benchmarks/latent.md", "latent.json")])
+def test_each_run_section_names_the_machine_and_the_isa_that_gave_its_figures(doc, source):
+    run = (ROOT / doc).read_text().split("## The run", 1)[1].split("\n## ", 1)[0]
+    machine = RESULTS.data[source]["machine"]
+    said = [machine["cpu"], machine["cpu_capability"]] + (
+        [machine["decode_isa"]] if machine.get("decode_isa") else [])
+    for value in said:
+        assert value in run, f"{doc}'s run section does not say {value!r} (benchmarks/{source}'s machine)"
+
+
 def test_the_tables_are_the_ones_the_run_wrote():
     text = (ROOT / "benchmarks/README.md").read_text()
     written = (ROOT / "benchmarks/results.md").read_text()
