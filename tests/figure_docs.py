@@ -5,7 +5,8 @@ must be what the report renders from their JSON: `rendered_tables`), docs/*.md. 
 inline code) and link targets are code, not prose, and are skipped; every other number is checked.
 
 readme_figures.json maps each doc to its lines that hold numbers, by the line's text (so an edited line
-must be tied again), and each line to its entries:
+must be tied again: `python tests/figure_docs.py --carry` moves the entry of a reworded line whose
+numbers stayed the same), and each line to its entries:
 
 - a list, one entry per number on the line, in order: a key of the results (tests/figure_keys.py), the
   number must equal that value rounded as it is written; or a declaration (below);
@@ -196,7 +197,47 @@ def all_problems(results: Results | None = None, texts: dict[str, str] | None = 
     return out
 
 
-if __name__ == "__main__":  # python tests/figure_docs.py [DOC]: print what is missing or wrong
+def carry_over(entries: dict, doc: str, text: str) -> list[str]:
+    """Move each entry whose line was reworded, its numbers the same and in the same order, to the new line
+    (their values are still checked); returns the lines moved. A line whose numbers changed is left to tie
+    by hand."""
+    lines = {}
+    for n in numbers_in(doc, text):
+        lines.setdefault(n.text, []).append((n.written, n.unit))
+    stale = {}
+    for old in (line for line in entries if line not in lines):
+        stale.setdefault(tuple((n.written, n.unit) for n in numbers_in(doc, old)), []).append(old)
+    moved = []
+    for line, found in lines.items():
+        olds = stale.get(tuple(found), [])
+        if line not in entries and len(olds) == 1:
+            entries[line] = entries.pop(olds.pop())
+            moved.append(line)
+    order = list(lines)
+    entries_sorted = sorted(entries.items(), key=lambda kv: order.index(kv[0]) if kv[0] in lines else len(order))
+    entries.clear()
+    entries.update(entries_sorted)
+    return moved
+
+
+def write_map(entries_by_doc: dict) -> None:
+    """tests/readme_figures.json, one line of a doc per line of the file."""
+    docs = [f" {json.dumps(doc)}: {{\n" + ",\n".join(f"  {json.dumps(line, ensure_ascii=False)}: "
+                                                      f"{json.dumps(entry, ensure_ascii=False)}"
+                                                      for line, entry in entries.items()) + "\n }"
+            for doc, entries in entries_by_doc.items()]
+    MAP_PATH.write_text("{\n" + ",\n".join(docs) + "\n}\n")
+
+
+if __name__ == "__main__":  # python tests/figure_docs.py [--carry] [DOC]: what is missing or wrong
+    if "--carry" in sys.argv:  # after rewording lines: move their entries to the new text
+        mapped = json.loads(MAP_PATH.read_text())
+        for doc in quoting_docs():
+            for line in carry_over(mapped.setdefault(doc, {}), doc, (ROOT / doc).read_text()):
+                print(f"moved: {doc}: {line}")
+        write_map({doc: entries for doc, entries in mapped.items() if entries})
+        figure_map.cache_clear()
+    wanted = [a for a in sys.argv[1:] if not a.startswith("--")]
     for doc, found in all_problems().items():
-        if found and (len(sys.argv) < 2 or doc == sys.argv[1]):
+        if found and (not wanted or doc in wanted):
             print("\n".join(found))

@@ -12,6 +12,7 @@ from figure_docs import (
     DECLARED,
     MAP_PATH,
     RUN_TABLES,
+    carry_over,
     figure_map,
     numbers_in,
     problems,
@@ -123,6 +124,13 @@ def test_the_tables_are_the_ones_the_run_wrote():
     written = (ROOT / "benchmarks/results.md").read_text()
     tables = [t for t in written.split("### ")[1:] if not t.startswith("Targets")]
     assert tables and all("### " + t.strip() in text for t in tables)
+
+
+def test_a_reworded_line_keeps_its_entry_and_a_changed_number_does_not():
+    entries = {"it took 5.24 ms": ["k1"], "at 3 heads": ["shape"], "other 7": ["math"]}
+    moved = carry_over(entries, "README.md", "it took 5.24 ms now\nat 4 heads\nother 7\n")
+    assert moved == ["it took 5.24 ms now"] and list(entries) == ["it took 5.24 ms now", "other 7", "at 3 heads"]
+    assert entries["it took 5.24 ms now"] == ["k1"]
 
 
 def test_the_map_file_is_sorted_json_with_one_entry_per_line_text():
