@@ -27,8 +27,8 @@ RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5
-# are none): a date with its time, a version (2.13.0+cpu), or a number (10,000 / 4.8e-7 / 2.95e+03 / 0.416 /
-# .5) with its unit: x or × written against it (1.85x; "8 x 512" is two numbers), the others also after
+# are none): a date with its time, a version (2.13.0+cpu), or a number (10,000 / 4.8e-7 / 2.95e+03 / 0.416)
+# with its unit: x or × written against it (1.85x; "8 x 512" is two numbers), the others also after
 # one space; or letters written against it (16k, 2nd).
 TOKEN = re.compile(
     r"(?<![\w])(?<!\d\.)(?:(?P<date>\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2})?)"
@@ -108,7 +108,8 @@ class Results:
             ids_key = ("ids", file, suite_name)
             if ids_key not in self.memo:
                 self.memo[ids_key] = row_ids(suite["rows"])
-            row, column = _row_and_column(suite["rows"], path, key, self.memo[ids_key])
+            index, column = row_and_column(suite["rows"], path, key, self.memo[ids_key])
+            row = suite["rows"][index]
             value = row[column]
             return [] if value is None else [value / _scale(unit, f"{column} {row.get('unit', '')}")]
         if kind == "note":
@@ -124,12 +125,13 @@ def _scale(unit: str, where: str) -> float:
     return next((by for (quoted, held), by in SCALES.items() if quoted == unit and held in where), 1)
 
 
-def _row_and_column(rows: list[dict], path: list[str], key: str, ids: list[str]) -> tuple[dict, str]:
-    """The row and column a row key names (a column's name may hold "|", as "max |diff|" does)."""
+def row_and_column(rows: list[dict], path: list[str], key: str, ids: list[str]) -> tuple[int, str]:
+    """(the index of the row, the column) a row key's path names (a column's name may hold "|", as
+    "max |diff|" does); ids: row_ids(rows)."""
     for cut in range(len(path) - 1, 0, -1):
         ident, column = "|".join(path[:cut]), "|".join(path[cut:])
         if ident in ids and column in rows[ids.index(ident)]:
-            return rows[ids.index(ident)], column
+            return ids.index(ident), column
     raise KeyError(f"{key}: no such row and column")
 
 

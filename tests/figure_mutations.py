@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from figure_docs import RENDERED, Number, figure_map, numbers_in, problems, quoting_docs
-from figure_keys import ROOT, Results, row_ids, tokens, written
+from figure_keys import ROOT, Results, row_and_column, row_ids, tokens, written
 
 from multihead.bench.report import cell, target_cells
 from multihead.bench.results import Target
@@ -79,12 +79,9 @@ def place_of(key: str, results: Results) -> tuple:
         return (file, *root, "targets", i, path[-1]) if kind == "target" else \
             (file, *root, "targets", i, "note", ("label", path[-1]))
     if kind == "row":
-        ids = row_ids(suite["rows"])
-        for cut in range(len(path) - 1, 0, -1):
-            ident, column = "|".join(path[:cut]), "|".join(path[cut:])
-            if ident in ids and column in suite["rows"][ids.index(ident)]:
-                rows = (*root, "rows") if root else (suite_name,)  # gpu-results.json: a suite is its list of rows
-                return (file, *rows, ids.index(ident), column)
+        index, column = row_and_column(suite["rows"], path, key, row_ids(suite["rows"]))
+        rows = (*root, "rows") if root else (suite_name,)  # gpu-results.json: a suite is its list of rows
+        return (file, *rows, index, column)
     if kind == "note":
         return (file, *root, "notes", int(path[0]), ("label", "|".join(path[1:])))
     raise KeyError(key)
