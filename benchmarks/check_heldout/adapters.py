@@ -214,7 +214,7 @@ def karpathy(m) -> Plan:
 
 
 def zh_blog(m) -> Plan:
-    return Plan(four(m, "W_q", "W_k", "W_v", "W_o"), Spec(m.num_heads), "qkv_mask4")
+    return Plan(four(m, "q_proj", "k_proj", "v_proj", "o_proj"), Spec(m.head_num), "x_mask4_keep")
 
 
 def sdpa_padding(m) -> Plan:

@@ -95,6 +95,11 @@ def run_calls(target, plan: Plan, gen: torch.Generator) -> list[tuple[str, torch
     elif call == "mla_absorb_flag":
         results.append(("x", first(target(x)), mla(x, w, spec)))
         results.append(("x, absorb=True", first(target(x, absorb=True)), mla(x, w, spec)))
+    elif call == "x_mask4_keep":
+        keep = keep_mask(B, L)[:, None, None, :]
+        results.append(("x", first(target(x)), mha(x, x, w, spec)))
+        results.append(("x + (B, 1, 1, L) 0 = blocked", first(target(x, attention_mask=keep)),
+                        mha(x, x, w, spec, keep.bool())))
     elif call == "x_kpm":
         padding = keep_mask(B, L) == 0
         results.append(("x", first(target(x)), mha(x, x, w, spec)))
@@ -122,7 +127,7 @@ def run_calls(target, plan: Plan, gen: torch.Generator) -> list[tuple[str, torch
         additive = torch.zeros(B, 1, L, L, dtype=torch.float64).masked_fill(~keep, torch.finfo(torch.float64).min)
         results.append(("x", first(target(x)), mha(x, x, w, spec)))
         results.append(("x + 4-D additive mask", first(target(x, attention_mask=additive)), mha(x, x, w, spec, keep)))
-    elif call in ("qkv_mask3", "qkv_mask4", "qkv_valid_lens"):
+    elif call in ("qkv_mask3", "qkv_valid_lens"):
         xq = x[:, :L]
         xk = torch.randn(B, LK, 32, generator=gen, dtype=torch.float64)
         xv = torch.randn(B, LK, 32, generator=gen, dtype=torch.float64)
@@ -130,10 +135,8 @@ def run_calls(target, plan: Plan, gen: torch.Generator) -> list[tuple[str, torch
         reference = mha(xq, xk, w, spec, keep[:, None, None, :].bool(), xv=xv)
         if call == "qkv_valid_lens":
             got = target(xq, xk, xv, keep.sum(-1))
-        elif call == "qkv_mask3":
-            got = target(xq, xk, xv, keep[:, None, :].expand(B, L, LK))
         else:
-            got = target(xq, xk, xv, keep[:, None, None, :])
+            got = target(xq, xk, xv, keep[:, None, :].expand(B, L, LK))
         results.append(("q, k, v", first(target(xq, xk, xv, None)), mha(xq, xk, w, spec, xv=xv)))
         results.append(("q, k, v + mask", first(got), reference))
     elif call == "fn_qkv_mask":

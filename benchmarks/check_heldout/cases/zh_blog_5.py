@@ -1,55 +1,58 @@
-"""从零手写多头注意力（Multi-Head Attention）
+"""手写多头自注意力（MultiHeadSelfAttention），一步一步来。
 
-思路：
-1. 用三个线性层把输入分别映射成 Q、K、V；
-2. 把 d_model 拆成 num_heads 个头，每个头的维度 d_k = d_model / num_heads；
-3. 每个头做缩放点积注意力：softmax(Q K^T / sqrt(d_k)) V；
-4. 把各个头的结果拼回去，再过一个输出线性层 W_o。
+输入 X 的形状是 (batch, seq_len, hidden_dim)，hidden_dim 被平均分给 head_num 个头，
+每个头的维度 head_dim = hidden_dim // head_num。
 
-mask 的约定：形状可以广播到 (batch, 1, 查询长度, 键长度)，值为 0 的位置表示“不能看”。"""
+attention_mask：可以广播到 (batch, head_num, seq_len, seq_len)，值为 0 的位置表示“不能看”，
+例如把 (batch, seq_len) 的 padding 掩码 unsqueeze(1).unsqueeze(2) 之后传进来。"""
 import math
 
 import torch
 import torch.nn as nn
 
 
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_model, num_heads):
-        super(MultiHeadAttention, self).__init__()
-        assert d_model % num_heads == 0, "d_model 必须能被 num_heads 整除"
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_k = d_model // num_heads   # 每个头的维度
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, hidden_dim, head_num, attention_dropout_rate=0.1):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.head_num = head_num
+        self.head_dim = hidden_dim // head_num
 
-        self.W_q = nn.Linear(d_model, d_model)
-        self.W_k = nn.Linear(d_model, d_model)
-        self.W_v = nn.Linear(d_model, d_model)
-        self.W_o = nn.Linear(d_model, d_model)
+        # 一般写成 hidden_dim -> head_num * head_dim，两者相等
+        self.q_proj = nn.Linear(hidden_dim, hidden_dim)
+        self.k_proj = nn.Linear(hidden_dim, hidden_dim)
+        self.v_proj = nn.Linear(hidden_dim, hidden_dim)
+        self.o_proj = nn.Linear(hidden_dim, hidden_dim)
 
-    def scaled_dot_product_attention(self, Q, K, V, mask=None):
-        # 注意力分数：(batch, 头数, 查询长度, 键长度)
-        attn_scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)
-        if mask is not None:
-            # mask 为 0 的位置填一个很大的负数，softmax 之后权重约等于 0
-            attn_scores = attn_scores.masked_fill(mask == 0, -1e9)
-        attn_probs = torch.softmax(attn_scores, dim=-1)
-        return torch.matmul(attn_probs, V)
+        self.attention_dropout = nn.Dropout(attention_dropout_rate)
 
-    def split_heads(self, x):
-        # (batch, 长度, d_model) -> (batch, 头数, 长度, d_k)
-        batch_size, seq_length, d_model = x.size()
-        return x.view(batch_size, seq_length, self.num_heads, self.d_k).transpose(1, 2)
+    def forward(self, X, attention_mask=None):
+        batch, seq_len, _ = X.size()
 
-    def combine_heads(self, x):
-        # (batch, 头数, 长度, d_k) -> (batch, 长度, d_model)
-        batch_size, _, seq_length, d_k = x.size()
-        return x.transpose(1, 2).contiguous().view(batch_size, seq_length, self.d_model)
+        Q = self.q_proj(X)
+        K = self.k_proj(X)
+        V = self.v_proj(X)
 
-    def forward(self, Q, K, V, mask=None):
-        Q = self.split_heads(self.W_q(Q))
-        K = self.split_heads(self.W_k(K))
-        V = self.split_heads(self.W_v(V))
+        # (b, s, h) -> (b, s, head_num, head_dim) -> (b, head_num, s, head_dim)
+        q_state = Q.view(batch, seq_len, self.head_num, self.head_dim).permute(0, 2, 1, 3)
+        k_state = K.view(batch, seq_len, self.head_num, self.head_dim).permute(0, 2, 1, 3)
+        v_state = V.view(batch, seq_len, self.head_num, self.head_dim).permute(0, 2, 1, 3)
 
-        attn_output = self.scaled_dot_product_attention(Q, K, V, mask)
-        output = self.combine_heads(attn_output)
+        # 注意力分数：(b, head_num, s, s)，除以 sqrt(head_dim) 防止数值过大
+        attention_weight = torch.matmul(q_state, k_state.transpose(-1, -2)) / math.sqrt(self.head_dim)
+
+        if attention_mask is not None:
+            # 掩码为 0 的位置填一个极小的数，softmax 之后几乎为 0
+            attention_weight = attention_weight.masked_fill(attention_mask == 0, float("-1e20"))
+
+        # 在最后一维（键的维度）上做 softmax
+        attention_weight = torch.softmax(attention_weight, dim=3)
+        attention_weight = self.attention_dropout(attention_weight)
+
+        output_mid = attention_weight @ v_state            # (b, head_num, s, head_dim)
+
+        # 先把头的维度换回去，再拼接：(b, s, head_num, head_dim) -> (b, s, hidden_dim)
+        output_mid = output_mid.transpose(1, 2).contiguous()
+        output = output_mid.view(batch, seq_len, -1)
+
         return output
