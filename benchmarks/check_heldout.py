@@ -16,7 +16,7 @@ import datetime
 import json
 import os
 import re
-import statistics
+import resource
 import subprocess
 import sys
 import time
@@ -95,21 +95,29 @@ def right(expected: str, got: str) -> bool:
     return got == expected
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float) -> dict:
-    start = time.perf_counter()
+    """One check in its own process: the verdict, its exit code, its wall and CPU seconds (children run one
+    at a time, so the children's CPU clock's step is this process's)."""
+    start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         done = _cli(*command(case, lang, with_claim), timeout=timeout)
         returncode, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired:
         returncode, output = None, ""
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
     got = verdict(returncode, output, ids)
-    return {"got": got, "exit": returncode, "seconds": round(seconds, 3), "ok": right(case["expected"], got)}
+    return {"got": got, "exit": returncode, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+            "ok": right(case["expected"], got)}
 
 
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
-    return round(ordered[round(share * (len(ordered) - 1))], 3) if ordered else 0.0
+    return round(ordered[round(share * (len(ordered) - 1))], 2) if ordered else 0.0
 
 
 def totals(cases: list[dict], rows: list[dict], lang: str) -> dict:
@@ -119,21 +127,24 @@ def totals(cases: list[dict], rows: list[dict], lang: str) -> dict:
     buggy = [(case, run) for case, run in runs if case["expected"] != "PASS"]
     named = sum(run["ok"] for _, run in buggy)
     times = [run["seconds"] for _, run in runs]
+    cpu = [run["cpu_seconds"] for _, run in runs]
     return {
         "correct PASS": f"{sum(run['ok'] for run in correct)} of {len(correct)}",
         "bug ids right": f"{named} of {len(buggy)} ({100 * named / max(len(buggy), 1):.0f}%)",
         "false PASS": sum(run["got"] == "PASS" for _, run in buggy),
         "exit 2": sum(run["exit"] == 2 for _, run in runs),
         "timeouts": sum(run["exit"] is None for _, run in runs),
-        "p50 s per check": round(statistics.median(times), 2) if times else 0.0,
+        "p50 s per check": percentile(times, 0.5),
         "p95 s per check": percentile(times, 0.95),
+        "p50 CPU s per check": percentile(cpu, 0.5),
+        "p95 CPU s per check": percentile(cpu, 0.95),
     }
 
 
 def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = True) -> dict:
     """Check every case in every language; the rows, the totals per language and how it was run."""
     ids, with_claim = known_bug_ids(), claims_supported()
-    load_before = os.getloadavg()
+    started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
     rows = []
     for case in cases:
         row = {lang: check_case(case, lang, ids, with_claim, timeout) for lang in langs}
@@ -147,11 +158,13 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
         "cases": cases, "rows": rows, "langs": langs,
         "totals": {lang: totals(cases, rows, lang) for lang in langs},
         "conditions": {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cases": len(cases), "mask claims passed": with_claim, "EN and ZH verdicts agree": f"{agree} of {len(rows)}",
             "cpu cores": os.cpu_count(),
             "load average (1 min) before / after": f"{load_before[0]:.1f} / {os.getloadavg()[0]:.1f}",
-            "timing": "wall time of one `python -m multihead check` process, start included",
+            "timing": "one `python -m multihead check` process, start included: wall seconds, and the CPU "
+                      "seconds it used (user + system), which other jobs on the machine do not inflate",
         },
     }
 

@@ -97,7 +97,8 @@ def test_harness_runs_two_cases_and_writes_markdown_and_json(tmp_path):
     assert [row["case"] for row in data["rows"]] == ["zh_blog_1", "zh_blog_6"]
     for row in data["rows"]:
         assert row["en"]["got"] in {"PASS", "FAIL", "ERROR", "TIMEOUT"} | harness.known_bug_ids()
-        assert row["en"]["seconds"] > 0
-    assert set(data["totals"]["en"]) >= {"correct PASS", "bug ids right", "false PASS", "exit 2", "p95 s per check"}
+        assert row["en"]["seconds"] > 0 and row["en"]["cpu_seconds"] > 0
+    assert set(data["totals"]["en"]) >= {"correct PASS", "bug ids right", "false PASS", "exit 2", "p95 s per check",
+                                           "p95 CPU s per check"}
     text = markdown.read_text(encoding="utf-8")
     assert "| zh_blog_1 |" in text and "| zh_blog_6 |" in text
