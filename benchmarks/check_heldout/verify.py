@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from adapters import ADAPTERS, Plan  # noqa: E402
-from reference import LatentSpec, attend, mha, mla  # noqa: E402
+from reference import attend, mha, mla  # noqa: E402
 
 CASES = HERE / "cases"
 MANIFEST = HERE / "manifest.toml"
