@@ -169,32 +169,35 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
     }
 
 
-def markdown(result: dict) -> str:
-    """The totals per language, how it was run, and one row per case."""
-    langs = result["langs"]
-    keys = list(result["totals"][langs[0]])
+def as_json(result: dict) -> dict:
+    """What --json writes: the totals, the conditions and one row per case (the table is made from it)."""
+    rows = [{"case": case["name"], "expected": case["expected"], **{lang: row[lang] for lang in result["langs"]}}
+            for case, row in zip(result["cases"], result["rows"])]
+    return {"suite": "check_heldout", "totals": result["totals"], "conditions": result["conditions"], "rows": rows}
+
+
+def markdown(data: dict) -> str:
+    """The totals per language, how it was run, and one row per case, from what --json writes (`as_json`);
+    each case's idiom and language come from the manifest."""
+    langs = list(data["totals"])
+    manifest = {case["name"]: case for case in load_cases()}
+    keys = list(data["totals"][langs[0]])
     lines = ["| measure | " + " | ".join(lang.upper() for lang in langs) + " |", "|---" * (len(langs) + 1) + "|"]
-    lines += [f"| {key} | " + " | ".join(str(result["totals"][lang][key]) for lang in langs) + " |" for key in keys]
+    lines += [f"| {key} | " + " | ".join(str(data["totals"][lang][key]) for lang in langs) + " |" for key in keys]
     lines += ["", "| condition | value |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in result["conditions"].items()]
+    lines += [f"| {key} | {value} |" for key, value in data["conditions"].items()]
     header = "| case | idiom | lang | expected | " + " | ".join(f"got {lang.upper()}" for lang in langs)
     header += " | " + " | ".join(f"s {lang.upper()}" for lang in langs) + " |"
     lines += ["", header, "|---" * (4 + 2 * len(langs)) + "|"]
-    for case, row in zip(result["cases"], result["rows"]):
+    for row in data["rows"]:
+        case = manifest[row["case"]]
         gots = " | ".join(("" if row[lang]["ok"] else "**") + row[lang]["got"] + ("" if row[lang]["ok"] else "**")
                           for lang in langs)
         secs = " | ".join(f"{row[lang]['seconds']:.1f}" for lang in langs)
-        lines.append(f"| {case['name']} | {case['idiom']} | {case['lang']} | {case['expected']} | {gots} | {secs} |")
+        lines.append(f"| {row['case']} | {case['idiom']} | {case['lang']} | {row['expected']} | {gots} | {secs} |")
     lines += ["", "A got in bold differs from the expected verdict. Expected FAIL: a mistake with no catalogue id "
               "yet; any FAIL is right."]
     return "\n".join(lines)
-
-
-def json_line(result: dict) -> str:
-    rows = [{"case": case["name"], "expected": case["expected"], **{lang: row[lang] for lang in result["langs"]}}
-            for case, row in zip(result["cases"], result["rows"])]
-    return json.dumps({"suite": "check_heldout", "totals": result["totals"], "conditions": result["conditions"],
-                       "rows": rows}, ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,11 +209,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the JSON line to FILE")
     args = parser.parse_args(argv)
     result = run(load_cases(args.cases), args.lang, args.timeout)
-    print(markdown(result))
-    line = json_line(result)
+    data = as_json(result)
+    table, line = markdown(data), json.dumps(data, ensure_ascii=False)
+    print(table)
     print(line)
     if args.markdown:
-        Path(args.markdown).write_text(markdown(result) + "\n", encoding="utf-8")
+        Path(args.markdown).write_text(table + "\n", encoding="utf-8")
     if args.json:
         Path(args.json).write_text(line + "\n", encoding="utf-8")
 

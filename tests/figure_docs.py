@@ -1,7 +1,8 @@
 """Every number in the docs, each occurrence, against its entry in tests/readme_figures.json.
 
 The docs: README.md, benchmarks/*.md but the runs' own tables (results.md and *-results.md, which
-must be what the report renders from their JSON: `rendered_tables`), docs/*.md. Code (fenced blocks and
+must be what the report renders from their JSON: `rendered_tables`; the held-out zoo's check_heldout-*.md,
+which must be what its harness makes of its JSON), docs/*.md. Code (fenced blocks and
 inline code) and link targets are code, not prose, and are skipped; every other number is checked.
 
 readme_figures.json maps each doc to its lines that hold numbers, by the line's text (so an edited line
@@ -67,11 +68,13 @@ class Number:
 
 RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", "latent-results.md": "latent.json",
               "parallel.md": "parallel.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
+# benchmarks/<md>: what benchmarks/check_heldout.py's `markdown` makes of benchmarks/<json> (the held-out zoo's runs)
+HARNESS_TABLES = {"check_heldout-before.md": "check_heldout-before.json"}
 
 
 def quoting_docs() -> list[str]:
-    """README.md, benchmarks/*.md but the runs' own tables (RUN_TABLES), docs/*.md."""
-    bench = [p for p in sorted((ROOT / "benchmarks").glob("*.md")) if p.name not in RUN_TABLES]
+    """README.md, benchmarks/*.md but the runs' own tables (RUN_TABLES, HARNESS_TABLES), docs/*.md."""
+    bench = [p for p in sorted((ROOT / "benchmarks").glob("*.md")) if p.name not in {*RUN_TABLES, *HARNESS_TABLES}]
     return ["README.md", *(str(p.relative_to(ROOT)) for p in [*bench, *sorted((ROOT / "docs").glob("*.md"))])]
 
 

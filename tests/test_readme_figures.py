@@ -5,11 +5,13 @@ entry fails here with the file, the line, the number and what to add.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 from figure_docs import (
     DECLARED,
+    HARNESS_TABLES,
     MAP_PATH,
     RUN_TABLES,
     carry_over,
@@ -45,6 +47,16 @@ def test_the_run_tables_are_what_the_report_renders_from_their_results(table, so
     assert (ROOT / "benchmarks" / table).read_text() == render(RESULTS, source), (
         f"benchmarks/{table} is not what `multihead bench --markdown` writes from benchmarks/{source}: "
         "rerun the bench (or write the table from the JSON)")
+
+
+@pytest.mark.parametrize(("table", "source"), HARNESS_TABLES.items())
+def test_the_held_out_tables_are_what_their_harness_makes_of_their_results(table, source):
+    spec = importlib.util.spec_from_file_location("check_heldout", ROOT / "benchmarks" / "check_heldout.py")
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    data = json.loads((ROOT / "benchmarks" / source).read_text(encoding="utf-8"))
+    assert (ROOT / "benchmarks" / table).read_text(encoding="utf-8") == harness.markdown(data) + "\n", (
+        f"benchmarks/{table} is not what benchmarks/check_heldout.py writes from benchmarks/{source}: rerun it")
 
 
 def test_a_line_without_an_entry_names_the_file_line_number_and_what_to_add():
