@@ -13,14 +13,16 @@ heads that share one key per token, and the attention then reads only each query
     keys  = top_K(score) among the keys the query may see, -1 where fewer exist
 
 RoPE turns the first R of the Di features (DeepSeek V3.2 pairs them half-split, GLM-MoE-DSA
-interleaved). `index_scores` and `top_k_keys` are shared with DeepSeek V4, whose indexer scores
-compressed blocks instead of tokens. Scores are computed in float32, as transformers does.
+interleaved). DeepSeek V4's `BlockIndexer` scores compressed blocks of m tokens instead of tokens: its
+keys are a BlockCompressor's entries (the last R features turned), and query i may pick block w only
+once the block is complete, w < (i + 1) // m. Scores are computed in float32, as transformers does.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from multihead.compressor import BlockCompressor, Compressed, CompressorState, turn_trailing
 from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.positions import RoPE
@@ -119,3 +121,49 @@ class LightningIndexer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, top_k={self.top_k}"
+
+
+class BlockIndexer(nn.Module):
+    """DeepSeek V4's indexer of compressed-sparse layers: picks each query's top-k blocks among the
+    complete ones. Weights: compressor (a BlockCompressor with overlap, at Di), q_b_proj (Cq -> Hi·Di),
+    weights_proj (E -> Hi).
+
+    embed_dim E, q_lora_rank Cq, num_heads Hi, head_dim Di, top_k K, rate m. rope: an mh.RoPE over the R
+    trailing features of Di (the compressed layer's own). norm_eps: the compressor's norm epsilon.
+    """
+
+    def __init__(self, embed_dim: int, q_lora_rank: int, num_heads: int, head_dim: int, top_k: int, rate: int, *,
+                 rope: RoPE, norm_eps: float = 1e-6, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        for name, value in (("q_lora_rank", q_lora_rank), ("num_heads", num_heads), ("top_k", top_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise AttentionError(f"BlockIndexer {name} must be a positive int; got {value!r}.")
+        self.num_heads, self.head_dim, self.top_k, self.rate = num_heads, head_dim, top_k, rate
+        factory = {"device": device, "dtype": dtype}
+        self.compressor = BlockCompressor(embed_dim, head_dim, rate, overlap=True, rope=rope, norm_eps=norm_eps,
+                                          **factory)
+        self.q_b_proj = nn.Linear(q_lora_rank, num_heads * head_dim, bias=False, **factory)
+        self.weights_proj = nn.Linear(embed_dim, num_heads, bias=False, **factory)
+
+    def forward(self, x: torch.Tensor, q_resid: torch.Tensor, start: int = 0,
+                state: CompressorState | None = None) -> tuple[torch.Tensor, Compressed]:
+        """x (B, L, E), the tokens at positions start ... start + L - 1 (after the `state`'s tokens),
+        q_resid (B, L, Cq) -> (block indices (B, L, min(K, N)), -1 for none; the compressor's result,
+        which the caller commits to the state)."""
+        B, L, _ = x.shape
+        positions = start + torch.arange(L, device=x.device)  # (L,)
+        blocks = self.compressor(x, state, start)
+        q = self.q_b_proj(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, Hi, L, Di)
+        q = turn_trailing(q, self.compressor.rope, positions).transpose(1, 2)  # (B, L, Hi, Di)
+        weights = self.weights_proj(x).float() * self.num_heads ** -0.5  # (B, L, Hi)
+        scores = index_scores(q, blocks.entries, weights, self.head_dim ** -0.5)  # (B, L, N)
+        return top_k_keys(scores, complete_blocks(positions, blocks.entries.shape[1], self.rate), self.top_k), blocks
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}, top_k={self.top_k}, rate={self.rate}"
+
+
+def complete_blocks(positions: torch.Tensor, N: int, rate: int) -> torch.Tensor:
+    """positions (L,) -> (L, N) bool: block w (tokens w·m ... w·m + m - 1) is complete at each position."""
+    return torch.arange(N, device=positions.device) < ((positions + 1) // rate)[:, None]  # (L, N)
