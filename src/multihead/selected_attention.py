@@ -58,13 +58,14 @@ def _gathered(q, k, v, indices, options) -> torch.Tensor:
     flat = indices.clamp_min(0).reshape(B, 1, Lq * K, 1)  # free slots read row 0, then are masked
 
     def rows(t: torch.Tensor) -> torch.Tensor:  # (B, Hkv, Lk, X) -> (B * Lq, Hkv, K, X)
-        picked = t.gather(2, flat.expand(B, Hkv, Lq * K, t.shape[-1]))  # (B, Hkv, Lq * K, X)
-        return picked.view(B, Hkv, Lq, K, -1).transpose(1, 2).reshape(B * Lq, Hkv, K, t.shape[-1])
+        X = t.shape[-1]
+        picked = t.gather(2, flat.expand(B, Hkv, Lq * K, X))  # (B, Hkv, Lq * K, X)
+        return picked.view(B, Hkv, Lq, K, X).transpose(1, 2).reshape(B * Lq, Hkv, K, X)
 
     keep = (indices >= 0).reshape(B * Lq, 1, 1, K)
     queries = q.transpose(1, 2).reshape(B * Lq, H, 1, D)  # (B * Lq, H, 1, D)
     out = attention(queries, rows(k), rows(v), Mask.keep(keep), **options)  # (B * Lq, H, 1, Dv)
-    return out.view(B, Lq, H, -1).transpose(1, 2)  # (B, H, Lq, Dv)
+    return out.view(B, Lq, H, v.shape[-1]).transpose(1, 2)  # (B, H, Lq, Dv)
 
 
 def _masked(q, k, v, indices, options) -> torch.Tensor:
