@@ -174,7 +174,8 @@ def test_the_cache_counts_its_bytes_from_its_buffers():
     cache = layer.new_cache(3, 16)
     entries = cache.compressor.entries.nbytes + cache.indexer.entries.nbytes
     assert cache.bytes_per_token() == entries / (3 * 16) == (D + 8) / 2 * 4
-    assert cache.fixed_bytes() == ((W - 1) * D + 2 * 2 * (2 * D) + 2 * 2 * D + 2 * 2 * 16 + 2 * 2 * 8) * 4
+    # window W - 1 rows; per compressor: pending kv and gate (m - 1 slots of 2·width), overlap kv and gate (m of width)
+    assert cache.fixed_bytes() == ((W - 1) * D + 2 * 1 * (2 * D) + 2 * 2 * D + 2 * 1 * 16 + 2 * 2 * 8) * 4
     sliding = make_layer("sliding").new_cache(3, 16)
     assert sliding.bytes_per_token() == 0.0 and sliding.fixed_bytes() == (W - 1) * D * 4
     assert make_layer("heavily_compressed").new_cache(1, 12).bytes_per_token() == D / 3 * 4

@@ -42,7 +42,7 @@ def turn_trailing(x: torch.Tensor, rope: RoPE, positions: torch.Tensor, inverse:
 
 class CompressorState(nn.Module):
     """What a BlockCompressor carries between a decoder's calls, for B sequences of up to max_entries
-    entries: entries (B, max_entries, D); pending_kv/pending_gate (B, m, Dc), the unfinished block's
+    entries: entries (B, max_entries, D); pending_kv/pending_gate (B, m - 1, Dc), the unfinished block's
     tokens; with overlap, overlap_kv/overlap_gate (B, m, D), the last finished block's first half."""
 
     def __init__(self, batch_size: int, max_entries: int, head_dim: int, rate: int, overlap: bool, *, device=None,
@@ -51,8 +51,8 @@ class CompressorState(nn.Module):
         factory = {"device": device, "dtype": dtype}
         width = 2 * head_dim if overlap else head_dim
         self.register_buffer("entries", torch.zeros(batch_size, max_entries, head_dim, **factory))
-        self.register_buffer("pending_kv", torch.zeros(batch_size, rate, width, **factory))
-        self.register_buffer("pending_gate", torch.zeros(batch_size, rate, width, **factory))
+        self.register_buffer("pending_kv", torch.zeros(batch_size, rate - 1, width, **factory))
+        self.register_buffer("pending_gate", torch.zeros(batch_size, rate - 1, width, **factory))
         if overlap:
             self.register_buffer("overlap_kv", torch.zeros(batch_size, rate, head_dim, **factory))
             self.register_buffer("overlap_gate", torch.zeros(batch_size, rate, head_dim, **factory))
