@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import multihead as mh
-from helpers import reference_mla
+from helpers import decoded_step_by_step, reference_mla
 from multihead.indexer import LightningIndexer, top_k_keys
 from multihead.latent import MultiHeadLatentAttention
 
@@ -76,7 +76,7 @@ def test_prefill_then_steps_equal_the_whole_sequence(absorb):
     cache = mla.new_cache(2, 12)
     rows = [mla(x[:, :5], cache=cache, absorb=absorb)] + [mla(x[:, i:i + 1], cache=cache, absorb=absorb)
                                                           for i in range(5, 12)]
-    torch.testing.assert_close(torch.cat(rows, 1), full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cat(rows, 1), full, rtol=1e-5, atol=1e-5)  # absorb= on every call
     assert cache.index_keys.shape == (2, 12, DI) and cache.index_keys.abs().min() > 0  # every slot written
 
 
@@ -118,8 +118,7 @@ def test_grad_no_grad_and_inference_mode_agree():
     with torch.no_grad():
         torch.testing.assert_close(mla(x), out, rtol=0, atol=0)
     with torch.inference_mode():
-        cache = mla.new_cache(1, 9)
-        steps = torch.cat([mla(x[:, :3], cache=cache)] + [mla(x[:, i:i + 1], cache=cache) for i in range(3, 9)], 1)
+        steps = decoded_step_by_step(mla, x, 3)
     torch.testing.assert_close(steps, out.detach(), rtol=1e-5, atol=1e-5)
 
 
@@ -185,3 +184,17 @@ def test_the_cache_keeps_index_keys_through_reorder_resize_and_reset():
     assert cache.bytes_per_token() == per_token == (C + R + DI) * 4
     cache.reset()
     assert not cache.index_keys.any() and cache.held == 0
+
+
+@pytest.mark.slow
+def test_compiled_sparse_decode_step_matches_eager():
+    mla = make_sparse(9).eval()
+    x = torch.randn(1, 8, E)
+    eager_cache, compiled_cache = mla.new_cache(1, 10), mla.new_cache(1, 10)
+    step = torch.compile(lambda t, c: mla(t, cache=c), dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        mla(x[:, :4], cache=eager_cache)
+        mla(x[:, :4], cache=compiled_cache)
+        for i in range(4, 8):  # from 5 keys on, the top 3 are gathered
+            torch.testing.assert_close(step(x[:, i:i + 1], compiled_cache), mla(x[:, i:i + 1], cache=eager_cache),
+                                       rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import multihead as mh
+from helpers import decoded_step_by_step
 from multihead.shared_kv_cache import SharedKVCache
 
 E, H, D, R, CQ, W, G, O = 32, 4, 16, 4, 12, 4, 2, 8
@@ -144,8 +145,7 @@ def test_no_grad_and_inference_mode_agree_with_grad():
     with torch.no_grad():
         torch.testing.assert_close(layer(x), out, rtol=0, atol=0)
     with torch.inference_mode():
-        cache = layer.new_cache(1, 10)
-        steps = torch.cat([layer(x[:, :4], cache=cache)] + [layer(x[:, i:i + 1], cache=cache) for i in range(4, 10)], 1)
+        steps = decoded_step_by_step(layer, x, 4)
     torch.testing.assert_close(steps, out.detach(), rtol=1e-5, atol=1e-5)
 
 
@@ -160,11 +160,8 @@ def test_bf16_stays_within_twice_the_drift_of_a_bf16_reference(kind):
     x = torch.randn(2, 12, E)
     exact = reference(layer, x)
     drift = (reference(low, x.bfloat16()) - exact).abs().max().item()  # the same formulas from bf16 weights
-    cache = low.new_cache(2, 12)
     with torch.no_grad():
-        steps = torch.cat([low(x[:, :5].bfloat16(), cache=cache)] +
-                          [low(x[:, i:i + 1].bfloat16(), cache=cache) for i in range(5, 12)], 1)
-        full = low(x.bfloat16())
+        steps, full = decoded_step_by_step(low, x.bfloat16(), 5), low(x.bfloat16())
     for ours in (full, steps):
         assert (ours.double() - exact).abs().max().item() <= 2 * drift
 

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
-from multihead.errors import AttentionError, check_flag, check_number, shape_str
+from multihead.errors import AttentionError, check_flag, check_hidden, check_number
 from multihead.indexer import LightningIndexer, allowed_keys
 from multihead.latent_cache import LatentCache
 from multihead.latent_products import fold, unfold
@@ -291,13 +291,7 @@ class MultiHeadLatentAttention(nn.Module):
         return unfold(out[..., :self.kv_lora_rank], w_uv)  # (B, H, Lq, C) @ (H, Dv, C)^T -> (B, H, Lq, Dv)
 
     def _check_input(self, x) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            got = shape_str(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise AttentionError(f"x must be (B, L, E={self.embed_dim}); got {got}.")
-        weight = self.kv_a_proj_with_mqa.weight
-        if x.dtype != weight.dtype or x.device != weight.device:
-            raise AttentionError(f"x is {x.dtype} on {x.device} but the module's parameters are {weight.dtype} "
-                                 f"on {weight.device}; convert one of them with .to().")
+        check_hidden(x, self.embed_dim, self.kv_a_proj_with_mqa.weight)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kv_lora_rank={self.kv_lora_rank}, "

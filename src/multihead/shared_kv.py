@@ -33,7 +33,7 @@ from torch import nn
 
 from multihead.attention import attention
 from multihead.compressor import BlockCompressor, turn_trailing
-from multihead.errors import AttentionError, check_number, shape_str
+from multihead.errors import AttentionError, check_hidden, check_number
 from multihead.indexer import BlockIndexer, complete_blocks
 from multihead.masks import Mask
 from multihead.positions import RoPE
@@ -179,13 +179,7 @@ class SharedKVAttention(nn.Module):
         return torch.cat((rows, entries), dim=-1)
 
     def _check_input(self, x, cache) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            got = shape_str(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise AttentionError(f"x must be (B, L, E={self.embed_dim}); got {got}.")
-        weight = self.kv_proj.weight
-        if x.dtype != weight.dtype or x.device != weight.device:
-            raise AttentionError(f"x is {x.dtype} on {x.device} but the module's parameters are {weight.dtype} "
-                                 f"on {weight.device}; convert one of them with .to().")
+        check_hidden(x, self.embed_dim, self.kv_proj.weight)
         if cache is None:
             return
         if not isinstance(cache, SharedKVCache) or cache.window_size != self.window or cache.rate != self.compress_rate \

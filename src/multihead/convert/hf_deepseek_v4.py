@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from multihead.convert.hf_config import hf_config, hf_dropout
-from multihead.convert.registry import register_converter
+from multihead.convert.registry import register_refusal
 from multihead.errors import AttentionError
 from multihead.positions import RoPE
 from multihead.shared_kv import SharedKVAttention
@@ -41,14 +41,9 @@ def is_deepseek_v4_attention(module: nn.Module) -> bool:
         hasattr(module, "o_a_proj")
 
 
-@register_converter("DeepSeek V4 shared-KV attention (convert it with SharedKVAttention.from_module)")
-def refuse_shared_kv_attention(module: nn.Module, **hints) -> None:
-    """MultiHeadAttention.from_module on a DeepSeek V4 layer: say which class converts it."""
-    if is_deepseek_v4_attention(module):
-        raise AttentionError(f"{type(module).__name__} is DeepSeek V4 attention: one key/value head shared as K = V, "
-                             "compressed blocks and a grouped output projection, which MultiHeadAttention cannot hold. "
-                             "Convert it with mh.SharedKVAttention.from_module(layer).")
-    return None
+register_refusal("DeepSeek V4 shared-KV attention (convert it with SharedKVAttention.from_module)",
+                 is_deepseek_v4_attention, "DeepSeek V4 attention: one key/value head shared as K = V, compressed "
+                 "blocks and a grouped output projection", "mh.SharedKVAttention.from_module(layer)")
 
 
 def shared_kv_from_module(module: nn.Module) -> SharedKVAttention:

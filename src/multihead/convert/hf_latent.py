@@ -29,7 +29,7 @@ from torch import nn
 
 from multihead.convert.hf_config import hf_config, hf_dropout, hf_rope
 from multihead.convert.hf_decoders import _copy_rms_norm
-from multihead.convert.registry import register_converter
+from multihead.convert.registry import register_refusal
 from multihead.errors import AttentionError
 from multihead.indexer import LightningIndexer
 from multihead.latent import MultiHeadLatentAttention
@@ -59,15 +59,10 @@ def is_deepseek_attention(module: nn.Module) -> bool:
     return config is not None and config.model_type in MODEL_TYPES and getattr(module, "kv_b_proj", None) is not None
 
 
-@register_converter("DeepSeek V2/V3/V3.2 and GLM-MoE-DSA latent attention (convert it with "
-                    "MultiHeadLatentAttention.from_module)")
-def refuse_latent_attention(module: nn.Module, **hints) -> None:
-    """MultiHeadAttention.from_module on a DeepSeek layer: say which class converts it."""
-    if is_deepseek_attention(module):
-        raise AttentionError(f"{type(module).__name__} is multi-head latent attention: every head's keys and values "
-                             "come from one cached latent, which MultiHeadAttention cannot hold. Convert it with "
-                             "mh.MultiHeadLatentAttention.from_module(layer).")
-    return None
+register_refusal("DeepSeek V2/V3/V3.2 and GLM-MoE-DSA latent attention (convert it with "
+                 "MultiHeadLatentAttention.from_module)", is_deepseek_attention,
+                 "multi-head latent attention: every head's keys and values come from one cached latent",
+                 "mh.MultiHeadLatentAttention.from_module(layer)")
 
 
 def latent_from_module(module: nn.Module) -> MultiHeadLatentAttention:

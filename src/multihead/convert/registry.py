@@ -53,6 +53,19 @@ def register_converter(name: str):
     return add
 
 
+def register_refusal(style: str, recognises: Callable[[nn.Module], bool], what: str, convert_with: str) -> Callable:
+    """Register a converter that refuses the modules `recognises` accepts: they are `what`, which
+    MultiHeadAttention cannot hold, and `convert_with` (e.g. "mh.X.from_module(layer)") converts them."""
+
+    def refuse(module: nn.Module, **hints) -> None:
+        if recognises(module):
+            raise AttentionError(f"{type(module).__name__} is {what}, which MultiHeadAttention cannot hold. "
+                                 f"Convert it with {convert_with}.")
+        return None
+
+    return register_converter(style)(refuse)
+
+
 def converter_names() -> list[str]:
     _load_styles()
     return [name for name, _ in _CONVERTERS]
