@@ -9,6 +9,7 @@ import torch
 
 import multihead as mh
 from helpers import decoded_step_by_step, reference_mla
+import multihead.indexer as indexer_module
 from multihead.indexer import LightningIndexer, top_k_keys
 from multihead.latent import MultiHeadLatentAttention
 
@@ -47,12 +48,14 @@ def brute_force_selection(mla, x):
     return [[set(row[:min(TOP_K, i + 1)].tolist()) for i, row in enumerate(b)] for b in scores.argsort(-1, True)]
 
 
-def test_the_indexer_keeps_each_querys_top_k_causal_keys():
+def test_the_indexer_keeps_each_querys_top_k_causal_keys(monkeypatch):
     mla = make_sparse(0)
     x = torch.randn(2, 10, E)
     _, indices = mla(x, return_indices=True)
     picked = [[set(i for i in row.tolist() if i >= 0) for row in b] for b in indices]
     assert picked == brute_force_selection(mla, x)
+    monkeypatch.setattr(indexer_module, "SCORE_BUDGET", 1)  # one query per block: the same picks
+    assert torch.equal(mla(x, return_indices=True)[1], indices)
     assert (indices[:, :2] == -1).any() and indices.shape == (2, 10, TOP_K)  # early rows have fewer keys
     assert top_k_keys(torch.zeros(1, 1, 2), torch.tensor([[[False, True]]]), 2).tolist() == [[[1, -1]]]
 

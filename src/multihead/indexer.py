@@ -27,21 +27,25 @@ from multihead.errors import AttentionError
 from multihead.masks import Mask
 from multihead.positions import RoPE
 
-SCORE_BUDGET = 1 << 24  # float32 values of one block of per-head scores (block · Hi · Lk per sequence)
+SCORE_BUDGET = 1 << 24  # float32 per-head scores of one block of queries (B · block · Hi · Lk)
 
 
-def index_scores(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, scale: float) -> torch.Tensor:
-    """q (B, Lq, Hi, Di), keys (B, Lk, Di), weights (B, Lq, Hi) -> scores (B, Lq, Lk) float32:
-    sum over heads of weights · ReLU(q · k · scale), in blocks of queries (the per-head scores of a whole
-    prefill would be Lq · Hi · Lk numbers)."""
+def select_keys(q: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor, scale: float,
+                allowed: torch.Tensor | None, k: int) -> torch.Tensor:
+    """Each query's k best keys: q (B, Lq, Hi, Di), keys (B, Lk, Di), weights (B, Lq, Hi), allowed bool
+    (B|1, Lq, Lk) or None -> (B, Lq, min(k, Lk)) int64, -1 where fewer keys are allowed.
+
+    score = sum over heads of weights · ReLU(q · k · scale), in float32, one block of queries at a time:
+    a prefill never holds the Lq · Hi · Lk per-head scores, nor all Lq · Lk scores, at once."""
     B, Lq, Hi, _ = q.shape
     keys_t = keys.float().transpose(-1, -2).unsqueeze(1)  # (B, 1, Di, Lk)
     block = max(1, SCORE_BUDGET // max(1, B * Hi * keys.shape[1]))
-    out = []
+    picked = []
     for s in range(0, Lq, block):
         per_head = torch.relu(torch.matmul(q[:, s:s + block].float(), keys_t) * scale)  # (B, b, Hi, Lk)
-        out.append(torch.matmul(weights[:, s:s + block].float().unsqueeze(-2), per_head).squeeze(-2))  # (B, b, Lk)
-    return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+        scores = torch.matmul(weights[:, s:s + block].float().unsqueeze(-2), per_head).squeeze(-2)  # (B, b, Lk)
+        picked.append(top_k_keys(scores, None if allowed is None else allowed[:, s:s + block], k))
+    return picked[0] if len(picked) == 1 else torch.cat(picked, dim=1)
 
 
 def top_k_keys(scores: torch.Tensor, allowed: torch.Tensor | None, k: int) -> torch.Tensor:
@@ -117,7 +121,7 @@ class LightningIndexer(nn.Module):
         """queries (B, Lq, Hi, Di) and weights (B, Lq, Hi) from `project`, keys (B, Lk, Di) (all the keys,
         cached ones included), allowed (B|1, Lq, Lk) bool (causal and not padding) -> (B, Lq, min(K, Lk))
         int64 key indices, -1 where fewer keys are allowed."""
-        return top_k_keys(index_scores(queries, keys, weights, self.head_dim ** -0.5), allowed, self.top_k)
+        return select_keys(queries, keys, weights, self.head_dim ** -0.5, allowed, self.top_k)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, top_k={self.top_k}"
@@ -157,8 +161,8 @@ class BlockIndexer(nn.Module):
         q = self.q_b_proj(q_resid).view(B, L, self.num_heads, self.head_dim).transpose(1, 2)  # (B, Hi, L, Di)
         q = turn_trailing(q, self.compressor.rope, positions).transpose(1, 2)  # (B, L, Hi, Di)
         weights = self.weights_proj(x).float() * self.num_heads ** -0.5  # (B, L, Hi)
-        scores = index_scores(q, blocks.entries, weights, self.head_dim ** -0.5)  # (B, L, N)
-        return top_k_keys(scores, complete_blocks(positions, blocks.entries.shape[1], self.rate), self.top_k), blocks
+        complete = complete_blocks(positions, blocks.entries.shape[1], self.rate)[None]  # (1, L, N)
+        return select_keys(q, blocks.entries, weights, self.head_dim ** -0.5, complete, self.top_k), blocks
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, top_k={self.top_k}, rate={self.rate}"
