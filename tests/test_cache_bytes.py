@@ -91,6 +91,7 @@ def test_the_docs_table_quotes_these_numbers():
     assert quoted == got
     mib = {name: int(got[name][0]) for name in ("V4 CSA", "V4 HCA", "MLA + indexer, DeepSeek V3.2", "GQA, Mistral 7B")}
     assert transformers.DeepseekV4Config().max_position_embeddings == 2 ** 20  # bytes per token x 2^20 = MiB
+    v32, gqa = mib["MLA + indexer, DeepSeek V3.2"], mib["GQA, Mistral 7B"]
     assert (f"At V4's full context of 2^20 tokens a CSA layer holds {mib['V4 CSA']} MiB per sequence, an HCA layer\n"
-            f"{mib['V4 HCA']} MiB, where V3.2's latent cache holds {mib['MLA + indexer, DeepSeek V3.2']:,} MiB and GQA at "
-            f"Mistral 7B's sizes {mib['GQA, Mistral 7B']:,} MiB.") in DOC.read_text()
+            f"{mib['V4 HCA']} MiB, where V3.2's latent cache holds {v32:,} MiB and GQA at "
+            f"Mistral 7B's sizes {gqa:,} MiB.") in DOC.read_text()

@@ -1,4 +1,4 @@
-"""MultiHeadLatentAttention.from_module on transformers' DeepSeek V3.2 and GLM-MoE-DSA layers (DeepSeek Sparse Attention).
+"""MultiHeadLatentAttention.from_module on transformers' DeepSeek V3.2 and GLM-MoE-DSA layers (sparse attention).
 
 Tiny random models (test_convert_hf_latent's sizes, low-rank queries, an indexer of 8 heads of 8 keeping
 index_topk = 3 keys): over 9 tokens the selection drops keys from the fourth query on. Forward hooks
@@ -111,7 +111,7 @@ def test_bf16_layer_converts_and_stays_within_twice_hf_drift():
     layer = model.model.layers[1].self_attn.to(torch.bfloat16)
     ours = mh.MultiHeadLatentAttention.from_module(layer)
     L = PROMPT + STEPS
-    hf_mask = torch.full((L, L), torch.finfo(torch.bfloat16).min).triu(1)[None, None].to(torch.bfloat16).expand(2, 1, L, L)
+    hf_mask = torch.full((L, L), torch.finfo(torch.bfloat16).min).triu(1).to(torch.bfloat16).expand(2, 1, L, L)
     cos, sin = model.model.rotary_emb(hidden, torch.arange(L)[None])
     with torch.no_grad():
         theirs = layer(hidden.bfloat16(), (cos.bfloat16(), sin.bfloat16()), hf_mask)[0]

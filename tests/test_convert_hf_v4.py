@@ -1,4 +1,4 @@
-"""SharedKVAttention.from_module on transformers' DeepSeek V4 layers: sliding, compressed-sparse (CSA), heavily compressed (HCA).
+"""SharedKVAttention.from_module on transformers' DeepSeek V4 layers: sliding, compressed-sparse, heavily compressed.
 
 A tiny random DeepseekV4ForCausalLM (hidden 32, 4 heads of 16 with the last 4 features turned, window 4,
 CSA blocks of 2 with an indexer keeping 2 of up to 7 blocks, HCA blocks of 3; every attention weight,

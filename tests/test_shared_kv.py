@@ -36,7 +36,8 @@ def reference(layer: mh.SharedKVAttention, x: torch.Tensor) -> torch.Tensor:
     """The layer's output at positions 0 ... L-1, in float64, one query and one block at a time."""
     d = torch.float64
     lin = lambda mod, t: t @ mod.weight.to(d).T  # noqa: E731
-    rms = lambda t, w=None: t / (t.square().mean(-1, keepdim=True) + layer.norm_eps).sqrt() * (1 if w is None else w.to(d))  # noqa: E731,E501
+    def rms(t, w=None):
+        return t / (t.square().mean(-1, keepdim=True) + layer.norm_eps).sqrt() * (1 if w is None else w.to(d))
     inv_freq = layer.rope.inv_freq.to(d)
 
     def turn(t, position, sign=1.0):  # rotate the last R features, pairs (2k, 2k + 1), by position · inv_freq

@@ -175,9 +175,10 @@ class MultiHeadLatentAttention(nn.Module):
             raise AttentionError("return_indices=True needs a sparse layer (an indexer, or shared_selection); "
                                  "this one attends to every key.")
         if (indices is not None) != self.shared_selection:
+            got = "None" if indices is None else "a tensor"
             raise AttentionError("a layer built with shared_selection=True attends to the keys given as indices= "
                                  "(B, Lq, K) at every call; other layers take no indices= (their indexer picks, "
-                                 f"or they attend to every key); got indices={'None' if indices is None else 'a tensor'}.")
+                                 f"or they attend to every key); got indices={got}.")
         if indices is not None:
             B, Lq, _ = x.shape
             Lk = Lq + (0 if cache is None else cache.held)

@@ -158,7 +158,8 @@ class SharedKVAttention(nn.Module):
                 picked, indexed = self.indexer(x, q_resid, start, None if cache is None else cache.indexer)
             else:  # (L, N): every complete block
                 N = compressed.entries.shape[1]
-                picked = torch.where(complete_blocks(positions, N, self.compress_rate), torch.arange(N, device=x.device), -1)
+                complete = complete_blocks(positions, N, self.compress_rate)
+                picked = torch.where(complete, torch.arange(N, device=x.device), -1)
             keys = torch.cat((window, compressed.entries[:, None]), dim=2)  # (B, 1, Lt + N, D)
             out = attend_selected(q, keys, keys, self._selection(picked, window.shape[2], B, L), **options)
         out = turn_trailing(out, self.rope, positions, inverse=True)  # (B, H, L, D)
@@ -182,8 +183,8 @@ class SharedKVAttention(nn.Module):
         check_hidden(x, self.embed_dim, self.kv_proj.weight)
         if cache is None:
             return
-        if not isinstance(cache, SharedKVCache) or cache.window_size != self.window or cache.rate != self.compress_rate \
-                or cache.window.shape[-1] != self.head_dim or (cache.indexer is None) != (self.indexer is None):
+        if not isinstance(cache, SharedKVCache) or (cache.window_size, cache.rate, cache.window.shape[-1]) != (
+                self.window, self.compress_rate, self.head_dim) or (cache.indexer is None) != (self.indexer is None):
             raise AttentionError(f"cache must be a SharedKVCache from this layer's new_cache(); got {cache!r:.200}.")
         cache.check_call(x.shape[0], x.shape[1], x.dtype, x.device)
 

@@ -58,10 +58,12 @@ class SharedKVCache(nn.Module):
         if B != self.window.shape[0]:
             raise AttentionError(f"the cache is for batch {self.window.shape[0]}; this call has batch {B}.")
         if dtype != self.window.dtype or device != self.window.device:
-            raise AttentionError(f"the cache holds {self.window.dtype} on {self.window.device}; got {dtype} on {device}.")
+            raise AttentionError(f"the cache holds {self.window.dtype} on {self.window.device}; got {dtype} on "
+                                 f"{device}.")
         if self.held + L > self.max_len:
             raise AttentionError(f"the cache holds up to max_len={self.max_len} tokens per sequence; writing {L} more "
-                                 f"after {self.held} would pass it. Make a larger cache with new_cache(batch_size, max_len).")
+                                 f"after {self.held} would pass it. Make a larger cache with "
+                                 "new_cache(batch_size, max_len).")
 
     def commit(self, rows: torch.Tensor, compressed: Compressed | None, indexed: Compressed | None) -> None:
         """After a call's attention: keep the last W - 1 of the window and new rows (B, 1, L, D), and the
