@@ -64,10 +64,13 @@ def captured():
     return model, seen
 
 
+@pytest.mark.parametrize("door", ["SharedKVAttention", "MultiHeadAttention"])
 @pytest.mark.parametrize("layer", [0, 1, 2], ids=LAYER_TYPES)
-def test_from_module_equals_hf_prefill_and_step_by_step(captured, layer):
+def test_from_module_equals_hf_prefill_and_step_by_step(captured, layer, door):
+    """Both doors: MultiHeadAttention.from_module gives the variant's own class, as for gated attention."""
     model, seen = captured
-    ours = mh.SharedKVAttention.from_module(model.model.layers[layer].self_attn)
+    ours = getattr(mh, door).from_module(model.model.layers[layer].self_attn)
+    assert isinstance(ours, mh.SharedKVAttention)
     assert ours.layer_type == ["sliding", "compressed_sparse", "heavily_compressed"][layer] and not ours.training
     hidden = torch.cat([x for x, _ in seen[layer]], 1)
     expected = torch.cat([y for _, y in seen[layer]], 1)
@@ -108,9 +111,6 @@ def test_bf16_layer_converts_and_stays_within_twice_hf_drift(captured, layer):
         assert (rows.float() - exact).abs().max().item() <= 2 * drift + 1e-3
 
 
-def test_other_modules_are_refused_and_multihead_attention_names_the_class(captured):
-    model, _ = captured
-    with pytest.raises(mh.AttentionError, match=r"Convert it with mh.SharedKVAttention.from_module\(layer\)"):
-        mh.MultiHeadAttention.from_module(model.model.layers[0].self_attn)
+def test_other_modules_are_refused():
     with pytest.raises(mh.AttentionError, match="expects a DeepSeek V4 attention layer"):
         mh.SharedKVAttention.from_module(torch.nn.Linear(4, 4))

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from multihead.convert.hf_config import hf_config, hf_dropout
-from multihead.convert.registry import register_refusal
+from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.positions import RoPE
 from multihead.shared_kv import SharedKVAttention
@@ -41,9 +41,11 @@ def is_deepseek_v4_attention(module: nn.Module) -> bool:
         hasattr(module, "o_a_proj")
 
 
-register_refusal("DeepSeek V4 shared-KV attention (convert it with SharedKVAttention.from_module)",
-                 is_deepseek_v4_attention, "DeepSeek V4 attention: one key/value head shared as K = V, compressed "
-                 "blocks and a grouped output projection", "mh.SharedKVAttention.from_module(layer)")
+@register_converter("DeepSeek V4 shared-KV attention (the variant's own class, mh.SharedKVAttention)")
+def _v4_layer(module: nn.Module, **hints) -> SharedKVAttention | None:
+    """MultiHeadAttention.from_module on a V4 layer gives its variant's own class, as for gated and
+    differential attention: one K = V head, compressed blocks and a grouped output projection."""
+    return shared_kv_from_module(module) if is_deepseek_v4_attention(module) else None
 
 
 def shared_kv_from_module(module: nn.Module) -> SharedKVAttention:
