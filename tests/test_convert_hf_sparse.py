@@ -121,3 +121,34 @@ def test_bf16_layer_converts_and_stays_within_twice_hf_drift():
     drift = (theirs.float() - exact).abs().max().item()
     assert (full.float() - exact).abs().max().item() <= 2 * drift + 1e-3
     assert (steps.float() - exact).abs().max().item() <= 2 * drift + 1e-3
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
+def test_attn_implementation_multihead_attends_to_the_selected_keys(model_type):
+    """HF folds the indexer's picks into the mask only for its own eager and sdpa attention and hands any
+    other implementation `indices=`: attn_implementation="multihead" must attend to those keys alone, so its
+    logits equal eager's over a left-padded batch long enough for the selection to drop keys."""
+    import multihead.hf  # noqa: F401  (registers "multihead")
+
+    model = sparse_model(model_type, indexer_types=["full", "shared"]) if model_type == "glm_moe_dsa" \
+        else sparse_model(model_type)
+    ids = torch.randint(3, VOCAB, (2, PROMPT + STEPS), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    logits = {}
+    for implementation in ("eager", "multihead"):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            logits[implementation] = model(input_ids=ids, attention_mask=mask).logits
+    kept = mask.bool()
+    torch.testing.assert_close(logits["multihead"][kept], logits["eager"][kept], rtol=0, atol=1e-5)
+
+
+def test_selected_keys_is_the_keep_mask_of_the_listed_keys():
+    from multihead.hf.attention import selected_keys
+
+    indices = torch.tensor([[[2, 0, -1], [1, -1, -1]]])  # (B=1, Lq=2, K=3)
+    keep, _ = selected_keys(indices, 4).materialize(1, 1, 2, 4)
+    assert keep.tolist() == [[[[True, False, True, False], [False, True, False, False]]]]
+    with pytest.raises(mh.AttentionError, match=r"integer \(B, Lq, K\)"):
+        selected_keys(torch.zeros(2, 3), 4)
