@@ -51,6 +51,12 @@ CONVENTION_TEXT = {
             "{value} for values, a latent of {latent}; absorbed path {path}, compared with the naive forward",
             "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
             "潜向量 {latent} 维；吸收形式通过 {path} 调用，与朴素前向的结果比较"),
+    "mla-naive": ("multi-head latent attention: {heads} heads of [{nope} + {rope} rotary] features for queries and "
+                  "keys, {value} for values, a latent of {latent}; it has no absorbed path (a forward flag such as "
+                  "absorb=True, or a forward_absorbed method), so its forward alone is compared",
+                  "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
+                  "潜向量 {latent} 维；模块没有吸收形式（例如前向参数 absorb=True 或 forward_absorbed 方法），"
+                  "因此只比较它的前向"),
     "mla-q-latent": ("low-rank queries: x is first pressed into a query latent of {q_latent} features, and every "
                      "head's query comes out of it", "低秩查询：x 先被压缩成 {q_latent} 维的查询潜向量，"
                      "每个头的查询再由它生成"),
@@ -91,6 +97,10 @@ ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"
 MESSAGES = {
     "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
              "通过：{target} 与 multihead.MultiHeadAttention 一致（前向输出和梯度都一致，最大误差 {error:.1e}）"),
+    "pass-latent-naive": ("PASS: {target} is multi-head latent attention done right: its forward matches MLA "
+                          "computed from its own weights (forward and gradients, max error {error:.1e})",
+                          "通过：{target} 是正确的多头潜在注意力：它的前向与用它自己的权重算出的 MLA 一致"
+                          "（前向输出和梯度都一致，最大误差 {error:.1e}）"),
     "pass-latent": ("PASS: {target} is multi-head latent attention done right: its naive forward matches MLA "
                     "computed from its own weights (forward and gradients), and its absorbed path gives the same "
                     "outputs (max error {error:.1e})",
