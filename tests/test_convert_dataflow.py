@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multihead.convert.dataflow import Flow, linear_like
+from multihead.convert.dataflow import Flow, leaf_layout
 from multihead.convert.flow_roles import map_pieces, name_roles
 
 B, L, E, H, HKV, D = 2, 5, 16, 4, 2, 4
@@ -178,7 +178,7 @@ def test_a_cache_write_uses_the_rows_it_stores():
     assert [u.op for u in flow.uses] == ["__setitem__"] and len(flow.uses[0].rows) == E
 
 
-def test_linear_like_knows_a_learners_linear_from_conv1d_and_nn_linear():
+def test_leaf_layout_knows_a_learners_linear_from_conv1d_and_nn_linear():
     class Conv1D(nn.Module):
         def __init__(self):
             super().__init__()
@@ -188,5 +188,6 @@ def test_linear_like_knows_a_learners_linear_from_conv1d_and_nn_linear():
         def forward(self, x):
             return x @ self.weight + self.bias
 
-    assert linear_like(CustomLinear(E, 8)) and linear_like(CustomLinear(E, E, bias=False))
-    assert not linear_like(Conv1D()) and not linear_like(nn.Linear(E, 8)) and not linear_like(nn.LayerNorm(E))
+    assert leaf_layout(CustomLinear(E, 8)) == leaf_layout(CustomLinear(E, E, bias=False)) == "linear"
+    assert leaf_layout(Conv1D()) == "conv1d"
+    assert leaf_layout(nn.Linear(E, 8)) is None and leaf_layout(nn.LayerNorm(E)) is None

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multihead.convert.dataflow import Flow, LinearMap, linear_like
+from multihead.convert.dataflow import Flow, LinearMap, leaf_layout
 from multihead.convert.flow_roles import Piece, map_pieces
 
 
@@ -111,24 +111,6 @@ def describe_seen(projections: dict[str, Projection], seen: dict[str, list[str]]
                      for name, p in projections.items())
 
 
-def _is_conv1d(layer: nn.Module) -> bool:
-    """A leaf layer with weight (in, out) and bias (out,) that computes x @ W + b."""
-    params = dict(layer.named_parameters(recurse=False))
-    weight, bias = params.get("weight"), params.get("bias")
-    if (list(layer.children()) or set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2
-            or isinstance(weight, nn.UninitializedParameter)
-            or (bias is not None and bias.shape != (weight.shape[1],))):
-        return False
-    x = torch.randn(2, 3, weight.shape[0], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-    try:
-        with torch.no_grad():
-            got = layer(x)
-    except Exception:
-        return False
-    want = x @ weight.detach() + (0 if bias is None else bias.detach())
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4)
-
-
 def _same(given, weight: torch.Tensor) -> bool:
     """Is ``given`` (an argument of the functional attention call) this layer's weight?"""
     return isinstance(given, torch.Tensor) and given.shape == weight.shape and torch.equal(given.detach(), weight)
@@ -148,9 +130,9 @@ def find_projections(module: nn.Module) -> dict[str, Projection]:
         elif isinstance(layer, nn.Linear):
             if not isinstance(layer.weight, nn.UninitializedParameter):
                 found[name] = Projection(name, layer, layer.in_features, layer.out_features)
-        elif linear_like(layer):
+        elif (layout := leaf_layout(layer)) == "linear":
             found[name] = Projection(name, layer, layer.weight.shape[1], layer.weight.shape[0])
-        elif _is_conv1d(layer):
+        elif layout == "conv1d":
             found[name] = Projection(name, layer, layer.weight.shape[0], layer.weight.shape[1], "conv1d")
     return found
 

@@ -132,12 +132,13 @@ MESSAGES = {
                "（F.dropout(x, p) 默认就是这样）？请改用 nn.Dropout，或者传入 training=self.training。"),
     "no-roles": ("could not tell which layers project queries, keys and values. What each projection read "
                  "(x/q/k/v: an input, mid: an intermediate tensor, -: never called): {seen}. Projections it "
-                 "recognises: nn.Linear, GPT-2-style Conv1D (x @ W + b), nn.MultiheadAttention inside the "
-                 "module, Linear weights handed to F.multi_head_attention_forward; raw nn.Parameter matrices are not",
+                 "recognises: nn.Linear or a Linear class of its own (F.linear), GPT-2-style Conv1D (x @ W + b), "
+                 "parameters applied with @, matmul or einsum, nn.MultiheadAttention inside the module, Linear "
+                 "weights handed to F.multi_head_attention_forward",
                  "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v 表示输入，mid 表示中间张量，"
-                 "- 表示没有被调用）：{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、"
-                 "模块内部的 nn.MultiheadAttention，以及交给 F.multi_head_attention_forward 的 Linear 权重；"
-                 "直接用 nn.Parameter 矩阵做投影的写法无法识别。"),
+                 "- 表示没有被调用）：{seen}。能识别的投影有：nn.Linear 或自己写的 Linear 类（调用 F.linear）、"
+                 "GPT-2 风格的 Conv1D（x @ W + b）、用 @、matmul 或 einsum 直接作用的参数矩阵、"
+                 "模块内部的 nn.MultiheadAttention，以及交给 F.multi_head_attention_forward 的 Linear 权重。"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
                      "the outputs best", "批量中的各个样本会相互影响，所以选用了与输出最吻合的那种布局"),

@@ -336,20 +336,26 @@ def _owner(name: str) -> str:
     return owner if owner and leaf in ("weight", "bias") else name
 
 
-def linear_like(layer: nn.Module) -> bool:
-    """A leaf layer of the learner's own (not nn.Linear) that computes F.linear(x, weight (out, in), bias)."""
+def leaf_layout(layer: nn.Module) -> str | None:
+    """How a leaf layer with a 2-D ``weight`` (and an optional ``bias``) of its own applies them, checked by
+    calling it once: "linear" for F.linear(x, weight (out, in), bias) (a Linear class of the learner's own),
+    "conv1d" for x @ weight (in, out) + bias (GPT-2's Conv1D); None otherwise, and for nn.Linear itself."""
     params = dict(layer.named_parameters(recurse=False))
     weight, bias = params.get("weight"), params.get("bias")
     if (list(layer.children()) or set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2
-            or isinstance(weight, nn.UninitializedParameter) or isinstance(layer, nn.Linear)
-            or (bias is not None and bias.shape != weight.shape[:1])):
-        return False
-    x = torch.randn(2, 3, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-    try:
-        with torch.no_grad():
-            got = layer(x)
-    except Exception:
-        return False
-    with torch.no_grad():
-        want = F.linear(x, weight, bias)
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4)
+            or isinstance(weight, nn.UninitializedParameter) or isinstance(layer, nn.Linear)):
+        return None
+    for layout, width, rows in (("linear", weight.shape[1], weight.shape[0]), ("conv1d", weight.shape[0],
+                                                                                 weight.shape[1])):
+        if bias is not None and bias.shape != (rows,):
+            continue
+        x = torch.randn(2, 3, width, generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+        try:
+            with torch.no_grad():
+                got = layer(x)
+                want = F.linear(x, weight if layout == "linear" else weight.t(), bias)
+        except Exception:
+            continue
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4):
+            return layout
+    return None
