@@ -14,6 +14,8 @@ them together before the cat) has ``split`` a: partial rotary (RoPE turns the fi
 Roles. The attention maths names them: ``scaled_dot_product_attention(q, k, v)``, or a product of two
 pieces' descendants (the scores: queries first) whose result, through a softmax, multiplies a third (the
 values). The output projection is the last map reading what came out of that product.
+
+``watch(module, call, inputs)`` runs one call under the flow and gives all of it (``Watched``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from multihead.convert.dataflow import Records
+from multihead.convert.dataflow import Flow, Records
 
 
 @dataclass(eq=False)
@@ -161,3 +164,28 @@ def _output_map(records: Records, contraction: int) -> int | None:
     """The last map that reads (a descendant of) the contraction's result."""
     found = [i for i, m in enumerate(records.maps) if ("contraction", contraction) in m.reads.ancestry]
     return found[-1] if found else None
+
+
+@dataclass
+class Watched:
+    """One watched call: the flow (maps, origins), each map's pieces, the roles the maths names (or None)
+    and what the call returned."""
+
+    flow: Flow
+    pieces: dict[int, list[Piece]]
+    roles: FlowRoles | None
+    output: object
+
+    def map_of(self, weight: torch.Tensor) -> int | None:
+        """The first map applying all of ``weight`` (a Linear's, in its own (out, in) layout), or None."""
+        natural = torch.arange(weight.numel()).view(weight.shape)
+        return next((i for i, m in enumerate(self.flow.maps)
+                     if m.weight.parameter is weight and torch.equal(m.weight.index, natural)), None)
+
+
+def watch(module: nn.Module, call, inputs: dict[str, torch.Tensor]) -> Watched:
+    """Run ``call()`` (which calls ``module`` on the tagged ``inputs``) without grad, watching its dataflow."""
+    with torch.no_grad(), Flow(module, inputs) as flow:
+        output = call()
+    pieces = map_pieces(flow.records)
+    return Watched(flow, pieces, name_roles(flow.records, pieces), output)
