@@ -132,6 +132,26 @@ def test_a_per_head_view_with_unbind_gives_strided_pieces():
     assert (roles.q, roles.k, roles.v, roles.out) == ([pieces[0]], [pieces[1]], [pieces[2]], None)
 
 
+def test_heads_computed_one_by_one_and_concatenated_keep_the_fused_pieces_apart():
+    """The cat of the heads' outputs sits after products: it joins no pieces (RoPE's cat joins before one)."""
+    class HeadLoop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(E, 3 * E)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            heads = [(q[..., h * D:(h + 1) * D] @ k[..., h * D:(h + 1) * D].mT).softmax(-1) @ v[..., h * D:(h + 1) * D]
+                     for h in range(H)]
+            return torch.cat(heads, dim=-1)
+
+    module, x = HeadLoop(), torch.randn(B, L, E)
+    with Flow(module, {"x": x}) as flow:
+        module(x)
+    assert [p.rows.tolist() for p in map_pieces(flow.records)[0]] == [
+        list(range(h * D, (h + 1) * D)) for h in range(3 * H)]  # each head's slice of q, k and v: its own piece
+
+
 def test_an_einsum_whose_output_puts_keys_first_still_names_the_queries():
     class KeysFirst(nn.Module):
         def __init__(self):

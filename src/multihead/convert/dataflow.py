@@ -36,12 +36,14 @@ from multihead.convert.dataflow_ops import (CONTRACTIONS, JOINS, KEEPS, LINEAR_F
 class Origin:
     """Where a tensor came from: ``kind`` "input" (``source`` its tag), "param" (its name), "map" (the
     index of a linear map) or "derived" (``source`` None); ``shadow`` (int64, the tensor's shape) for the
-    first three; ``ancestry``: the inputs, parameters, maps and uses it depends on."""
+    first three; ``ancestry``: the inputs, parameters, maps, uses and products it depends on; ``near``
+    (derived): the uses it comes from through element-wise ops only (no product in between)."""
 
     kind: str
     source: object
     shadow: torch.Tensor | None
     ancestry: frozenset
+    near: frozenset = frozenset()
 
 
 @dataclass(eq=False)
@@ -231,35 +233,37 @@ class Flow(TorchFunctionMode):
             return self._moved(func, ([o.shadow for o in origins], *args[1:]), kwargs, out, origins[0])
         self._derive(func, args, kwargs, out)
         by_map: dict[int, list[int]] = {}
-        for kind, use in self.origin(flat_tensors(out)[0]).ancestry:
-            if kind == "use":
-                by_map.setdefault(self.uses[use].map, []).append(use)
+        for use in sorted(self.origin(flat_tensors(out)[0]).near):
+            by_map.setdefault(self.uses[use].map, []).append(use)
         for uses in by_map.values():
             self.records.joins += [(uses[0], other) for other in uses[1:]]
         return True
 
     def _derive(self, func, args, kwargs, out) -> None:
         """An op that computes: its output depends on everything it read; map outputs it read are used."""
-        read = []  # per tensor argument: its ancestry with its own use, or None when untracked
+        read, near = [], set()  # read: per tensor argument, its ancestry with its own use (None: untracked)
         for tensor in flat_tensors((args, kwargs)):
             origin = self.origin(tensor)
             if origin is not None and origin.kind == "map":
-                read.append(origin.ancestry | {("use", self._use(origin, tensor, func))})
+                use = self._use(origin, tensor, func)
+                read.append(origin.ancestry | {("use", use)})
+                near.add(use)
             else:
                 read.append(None if origin is None else origin.ancestry)
+                near |= origin.near if origin is not None else set()
         ancestry = frozenset().union(*[r for r in read if r is not None])
         name = _name(func)
         contraction = func in CONTRACTIONS and isinstance(out, torch.Tensor) and not any(
             self.origin(t) is not None and self.origin(t).kind == "param" for t in flat_tensors(args))
-        if contraction:
-            ancestry |= {("contraction", len(self.records.contractions))}
+        if contraction:  # a product: what comes out is no longer any piece side by side with another
+            ancestry, near = ancestry | {("contraction", len(self.records.contractions))}, set()
             equation = args[0] if args and isinstance(args[0], str) else None
             self.records.contractions.append(Contraction(name, read[:len(flat_tensors(args))], id(out), equation))
         in_place = (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
         given = {id(t) for t in flat_tensors((args, kwargs))}
         for tensor in flat_tensors(out):
             if in_place or id(tensor) not in given:  # an op handing back its input unchanged keeps it
-                self._track(tensor, Origin("derived", None, None, ancestry))
+                self._track(tensor, Origin("derived", None, None, ancestry, frozenset(near)))
 
     def _store(self, args) -> None:
         """``buffer[...] = value`` (a cache write): the value is used; the buffer now depends on it."""
