@@ -12,7 +12,7 @@ the origin and carry a *shadow*: an int64 tensor of the same shape holding, for 
 weight it holds, for uneven splits and per-head layouts alike.
 
 An op that computes (a product, a softmax, a norm, RoPE's multiplications) *uses* the map outputs it reads:
-``Use`` records which rows. ``flow_pieces`` groups those uses into the pieces of each map (q, k, v of a
+``Use`` records which rows. ``flow_roles`` groups those uses into the pieces of each map (q, k, v of a
 fused projection) and names the roles the attention maths gives them.
 
 A linear map's weight is stored as (parameter, index): ``weight = parameter.reshape(-1)[index]``, index
