@@ -122,7 +122,7 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
             invoke(module, spec, *case[:3])
     materialise_unused_lazy(module)
     widths = {tag: t.shape[-1] for tag, t in tags.items()}
-    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
+    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths, watched=seen)
     return found, describe_seen(seen.projections, seen.seen)
 
 

@@ -27,6 +27,7 @@ STYLE_MODULES = [
     "multihead.convert.hf_neox",
     "multihead.convert.hf_latent",
     "multihead.convert.hf_deepseek_v4",
+    "multihead.convert.traced",  # last: any module, read from its dataflow
 ]
 _CONVERTERS: list[tuple[str, Callable]] = []
 # What a caller may tell from_module when the module does not say it itself.
