@@ -151,6 +151,10 @@ def combine_heads_topic(story: Story, say: Say) -> None:
     story.tensor("combined (B, L, d_model)", merged, layout=True)
     say.check("check.combine-heads-exactly-undoes", torch.equal(merged, x))
     say.check("check.transpose-1-2-reshape", torch.equal(heads.transpose(1, 2).reshape(1, 3, 4), merged))
+    skipped = heads.reshape(1, 3, 4)             # the transpose forgotten: (B, H, L, d_k) read in memory order
+    say.check("check.reshape-without-transpose-mixes", not torch.equal(skipped, merged)
+              and not torch.equal(skipped[0, 0], x[0, 0]),
+              say("detail.row-0", row=", ".join(str(int(n)) for n in skipped[0, 0].tolist())))
     say.text("text.reshape-view-when-strides")
 
 
