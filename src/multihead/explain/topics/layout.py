@@ -121,7 +121,7 @@ def split_heads_transpose(story: Story, say: Say) -> None:
               and viewed.stride() == (12, 4, 2, 1), stride_text(story, viewed, turned))
     say.check("check.transpose-1-2-permutation", torch.equal(turned, viewed.permute(0, 2, 1, 3)))
     big = torch.empty(2, 10, 512).view(2, 10, 8, 64).transpose(1, 2)
-    say.check("check.document-s-example", tuple(big.shape) == (2, 8, 10, 64), str(tuple(big.shape)))
+    say.check("check.document-s-example", tuple(big.shape) == (2, 8, 10, 64), f"{say('shape')} {tuple(big.shape)}")
     say.text("text.heads-now-sit-axis")
 
 

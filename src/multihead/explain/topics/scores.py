@@ -98,10 +98,11 @@ def einsum_scores(story: Story, say: Say) -> None:
     scores = model.get_score(query, key)         # (i, j, b, h)
     say.heading("heading.document-s-example-i")
     story.code("# query (2, 1, 2, 4), key (3, 1, 2, 4)\nscores = torch.einsum('ibhd,jbhd->ijbh', query, key)")
-    say.check("check.result-has-shape-i", tuple(scores.shape) == (2, 3, 1, 2), str(tuple(scores.shape)))
+    say.check("check.result-has-shape-i", tuple(scores.shape) == (2, 3, 1, 2), f"{say('shape')} {tuple(scores.shape)}")
     by_hand = sum(query[1, 0, 1, d] * key[2, 0, 1, d] for d in range(4))
     say.check("check.scores-i-j-b",
-              abs(scores[1, 2, 0, 1].item() - by_hand.item()) < 1e-12, f"{scores[1, 2, 0, 1].item():.6f}")
+              abs(scores[1, 2, 0, 1].item() - by_hand.item()) < 1e-12,
+              say("detail.entry", einsum=scores[1, 2, 0, 1].item(), hand=by_hand.item()))
     say.heading("heading.rule-letters-missing-from")
     say.text("text.b-h-appear-both")
     kept_d = torch.einsum("ibhd,jbhd->ijbhd", query, key)
@@ -136,7 +137,7 @@ def scale_sqrt_dk(story: Story, say: Say) -> None:
     say.check("check.scaled-1-sqrt-d", all(abs(scaled[d]["std"] - 1) < 0.15 for d in sizes))
     say.check("check.unscaled-softmax-saturates-at",
               raw[1024]["max_weight"] > 0.9 and raw[1024]["max_weight"] > raw[4]["max_weight"],
-              f"{raw[1024]['max_weight']:.3f}")
+              f"{say('label.largest-weight')} {raw[1024]['max_weight']:.3f}")
     say.check("check.scaled-weights-look-same", all(0.15 < scaled[d]["max_weight"] < 0.35 for d in sizes))
     ratio = raw[1024]["grad"] / scaled[1024]["grad"]
     say.check("check.saturated-softmax-passes-back", ratio < 0.25, say("detail.ratio", ratio=ratio))
