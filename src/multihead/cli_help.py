@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable, Mapping
 
 from multihead.language import pick
 from multihead.line_breaks import cells, wrap
@@ -23,6 +24,15 @@ ERRORS_ZH = (  # argparse's usage errors (Python 3.11 to 3.13), most specific fi
     (r"unrecognized arguments: (.+)", "无法识别的参数：{0}"),
     (r"one of the arguments (.+) is required", "{0} 这几个参数必须给出一个"),
 )
+
+
+def help_texts(table: Mapping[str, tuple[str, str]], lang: str) -> Callable[[str], str]:
+    """`text(option)`: a tool's help text for `option` in `lang`, from its (English, Chinese) table, with "%"
+    escaped for argparse."""
+    def text(option: str) -> str:
+        return pick(lang, *table[option]).replace("%", "%%")
+
+    return text
 
 
 def error_text(message: str, lang: str) -> str:

@@ -22,7 +22,7 @@ from multihead.bench.plots import save_all
 from multihead.bench.progress import Bars
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import set_clock, set_threads
-from multihead.language import pick
+from multihead.cli_help import help_texts
 
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
@@ -53,9 +53,7 @@ HELP = {  # option -> (English, Chinese)
 
 def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
     """Add the bench subcommand's arguments, their help in `lang`."""
-    def text(option: str) -> str:
-        return pick(lang, *HELP[option]).replace("%", "%%")
-
+    text = help_texts(HELP, lang)
     parser.add_argument("--suite", action="append", choices=SUITES, metavar="NAME", help=text("suite"))
     parser.add_argument("--quick", action="store_true", help=text("quick"))
     parser.add_argument("--plot", metavar="DIR", help=text("plot"))

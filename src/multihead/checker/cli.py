@@ -17,7 +17,8 @@ from rich.text import Text
 from multihead.checker.report import CheckReport
 from multihead.checker.run import check
 from multihead.checker.text import LANGS, bug_name, say
-from multihead.language import pick, resolve_lang
+from multihead.cli_help import help_texts
+from multihead.language import resolve_lang
 from multihead.line_breaks import wrap
 
 STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
@@ -47,9 +48,7 @@ HELP = {  # option -> (English, Chinese)
 
 def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
     """Add the check subcommand's arguments, their help in `lang`."""
-    def text(option: str) -> str:
-        return pick(lang, *HELP[option]).replace("%", "%%")
-
+    text = help_texts(HELP, lang)
     parser.add_argument("target", metavar="FILE.py:Class", help=text("target"))
     parser.add_argument("--init", metavar="JSON", default=None, help=text("init"))
     parser.add_argument("--config", metavar="JSON", default=None, help=text("config"))

@@ -12,6 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
+from multihead.cli_help import help_texts
 from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.lang import resolve_lang, ui
@@ -21,7 +22,6 @@ from multihead.explain.page import write_page
 from multihead.explain.render_terminal import FittedTable, Wrapped, make_console, render, render_summary
 from multihead.explain.story import LANGS
 from multihead.explain.topics import TOPICS
-from multihead.language import pick
 
 
 HELP = {  # option -> (English, Chinese)
@@ -42,9 +42,7 @@ HELP = {  # option -> (English, Chinese)
 
 def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
     """Add explain's options to its subcommand parser, their help in `lang`."""
-    def text(option: str) -> str:
-        return pick(lang, *HELP[option]).replace("%", "%%")
-
+    text = help_texts(HELP, lang)
     parser.add_argument("--lang", choices=LANGS, default=None, help=text("lang"))
     parser.add_argument("name", nargs="?", metavar="TOPIC", help=text("name"))
     mode = parser.add_mutually_exclusive_group()
