@@ -4,7 +4,6 @@ must get. Their mutants are in zoo_mutants.py.
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -70,15 +69,15 @@ CORRECT = {
     "ok_softcap.py:Gemma2StyleAttention": {},
     "ok_function_sdpa_style.py:scaled_dot_product_attention": {},
     "ok_function_assignment.py:attention": {},
-}
-
-# Correct modules whose roles only the dataflow role finder reads (raw weight arguments multiplied with @):
-# checked as correct where multihead.convert.dataflow exists.
-NEEDS_DATAFLOW = {
     "ok_function_weights.py:multi_head_attention": {},
+    "ok_fused_gqa_wqkv.py:FusedGQA": {},
+    "ok_phi3_partial_rotary.py:PartialRotaryAttention": {},
+    "ok_raw_param_einsum.py:EinsumParamAttention": {},
+    "ok_raw_param_matmul.py:ParamMatrixAttention": {},
+    "ok_custom_linear_class.py:CustomLinearAttention": {},
+    "ok_mla_deepseek_linear.py:MLA": {},
+    "ok_mla_naive_only.py:PaperMLA": {},
 }
-if importlib.util.find_spec("multihead.convert.dataflow") is not None:
-    CORRECT.update(NEEDS_DATAFLOW)
 
 
 # file:Class -> the bug id the check must name for every buggy zoo module; "" = it must fail without a

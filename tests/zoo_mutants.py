@@ -77,6 +77,13 @@ _SOFTCAP = "ok_softcap.py:Gemma2StyleAttention"
 _SDPA_FN = "ok_function_sdpa_style.py:scaled_dot_product_attention"
 _ASSIGNMENT_FN = "ok_function_assignment.py:attention"
 
+_FUSED_GQA = "ok_fused_gqa_wqkv.py:FusedGQA"
+_PARTIAL_ROTARY = "ok_phi3_partial_rotary.py:PartialRotaryAttention"
+_EINSUM_PARAMS = "ok_raw_param_einsum.py:EinsumParamAttention"
+_MATMUL_PARAMS = "ok_raw_param_matmul.py:ParamMatrixAttention"
+_OWN_LINEAR = "ok_custom_linear_class.py:CustomLinearAttention"
+_MLA_OWN_LINEAR = "ok_mla_deepseek_linear.py:MLA"
+
 MUTANTS = [
     _m(_SDPA_FN, "softmax-wrong-axis", ("torch.softmax(attn_weight, dim=-1)", "torch.softmax(attn_weight, dim=-2)")),
     _m(_SDPA_FN, "missing-scale", ("attn_weight = query @ key.transpose(-2, -1) * scale_factor",
@@ -108,6 +115,25 @@ MUTANTS = [
     _m(_COMPLEX, "missing-scale", (" / math.sqrt(self.head_dim)", "")),
     _m(_SINKS, "keys-used-as-values", ("torch.matmul(scores, v)", "torch.matmul(scores, k)")),
     _m(_SOFTCAP, "causal-off-by-one", ("device=q.device).triu(1)", "device=q.device).triu(2)")),
+    # the idioms the dataflow reads: uneven fused GQA, partial rotary, raw parameters, a Linear of one's own
+    _m(_FUSED_GQA, "kv-heads-tiled",
+       ("k = k.repeat_interleave(self.n_head // self.n_local_heads, dim=1)",
+        "k = k.repeat(1, self.n_head // self.n_local_heads, 1, 1)"),
+       ("v = v.repeat_interleave(self.n_head // self.n_local_heads, dim=1)",
+        "v = v.repeat(1, self.n_head // self.n_local_heads, 1, 1)")),
+    _m(_FUSED_GQA, "missing-scale", ("is_causal=True)", "is_causal=True, scale=1.0)")),
+    _m(_PARTIAL_ROTARY, "rope-interleaved-on-half-split",
+       ("    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]\n    return torch.cat((-x2, x1), dim=-1)",
+        "    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)")),
+    _m(_PARTIAL_ROTARY, "missing-scale", (" * self.head_dim ** -0.5", "")),
+    _m(_EINSUM_PARAMS, "softmax-wrong-axis", ("scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),
+    _m(_EINSUM_PARAMS, "keys-used-as-values", ('"bhqk,bkhe->bqhe", pattern, v)', '"bhqk,bkhe->bqhe", pattern, k)')),
+    _m(_MATMUL_PARAMS, "scale-by-embed-dim", ("/ keys.shape[-1] ** 0.5", "/ (self.num_heads * keys.shape[-1]) ** 0.5")),
+    _m(_MATMUL_PARAMS, "merge-without-transpose", ("(attn_weights @ values).transpose(1, 2).reshape(b, t, -1)",
+                                                   "(attn_weights @ values).reshape(b, t, -1)")),
+    _m(_OWN_LINEAR, "mask-ignored", ("scores = scores + mask.unsqueeze(1)", "scores + mask.unsqueeze(1)")),
+    _m(_OWN_LINEAR, "softmax-wrong-axis", ("scores.softmax(dim=-1), v)", "scores.softmax(dim=2), v)")),
+    _m(_MLA_OWN_LINEAR, "mla-absorbed-wuk-transposed", ('"bshd,hdc->bshc", q_nope', '"bshd,hcd->bshc", q_nope')),
     _m(_MLA, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')),
     _m(_MLA, "mla-absorbed-wuk-transposed", ("w_uk = self.W_UK.weight.view(H, Dn, C)",
                                              "w_uk = self.W_UK.weight.view(H, Dn, C).transpose(1, 2)"),

@@ -22,10 +22,12 @@ from multihead.differential import DifferentialAttention
 from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.gated import GatedMultiHeadAttention
+from multihead.indexer import LightningIndexer
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
+from multihead.shared_kv import SharedKVAttention
 from multihead import doors  # noqa: F401  (wires the tools' services onto the core's classes)
 
 if TYPE_CHECKING:
@@ -63,10 +65,12 @@ __all__ = [
     "DifferentialAttention",
     "GatedMultiHeadAttention",
     "KVCache",
+    "LightningIndexer",
     "Mask",
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "RoPE",
+    "SharedKVAttention",
     "alibi_slopes",
     "attention",
     "capture_attention",

@@ -4,7 +4,8 @@ The core (attention, masks, backends, dispatch, module, cache, positions, captur
 tool. A few methods users expect on core objects are a tool's work:
 
     MultiHeadAttention.from_module(other)   convert: weights from another attention module
-    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3 attention layer
+    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer
+    SharedKVAttention.from_module           convert: a DeepSeek V4 attention layer
     attn.to_torch()                         convert: an equal nn.MultiheadAttention
     record._repr_html_()                    explain: a capture record drawn as the interactive page
 
@@ -23,6 +24,7 @@ from torch import nn
 from multihead.capture import Recorder
 from multihead.latent import MultiHeadLatentAttention
 from multihead.module import MultiHeadAttention
+from multihead.shared_kv import SharedKVAttention
 
 
 def tool(name: str) -> ModuleType:
@@ -40,8 +42,13 @@ def from_module(cls: type[MultiHeadAttention], module: nn.Module, **hints) -> Mu
 
 
 def latent_from_module(cls: type[MultiHeadLatentAttention], module: nn.Module) -> MultiHeadLatentAttention:
-    """The MLA of a transformers DeepseekV2Attention / DeepseekV3Attention, same weights and outputs."""
+    """The MLA of a transformers DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer, same weights and outputs."""
     return tool("convert.hf_latent").latent_from_module(module)
+
+
+def shared_kv_from_module(cls: type[SharedKVAttention], module: nn.Module) -> SharedKVAttention:
+    """The SharedKVAttention of a transformers DeepseekV4Attention layer, same weights and outputs."""
+    return tool("convert.hf_deepseek_v4").shared_kv_from_module(module)
 
 
 def to_torch(self: MultiHeadAttention) -> nn.MultiheadAttention:
@@ -57,4 +64,5 @@ def record_html(self: Recorder) -> str:
 MultiHeadAttention.from_module = classmethod(from_module)
 MultiHeadAttention.to_torch = to_torch
 MultiHeadLatentAttention.from_module = classmethod(latent_from_module)
+SharedKVAttention.from_module = classmethod(shared_kv_from_module)
 Recorder._repr_html_ = record_html

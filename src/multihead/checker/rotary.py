@@ -5,6 +5,8 @@ then tries ``Rotary`` variants: the cos/sin tables in one layout (half-split ``c
 GPT-NeoX / Llama, or interleaved ``repeat_interleave(f, 2)`` as in GPT-J) and the quarter turn in one
 layout (``multihead.positions.apply_rotary``). Equal layouts are correct RoPE (``mh.RoPE`` in that layout);
 mixed ones are the pairing bugs: the pairs the turn rotates are not the pairs the tables were made for.
+A ``rotary_dim`` R (found from the dataflow: each head used as [0:R] and [R:D]) turns the first R features
+of each head only (partial rotary, as GPT-NeoX and Phi-3 do).
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from multihead.convert.rope_bases import DEFAULT_ROPE_BASE, rope_bases
 from multihead.positions import RoPE
 from multihead.positions.rotary import apply_rotary
 
-BASE_NAMES = ("base", "theta", "rope_theta", "rope_base", "rotary_base", "rotary_emb_base")
-DEFAULT_BASE = 10000.0
+DEFAULT_BASE = DEFAULT_ROPE_BASE
 # The learner's angles are often made in float32 (positions * inv_freq): at 64 positions that moves an
 # angle by up to 64 * 2**-24 rad; the checker accepts this rounding, and no more, when RoPE is applied.
 ROPE_TOLERANCE = 2e-5
@@ -91,10 +93,8 @@ def _tables(rope: Rotary, head_dim: int, positions: tuple[int, ...], dtype) -> t
 
 def bases(module, kwargs: dict) -> tuple[float, ...]:
     """The wavelength bases to try: any named base/theta among the constructor arguments or the module's
-    attributes, then 10000."""
-    found = [kwargs.get(name, getattr(module, name, None)) for name in BASE_NAMES]
-    numbers = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
-    return tuple(dict.fromkeys(numbers + [DEFAULT_BASE]))
+    attributes, then 10000 (as ``from_module`` tries them)."""
+    return tuple(rope_bases(module, kwargs))
 
 
 def rotaries(bases_to_try: tuple[float, ...], correct: bool, rotary_dim: int | None = None,
