@@ -37,9 +37,10 @@ COMMON_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-std=c++17"]
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 BUILDS = {  # build name -> its target flags
     "native": ["-march=native"],
-    "x86-64-v3": ["-march=x86-64-v3"],  # AVX2, FMA, F16C, BMI2: the AVX2 path
+    **({"x86-64-v3": ["-march=x86-64-v3"]} if X86 else {}),  # AVX2 + FMA: the AVX2 path
     "portable": ["-march=x86-64", "-mtune=generic"] if X86 else [],  # the plain C++ path
 }
+NEEDS = {"x86-64-v3": ("avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm")}  # CPU flags a build's code uses
 NATIVE = "native"
 DISABLE = "MULTIHEAD_DECODE_KERNEL"
 _state: dict[str, object] = {}  # "module" and "why": the native build's one attempt per process
@@ -57,21 +58,29 @@ def build_dir(build: str = NATIVE) -> Path:
     root = os.environ.get("MULTIHEAD_BUILD_DIR")
     tag = hashlib.sha256(
         b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
-        + " ".join([torch.__version__, platform.machine(), _cpu_flags(), *flags(build)]).encode()
+        + " ".join([torch.__version__, platform.machine(), cpu_flags(), *flags(build)]).encode()
     ).hexdigest()[:16]
     base = Path(root) if root else Path(sys.prefix) / "var" / "multihead"
     return base / ("decode-" + tag if build == NATIVE else f"decode-{build}-{tag}")
 
 
-def _cpu_flags() -> str:
-    """The host CPU's feature flags (Linux), so a cache built for one CPU is not loaded on another."""
+def cpu_flags() -> str:
+    """The host CPU's feature flags as Linux lists them ("flags" on x86, "Features" on ARM), else
+    platform.processor(): in the build's key, so that a build for one CPU is not loaded on another."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor()
+
+
+def runs_here(build: str) -> bool:
+    """Whether the code of `build` (a name in BUILDS) runs on this CPU: the native and portable builds
+    always; x86-64-v3 where the CPU lists the flags its code uses (NEEDS)."""
+    have = set(cpu_flags().split())
+    return build in BUILDS and all(flag in have for flag in NEEDS.get(build, ()))
 
 
 def kernel() -> Kernel | None:

@@ -31,9 +31,10 @@ class Kernel:
 
     def __init__(self, module):
         self.module = module
+        self.path = module.isa()  # read once: decode_step asks at every call
 
     def isa(self) -> str:
-        return self.module.isa()
+        return self.path
 
     def decode_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                     qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
