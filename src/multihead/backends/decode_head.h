@@ -26,11 +26,11 @@ constexpr int64_t kBlock = 64;  // the most keys per block (the scores' row stri
 constexpr int64_t kDistance = 64;  // how many keys ahead keys and values are prefetched
 
 // Keys per block: the softmax's bookkeeping runs once a block, and each block reads its keys, then
-// its values. Measured on AMD EPYC (Zen 5), 1 thread, cold cache: while the tiles read key rows across
-// their columns, fp32 read fastest in blocks of 64 keys and bf16 in blocks of 32; since the D = 128
-// tiles read each key and value row in order, blocks of 32 to 128 keys read alike.
+// its values. Measured on AMD EPYC (Zen 4), 1 thread, cold cache: on AVX-512, fp32 reads fastest in
+// blocks of 64 keys and bf16 in blocks of 32; on AVX2 (the x86-64-v3 build on the same CPU) both in
+// blocks of 32 (fp32 in blocks of 64 took 10 to 20% longer).
 template <typename T>
-constexpr int64_t block_keys() { return std::is_same<T, float>::value ? 64 : 32; }
+constexpr int64_t block_keys() { return std::is_same<T, float>::value && decode_simd::W == 16 ? 64 : 32; }
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct Args {
