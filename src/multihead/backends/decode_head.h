@@ -17,7 +17,6 @@
 
 namespace decode_head {
 
-
 using decode_rows::accumulate;
 using decode_rows::exp_nonpositive;
 using decode_rows::scores;
@@ -26,7 +25,7 @@ constexpr int64_t kBlock = 64;  // the most keys per block (the scores' row stri
 constexpr int64_t kDistance = 64;  // how many keys ahead keys and values are prefetched
 
 // Keys per block: the softmax's bookkeeping runs once a block, and each block reads its keys, then
-// its values. Measured on AMD EPYC (Zen 4), 1 thread, cold cache: on AVX-512, fp32 reads fastest in
+// its values. Measured on AMD EPYC (AVX-512), 1 thread, cold cache: on AVX-512, fp32 reads fastest in
 // blocks of 64 keys and bf16 in blocks of 32; on AVX2 (the x86-64-v3 build on the same CPU) both in
 // blocks of 32 (fp32 in blocks of 64 took 10 to 20% longer).
 template <typename T>

@@ -7,8 +7,9 @@
 //   softmax       the masked max and exp of a row's block of scores
 // and, on AVX-512 only, the D = 128 fp32 tile that holds two query rows in registers and the
 // `vdpbf16ps` tiles (AVX512-BF16). Keys and values come through decode_simd's load_pair, load_step and
-// load_w, one overload per element type: a quantized cache's dequantising load (a per token and head
-// scale) slots in there.
+// load_w, one overload per element type: a quantized cache's element type slots in there (int8 or fp8
+// widened to fp32), and its per token and head scale folds into each key's score and each value's
+// weight, one multiply per key rather than per element.
 #pragma once
 #include <cstdint>
 #include <type_traits>
