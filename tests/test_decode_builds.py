@@ -163,3 +163,23 @@ def test_the_decode_bench_names_the_build_that_ran():
     assert machine.describe()["decode_isa"] == decode_build.isa()
     assert read_share.label("sdpa", torch.float32) == "sdpa"
     assert read_share.label("decode", torch.bfloat16) == f"decode, {decode_build.isa()} build"
+
+
+
+def test_the_kernel_refuses_layouts_it_cannot_read_before_reading_them():
+    """decode_calls.Kernel passes addresses: a tensor of another dtype, shape or layout is refused first."""
+    kernel = decode_build.kernel()
+    q, k, v = torch.randn(1, 4, 1, 32), torch.randn(1, 2, 70, 32), torch.randn(1, 2, 70, 32)
+    lo, hi, qpos, _ = key_ranges(None, 1, 4, 1, 70, "cpu")
+    empty = torch.empty(0)
+    good = (q, k, v, lo, hi, qpos, empty, empty, 0.1, 0.0)
+    assert kernel.decode_step(*good).shape == (1, 4, 1, 32)
+    for position, bad in ((1, k.half()), (1, k.transpose(2, 3)), (0, q.transpose(1, 2)), (2, v[:, :1]),
+                          (3, lo.int()), (4, hi[:, :0]), (6, torch.ones(3))):
+        with pytest.raises(ValueError, match="decode kernel"):
+            kernel.decode_step(*good[:position], bad, *good[position + 1:])
+    w = torch.randn(2, 16, 8).bfloat16()
+    with pytest.raises(ValueError, match="latent product"):
+        kernel.latent_product(w.float(), torch.randn(2, 1, 16), True)
+    with pytest.raises(ValueError, match="share K"):
+        kernel.latent_product(w, torch.randn(2, 1, 15), True)

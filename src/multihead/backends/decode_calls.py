@@ -21,9 +21,9 @@ import torch
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _address(t: torch.Tensor | None) -> int:
-    """t's data address, 0 for an absent or empty tensor (the C++ side's "none")."""
-    return 0 if t is None or t.numel() == 0 else t.data_ptr()
+def _address(t: torch.Tensor) -> int:
+    """t's data address, 0 for an empty tensor (the C++ side's "none")."""
+    return t.data_ptr() if t.numel() else 0
 
 
 class Kernel:
@@ -39,27 +39,36 @@ class Kernel:
     def decode_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                     qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
                     softcap: float) -> torch.Tensor:
-        if q.dim() != 4 or q.dtype not in DTYPES or not q.is_contiguous() or k.dim() != 4 or v.dim() != 4:
-            raise ValueError("decode kernel: q must be a contiguous (B, H, Lq, D) float32 or bfloat16 tensor")
-        B, H, Lq, D = q.shape
-        Hkv, Dv = k.shape[1], v.shape[-1]
-        if k.dtype != v.dtype or k.dtype not in DTYPES or k.stride(-1) != 1 or v.stride(-1) != 1:
-            raise ValueError("decode kernel: k and v must share float32 or bfloat16 with a contiguous last dim")
-        if Hkv == 0 or H % Hkv or k.shape[-1] != D or k.shape[:3] != v.shape[:3] or k.shape[0] != B:
-            raise ValueError(f"decode kernel: q {tuple(q.shape)} does not fit k {tuple(k.shape)}, v {tuple(v.shape)}")
-        for name, t, dtype in (("lo", lo, torch.int64), ("hi", hi, torch.int64), ("qpos", qpos, torch.float32)):
-            if t.dtype != dtype or t.shape != (B, Lq) or not t.is_contiguous():
-                raise ValueError(f"decode kernel: {name} must be a contiguous ({B}, {Lq}) {dtype} tensor")
-        for name, t in (("slopes", slopes), ("sinks", sinks)):
-            if t.numel() and (t.dtype != torch.float32 or t.shape != (H,) or not t.is_contiguous()):
-                raise ValueError(f"decode kernel: {name} must be empty or a contiguous ({H},) float32 tensor")
-        bf16_query = q.dtype == torch.bfloat16
+        # every check reads metadata only (a few microseconds a call)
+        q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+        if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
+            raise ValueError("decode kernel: q, k and v must be 4-D")
+        B, H, Lq, D = q_shape
+        Bk, Hkv, M, Dk = k_shape
+        dtype = k.dtype
+        if q.dtype not in DTYPES or dtype not in DTYPES or v.dtype is not dtype:
+            raise ValueError("decode kernel: q, k and v must be float32 or bfloat16 (k and v alike)")
+        if not q.is_contiguous() or k.stride(3) != 1 or v.stride(3) != 1:
+            raise ValueError("decode kernel: q must be contiguous, and k and v contiguous in their last dim")
+        if not Hkv or H % Hkv or Dk != D or Bk != B or v_shape[:3] != k_shape[:3]:
+            raise ValueError(f"decode kernel: q {tuple(q_shape)} does not fit k {tuple(k_shape)}, v {tuple(v_shape)}")
+        rows = B * Lq
+        if lo.dtype is not torch.int64 or hi.dtype is not torch.int64 or qpos.dtype is not torch.float32 \
+                or lo.numel() != rows or hi.numel() != rows or qpos.numel() != rows \
+                or not (lo.is_contiguous() and hi.is_contiguous() and qpos.is_contiguous()):
+            raise ValueError(f"decode kernel: lo, hi (int64) and qpos (float32) must be contiguous ({B}, {Lq})")
+        for t in (slopes, sinks):
+            if t.numel() and (t.dtype is not torch.float32 or t.numel() != H or not t.is_contiguous()):
+                raise ValueError(f"decode kernel: slopes and sinks must be empty or contiguous ({H},) float32")
+        bf16_query = q.dtype is torch.bfloat16
         qf = q.float() if bf16_query else q
+        Dv = v_shape[3]
         out = torch.empty(B, H, Lq, Dv, dtype=torch.float32)
+        ks, vs = k.stride(), v.stride()
         self.module.decode_step(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
                                 lo.data_ptr(), hi.data_ptr(), qpos.data_ptr(), _address(slopes), _address(sinks),
-                                out.data_ptr(), k.dtype == torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
-                                (*k.stride()[:3], *v.stride()[:3]), scale, softcap)
+                                out.data_ptr(), dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
+                                (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
         return out.to(torch.bfloat16) if bf16_query else out
 
     def latent_product(self, w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
