@@ -99,12 +99,13 @@ def markdown(result: dict) -> str:
             cells.append(f"{row['share']:.0%} ({min(row['shares']):.0%} to {max(row['shares']):.0%}; {row['ms']:.2f} ms)")
         lines.append(f"| {form} | {f'{build} ({isa})' if build else ''} | " + " | ".join(cells) + " |")
     info = result["machine"]
+    start, end = (tuple(x) if x else x for x in (info["load_average"], result["load_average_at_end"]))  # JSON: lists
     return "\n".join([f"CPU: {info['cpu']} ({info['cpu_flags']}), {info['threads']} torch thread(s), "
-                      f"clock {info['clock']}, load average {info['load_average']} at the start, "
-                      f"{result['load_average_at_end']} at the end; {result['repeats']} repeats of {result['rounds']} "
+                      f"clock {info['clock']}, load average {start} at the start, "
+                      f"{end} at the end; {result['repeats']} repeats of {result['rounds']} "
                       "interleaved rounds: the median share over the repeats (ms: the median time), and in brackets "
                       "the lowest and highest repeat.",
-                      "", *lines, ""])
+                      "", *lines])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     text = markdown(result)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(text)
+            f.write(text + "\n")
     print(text)
     shares = [r["share"] for r in rows if r["form"] == "kernel"]
     print(f"kernel shares: median {statistics.median(shares):.0%}", file=sys.stderr)
