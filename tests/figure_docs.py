@@ -2,7 +2,8 @@
 
 The docs: README.md, benchmarks/*.md but the runs' own tables (results.md and *-results.md, which
 must be what the report renders from their JSON: `rendered_tables`; the held-out zoo's check_heldout-*.md,
-which must be what its harness makes of its JSON), docs/*.md. Code (fenced blocks and
+which must be what its harness makes of its JSON, and decode-isa-results.md, what decode_isa.py makes of
+its JSON), docs/*.md. Code (fenced blocks and
 inline code) and link targets are code, not prose, and are skipped; every other number is checked.
 
 readme_figures.json maps each doc to its lines that hold numbers, by the line's text (so an edited line
@@ -68,8 +69,10 @@ class Number:
 
 RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", "latent-results.md": "latent.json",
               "parallel.md": "parallel.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
-# benchmarks/<md>: what benchmarks/check_heldout.py's `markdown` makes of benchmarks/<json> (the held-out zoo's runs)
-HARNESS_TABLES = {"check_heldout-before.md": "check_heldout-before.json"}
+# benchmarks/<md>: what benchmarks/<script>'s `markdown` makes of benchmarks/<json> (the held-out zoo's runs; the
+# decode kernel of every build against the plain-torch form)
+HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
+                  "decode-isa-results.md": ("decode-isa.json", "decode_isa.py")}
 
 
 def quoting_docs() -> list[str]:

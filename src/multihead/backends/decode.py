@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.decode_build import unavailable
 from multihead.backends.decode_ranges import MASK_REASONS, key_ranges, unsupported_mask
-from multihead.backends.decode_step import decode_step
+from multihead.backends.decode_step import decode_step, describe_step
 from multihead.backends.flex import needs_grad
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
@@ -62,11 +61,7 @@ class DecodeBackend:
 
     def describe(self, p: Problem, plan) -> str:
         B, H, Lq, Lk = p.dims
-        rows = f"{H // p.k.shape[1] * Lq} query rows per kv head"
-        why = unavailable()
-        if why is None:
-            return f"C++ decode kernel: one pass over each kv head's keys and values, online softmax in fp32; {rows}"
-        return f"plain torch (K @ q^T, softmax in fp32, p @ V; {rows}), since {why}"
+        return describe_step(p.q.dtype, f"{H // p.k.shape[1] * Lq} query rows per kv head")
 
     def run(self, p: Problem, plan) -> torch.Tensor:
         lo, hi, qpos, slopes = plan

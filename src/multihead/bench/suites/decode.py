@@ -39,6 +39,7 @@ from multihead.bench.suites.read_share import (  # noqa: F401 (Rotation, copies_
     copies_for,
     filled_cache,
     kv_bytes,
+    label,
 )
 from multihead.bench.suites.window_prefill import (  # noqa: F401 (band_keep, compiled_flex: used by tests)
     WINDOW_GOAL,
@@ -175,7 +176,7 @@ def _backend(pair: LlamaPair, lq: int, lk: int, mask: mh.Mask, dt: torch.dtype) 
     H, Hkv, D = pair.ours.num_heads, pair.ours.num_kv_heads, pair.ours.head_dim
     zero = torch.zeros((), dtype=dt)
     keys = zero.expand(1, Hkv, lk, D)
-    return mh.dispatch(zero.expand(1, H, lq, D), keys, keys, mask).backend
+    return label(mh.dispatch(zero.expand(1, H, lq, D), keys, keys, mask).backend, dt)
 
 
 def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
@@ -204,7 +205,8 @@ def ragged(ctx: Context, s: Sizes, result: SuiteResult, steps) -> None:
     steps.advance()
     expected = F.scaled_dot_product_attention(q, *first[:2], keep, enable_gqa=True)
     decision = mh.dispatch(q, *first)
-    runs = {baseline: "SDPA", grouped_name: "SDPA", OURS: decision.backend, VARLEN: "varlen", DENSE: "sdpa"}
+    runs = {baseline: "SDPA", grouped_name: "SDPA", OURS: label(decision.backend, torch.float32), VARLEN: "varlen",
+            DENSE: "sdpa"}
     case = f"ragged decode {B} x {lengths[0].item()}..{N}: attention"
     for name, timing in t.items():
         result.rows.append({

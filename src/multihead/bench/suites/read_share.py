@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 import multihead as mh
 from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import decode_step, plain_decode_step
+from multihead.backends.decode_step import decode_step, kernel_build, plain_decode_step
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import Timing, clock_name, compare, ratio, set_clock
@@ -55,6 +55,7 @@ class Part:
     detail: str
     rows_at: int
     targets_at: int
+    kernel_runs: str = ""  # the kernel row's form and build (label)
 
 
 def measure(ctx: Context, s, length: int, dtype: str, result: SuiteResult) -> Part:
@@ -98,8 +99,16 @@ def measure(ctx: Context, s, length: int, dtype: str, result: SuiteResult) -> Pa
              KERNEL: decode_step(q, *first[:2], lo, hi, qpos, D**-0.5)}
     decision = mh.dispatch(q, *first)
     return Part(f"decode N={length} {dtype}: attention", nbytes, big.numel() * 4, bandwidth, timings, more,
-                {name: (out - ours).abs().max().item() for name, out in diffs.items()}, decision.backend,
-                decision.detail, len(result.rows), len(result.targets))
+                {name: (out - ours).abs().max().item() for name, out in diffs.items()}, label(decision.backend, dt),
+                decision.detail, len(result.rows), len(result.targets), label("decode", dt))
+
+
+def label(backend: str, dt: torch.dtype) -> str:
+    """The backend's name; for decode, with the form and the kernel build that run (e.g. 'decode, avx2 build')."""
+    if backend != "decode":
+        return backend
+    isa = kernel_build(dt)
+    return f"decode, {isa} build" if isa else "decode, plain-torch form"
 
 
 class Rotation:
@@ -177,7 +186,7 @@ def _rows(part: Part, rate: float, more: dict[int, float]) -> list[dict]:
             "ms": timing.median_s * 1e3, "GB/s": moved / timing.median_s / 1e9,
             "% of bandwidth": 100 * _share(moved, timing, rate),
             "x ours": None if is_bw else ratio(timing, t[OURS]), "max |diff|": part.diffs.get(name),
-            "runs": part.runs if name == OURS else "",
+            "runs": part.runs if name == OURS else part.kernel_runs if name == KERNEL else "",
         })
     for n, tn in part.more.items():
         own = part.big_bytes / tn[part.bandwidth].median_s
