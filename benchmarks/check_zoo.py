@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from zoo_mutants import BUGGY, CORRECT, MUTANTS, target_path, write_mutant  # noqa: E402
+from zoo_mutants import BUGGY, BUGGY_OPTIONS, CORRECT, MUTANTS, target_path, write_mutant  # noqa: E402
 
 from multihead.checker import check  # noqa: E402
 
@@ -40,7 +40,7 @@ def run() -> dict:
         rows.append({"kind": "correct", "name": target, "want": "PASS", "got": report.bug or report.verdict.upper(),
                      "ok": report.passed, "exit": report.exit_code, "seconds": seconds})
     for target, bug in BUGGY.items():  # "" = must fail without a catalogue id
-        report, seconds = _timed(target_path(target), {})
+        report, seconds = _timed(target_path(target), BUGGY_OPTIONS.get(target, {}))
         rows.append({"kind": "buggy", "name": target, "want": bug or "FAIL",
                      "got": report.bug or report.verdict.upper(),
                      "ok": report.verdict == "fail" and (report.bug or "") == bug, "exit": report.exit_code,
