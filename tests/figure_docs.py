@@ -72,6 +72,7 @@ RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", 
 # benchmarks/<md>: what benchmarks/<script>'s `markdown` makes of benchmarks/<json> (the held-out zoo's runs; the
 # decode kernel of every build against the plain-torch form)
 HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
+                  "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py")}
 
 
