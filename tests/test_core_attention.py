@@ -1,12 +1,14 @@
 """mh.attention: every backend against an independent float64 reference, values and gradients."""
 from __future__ import annotations
 
-from unittest import mock
+import inspect
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 import multihead as mh
+from multihead.errors import CannotRunError
 from helpers import DTYPES, drift_tolerance, max_abs_diff, reference_attention
 
 BACKENDS = ("math", "sdpa")
@@ -104,13 +106,31 @@ def test_fills_never_overflow_in_half_precision(dtype):
         assert torch.isfinite(mh.attention(q, k, v, mask, backend=backend)).all()
 
 
+class SdpaCalls(TorchFunctionMode):
+    """The arguments of every torch.nn.functional.scaled_dot_product_attention call made inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.calls.append(inspect.signature(func_signature).bind(*args, **(kwargs or {})).arguments)
+        return func(*args, **(kwargs or {}))
+
+
+def func_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's signature."""
+
+
 def test_pure_causal_mask_reaches_sdpa_as_is_causal():
     q, k, v = _inputs((1, 2, 2, 6, 6, 4, 4))
-    with mock.patch("multihead.backends.sdpa._sdpa", wraps=torch.nn.functional.scaled_dot_product_attention) as spy:
+    with SdpaCalls() as spy:
         mh.attention(q, k, v, causal=True, backend="sdpa")
         mh.attention(q, k, v, mh.Mask.causal("bottom_right"), backend="sdpa")  # Lq == Lk: the same
-    for call in spy.call_args_list:
-        assert call.args[3] is None and call.args[5] is True  # attn_mask None, is_causal True
+    assert len(spy.calls) == 2
+    for call in spy.calls:
+        assert call.get("attn_mask") is None and call["is_causal"] is True
     assert "is_causal=True" in mh.dispatch(q, k, v, causal=True).detail
 
 
@@ -140,15 +160,18 @@ def test_empty_sequences():
 
 
 def test_dispatch_reports_choice_and_reasons():
-    q, k, v = _inputs((1, 2, 2, 3, 3, 4, 4))
-    auto = mh.dispatch(q, k, v, mh.Mask.key_padding(torch.tensor([[False, False, True]])))
-    assert auto.backend == "sdpa" and "math" in auto.reasons and "mask of shape (1, 1, 1, 3)" in auto.detail
-    assert "zeroed in k and v" in auto.detail  # padding keys are made inert
+    q, k, v = _inputs((2, 2, 2, 3, 3, 4, 4))
+    auto = mh.dispatch(q, k, v, mh.Mask.key_padding(torch.tensor([[False, False, True], [False, True, True]])))
+    assert auto.backend == "sdpa" and auto.codes["math"] == "math.materialises"
+    assert "mask of shape (2, 1, 1, 3)" in auto.detail and "zeroed in k and v" in auto.detail  # padding is inert
+    one_row = mh.dispatch(q[:1], k[:1], v[:1], mh.Mask.key_padding(torch.tensor([[False, False, True]])))
+    assert "only the first 2 keys" in one_row.detail  # one row of padding: the kept keys alone, no mask
     forced = mh.dispatch(q, k, v, backend="math")
-    assert forced.backend == "math" and "not requested" in forced.reasons["sdpa"]
+    assert forced.backend == "math" and forced.codes["sdpa"] == "not-requested"
     assert "math: not chosen" in str(auto)
-    with pytest.raises(mh.AttentionError, match="cannot run this call"):
+    with pytest.raises(CannotRunError) as refused:
         mh.attention(q, k[:, :, :0], v[:, :, :0], backend="sdpa")
+    assert refused.value.code == "sdpa.empty" and refused.value.backend == "sdpa"
 
 
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)

@@ -5,14 +5,21 @@ import pytest
 import torch
 
 import multihead as mh
+from multihead.attention import make_problem
 from multihead.backends import decode_build
-from multihead.backends.decode_ranges import key_ranges
+from multihead.backends.decode import MASK, DecodeBackend, decode_rows
 from multihead.backends.decode_step import decode_step
 
 H, D, N = 8, 32, 200
 LENS = torch.tensor([0, 37, 200])  # ragged, one empty sequence
 SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.03, 0.02, 0.01, 0.005])
 SINKS = torch.linspace(-1.0, 2.0, H)
+def key_ranges(mask, B, H, Lq, Lk):
+    """(lo, hi, qpos, slopes): the decode kernel's form of `mask` for a (B, H, Lq, Lk) call."""
+    q, k = torch.zeros(B, H, Lq, 1), torch.zeros(B, 1, Lk, 1)
+    return decode_rows(make_problem(q, k, k, mask, False, None, 0.0))
+
+
 MASKS = {
     "none": lambda Lq: None,
     "lengths": lambda Lq: mh.Mask.lengths(LENS),
@@ -51,7 +58,7 @@ def test_decode_step_matches_float64_reference(use_kernel, dtype, Hkv, head_dim)
                 ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math", **wide)
                 same = mh.attention(q, k, v, mask, backend="math", **extra)  # the same-dtype reference drift
                 B, _, _, Lk = 3, H, Lq, N
-                lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, Lk, "cpu")
+                lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, Lk)
                 out = decode_step(q, k, v, lo, hi, qpos, head_dim**-0.5, extra.get("softcap"), slopes,
                                   extra.get("sinks"), use_kernel=use_kernel)
                 tol = 2 * _max_err(same, ref) + 1e-5  # fp32 floor: sums of 128 products in another order
@@ -72,7 +79,7 @@ def test_every_row_grouping_and_head_dim_matches_float64_reference(dtype, rows, 
     mask = mh.Mask.lengths(torch.tensor([N, 37, 170])) & mh.Mask.window(100, "bottom_right")
     ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math")
     same = mh.attention(q, k, v, mask, backend="math")
-    lo, hi, qpos, _ = key_ranges(mask, 3, rows, 1, N, "cpu")
+    lo, hi, qpos, _ = key_ranges(mask, 3, rows, 1, N)
     out = decode_step(q, k, v, lo, hi, qpos, D**-0.5)
     assert out.dtype == dtype and out.shape == (3, rows, 1, Dv)
     assert _max_err(out, ref) <= 2 * _max_err(same, ref) + 1e-5
@@ -85,7 +92,7 @@ def test_rows_with_no_key_are_exact_zeros_and_keys_past_lengths_are_never_read(d
     v[:, :, 50:] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([0, 10, 50]))
     for backend_kernel in (True, False):
-        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N)
         out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=backend_kernel)
         assert torch.equal(out[0], torch.zeros_like(out[0]))
         assert torch.isfinite(out).all()
@@ -101,7 +108,7 @@ def test_nan_in_a_query_or_visible_key_propagates(where, dtype):
     {"query": q, "key": k, "value": v}[where][1, 0, 3 if where != "query" else 0] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([N, N, N]))
     for use_kernel in (True, False):
-        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N)
         out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=use_kernel)
         assert out[1, 0].isnan().all() and torch.isfinite(out[0]).all()
 
@@ -190,7 +197,8 @@ PART_KINDS = {
 
 @pytest.mark.parametrize("seed", range(40))
 def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
-    """Part.key_interval (the decode kernel's form) keeps exactly the keys Part.keep keeps, alone and combined."""
+    """The row intervals (the decode kernel's form of the normal form) keep exactly the keys the dense keep keeps,
+    alone and combined."""
     g = torch.Generator().manual_seed(seed)
     B, Lq, Lk = 3, int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 90, (), generator=g))
     names = list(PART_KINDS)
@@ -200,10 +208,15 @@ def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
     for name in chosen:
         part = PART_KINDS[name](B, Lq, Lk, g)
         mask = part if mask is None else mask & part
-    lo, hi, _, _ = key_ranges(mask, B, 1, Lq, Lk, "cpu")
+    q, k = torch.zeros(B, 1, Lq, 1), torch.zeros(B, 1, Lk, 1)
+    problem = make_problem(q, k, k, mask, False, None, 0.0)
+    if problem.form.unaligned:  # terms of two alignments: the decode step refuses, the dense backends run it
+        assert DecodeBackend().plan(problem, False) is MASK, chosen
+        return
+    lo, hi, _, _ = DecodeBackend().plan(problem, False)
     j = torch.arange(Lk)
     intervals = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, Lk)
-    keep, _ = mask.score_terms(mask.index(B, 1, Lq, Lk, "cpu"), torch.float32)
+    keep, _ = mask.materialize(B, 1, Lq, Lk)
     dense = torch.ones(B, Lq, Lk, dtype=torch.bool) if keep is None else keep.expand(B, 1, Lq, Lk)[:, 0]
     assert torch.equal(intervals, dense), chosen
 

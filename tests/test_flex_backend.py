@@ -210,8 +210,9 @@ def test_a_point_index_reads_the_same_entry_as_the_whole_grid(kind):
     keep = keep.expand(B, H, Lq, Lk) if keep is not None else None
     bias = bias.expand(B, H, Lq, Lk) if bias is not None else None
     for b, h, i, j in [(0, 0, 0, 0), (1, 3, Lq - 1, Lk - 1), (0, 2, 1, Lk - 2), (1, 1, Lq - 2, 0)]:
-        ix = Index.point(*(torch.tensor(n) for n in (b, h, i, j)), Lq, Lk, mask.extents())
-        keep_at, bias_at = mask.dense(ix)
+        form = mask.normal_form()
+        ix = Index.point(*(torch.tensor(n) for n in (b, h, i, j)), Lq, Lk, form.extents)
+        keep_at, bias_at = form.dense(ix)
         if keep is not None:
             assert bool(keep_at) == bool(keep[b, h, i, j])
         if bias is not None:
@@ -224,7 +225,8 @@ def test_gathered_reads_compile_without_reading_indices_as_numbers():
 
     def keep_of_every_row(mask, b):
         zero = torch.zeros((1, 1, 1, 1), dtype=torch.long)
-        return mask.dense(Index.point(b, zero, zero + 6, zero + 4, L, L, mask.extents()))[0]
+        form = mask.normal_form()
+        return form.dense(Index.point(b, zero, zero + 6, zero + 4, L, L, form.extents))[0]
 
     rows = torch.arange(B).view(-1, 1, 1, 1)
     compiled = torch.compile(keep_of_every_row, backend="eager", fullgraph=True)

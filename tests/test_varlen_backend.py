@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import multihead as mh
+from multihead.errors import CannotRunError
 from multihead.attention import make_problem
 from multihead.backends.varlen import VarlenBackend
 from tests.helpers import drift_tolerance, max_abs_diff, reference_attention
@@ -106,7 +107,6 @@ def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
 
 @pytest.mark.parametrize("mask, why", [
     (mh.Mask.causal(), "cuts rows into slices"),
-    (mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(KEY_LENS), "cuts rows into slices"),
     (mh.Mask.lengths(torch.full((4, 7), 3)), "cuts rows into slices"),
 ])
 def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
@@ -114,8 +114,17 @@ def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
     problem = make_problem(q, k, v, mask, False, None, 0.0)
     reason = VarlenBackend().plan(problem, auto=False)
     assert reason.cannot and why in reason.text(problem)
-    with pytest.raises(mh.AttentionError, match="cannot run this call"):
+    with pytest.raises(CannotRunError, match="cannot run this call") as refused:
         mh.attention(q, k, v, mask, backend="varlen")
+    assert refused.value.code == reason.code == "varlen.no-slicer"
+
+
+def test_two_lengths_parts_slice_at_the_tighter_of_each_pair():
+    q, k, v = _qkv()
+    other = torch.tensor([2, 7, 7, 1])
+    mask = mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(other)
+    expected = mh.attention(q, k, v, mh.Mask.lengths(torch.minimum(KEY_LENS, other)), backend="math")
+    torch.testing.assert_close(mh.attention(q, k, v, mask, backend="varlen"), expected, atol=1e-5, rtol=1e-5)
 
 
 PAD = torch.rand(4, 7, generator=torch.Generator().manual_seed(3)) > 0.7

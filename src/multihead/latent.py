@@ -25,8 +25,6 @@ scale, 1/sqrt(Dn + R) unless `scale` says otherwise (DeepSeek multiplies it by Y
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -37,6 +35,7 @@ from multihead.latent_products import fold, unfold
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE
+from multihead.services import service
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -96,9 +95,11 @@ class MultiHeadLatentAttention(nn.Module):
         self.rope = rope
         self._contiguous_halves = None  # (kv_b_proj's weight, its state, (W_UK, W_UV)): see _absorb_weights
 
-    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
-        @classmethod
-        def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention: ...
+    @classmethod
+    def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention:
+        """The MLA of a transformers DeepseekV2Attention / DeepseekV3Attention, same weights and outputs
+        (the convert tool's work)."""
+        return service("latent_from_module")(module)
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> LatentCache:
         """An empty LatentCache: latents (batch_size, max_len, C), rotary keys (batch_size, max_len, R)."""

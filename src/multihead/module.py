@@ -11,7 +11,6 @@ RMSNorm of q and k); `new_cache()` gives a KV cache that `forward(..., cache=cac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -22,6 +21,7 @@ from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
 from multihead.positions import QueryTemperature, alibi_slopes
+from multihead.services import service
 from multihead.torch_state import torch_mha_state_to_ours
 
 PROJECTIONS = ("q", "k", "v", "out")
@@ -237,7 +237,7 @@ class MultiHeadAttention(nn.Module):
             )
         if mask is None:
             return None
-        extents = mask.extents() if isinstance(mask, Mask) else None
+        extents = mask.normal_form().extents if isinstance(mask, Mask) else None
         if extents is None or len(mask.parts) != 1:
             raise AttentionError(
                 "with a cache, mask may only be Mask.lengths(lens, query_lens=lens) (a right-padded prompt); "
@@ -279,10 +279,18 @@ class MultiHeadAttention(nn.Module):
             raise AttentionError(f"query has batch {query.shape[0]} but key/value have batch {key.shape[0]}.")
         return query, key, value
 
-    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
-        @classmethod
-        def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention: ...
-        def to_torch(self) -> nn.MultiheadAttention: ...
+    @classmethod
+    def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention:
+        """A MultiHeadAttention with the weights of `module`, giving the same outputs (same layout).
+
+        Recognises torch.nn.MultiheadAttention, the textbook styles and the common naming conventions;
+        hints such as num_heads=... help where the module does not say. (The convert tool's work.)
+        """
+        return service("from_module")(module, **hints)
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An nn.MultiheadAttention with the same weights and outputs, where torch can express this module."""
+        return service("to_torch")(self)
 
     def extra_repr(self) -> str:
         extra = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"

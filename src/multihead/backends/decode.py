@@ -2,17 +2,22 @@
 
 Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys and values once for all
 its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
-form of the same step. It takes the masks a decode step carries (lengths, causal, window, chunks, ALiBi),
-softcap and sinks, in float32 and bfloat16. Inference only: it has no backward.
+form of the same step. It takes the masks whose normal form is one interval of keys per query row
+(lengths, causal, window, chunks) with at most one ALiBi, softcap and sinks, in float32 and bfloat16.
+Inference only: it has no backward. Its plan is the rows' intervals, made once per planned call:
+
+    lo, hi (B, Lq) int64   query i of sequence b keeps keys lo <= j < hi (NormalForm.row_intervals)
+    qpos (B, Lq) float32   the query position ALiBi measures from; slopes (H,) float32 or None
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
+from multihead.backends.common import needs_grad
 from multihead.backends.decode_build import unavailable
-from multihead.backends.decode_ranges import MASK_REASONS, key_ranges, unsupported_mask
 from multihead.backends.decode_step import decode_step
-from multihead.backends.flex import needs_grad
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
@@ -27,13 +32,31 @@ DROPOUT = cannot("decode.dropout", "the decode kernel has no dropout")
 GRAD = cannot("decode.grad", "the decode kernel is for inference: it has no backward")
 EXPORT = cannot("decode.export", "an exported graph keeps to torch's own ops (the decode kernel is a custom op)")
 NO_ROWS = cannot("decode.empty", "no query rows")
-MASK = {why: cannot("decode.mask", why) for why in MASK_REASONS}
+MASK = cannot("decode.mask", "the decode step takes masks that keep one interval of keys per query row (lengths, "
+                             "causal, window, chunks) and one ALiBi")
 TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per sequence: not a decode step")
 TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
 
 
+class DecodeRows(NamedTuple):
+    lo: torch.Tensor  # (B, Lq) int64
+    hi: torch.Tensor  # (B, Lq) int64
+    qpos: torch.Tensor  # (B, Lq) float32
+    slopes: torch.Tensor | None  # (H,) float32
+
+
+def decode_rows(p: Problem) -> DecodeRows:
+    """The decode kernel's form of the problem's mask (reads no values on the host)."""
+    B, H, Lq, Lk = p.dims
+    ix = p.index()
+    lo, hi = p.form.row_intervals(ix)
+    if p.form.slopes is None:
+        return DecodeRows(lo, hi, torch.zeros(B, Lq, device=p.q.device), None)
+    return DecodeRows(lo, hi, p.form.alibi_positions(ix), p.form.slopes.float().contiguous())
+
+
 class DecodeBackend:
-    """Plan: each row's kept keys, ALiBi positions and slopes (decode_ranges.key_ranges), made once."""
+    """Plan: DecodeRows, each row's kept keys and ALiBi's positions and slopes."""
 
     name = "decode"
 
@@ -51,16 +74,15 @@ class DecodeBackend:
             return EXPORT
         if Lq == 0:
             return NO_ROWS
-        why = unsupported_mask(p.mask)
-        if why is not None:
-            return MASK[why]
+        if not p.form.intervals_only:
+            return MASK
         if auto and Lq > MAX_ROWS:
             return TOO_MANY_ROWS
         if auto and Lk < MIN_KEYS:
             return TOO_FEW_KEYS
-        return key_ranges(p.mask, B, H, Lq, Lk, p.q.device)
+        return decode_rows(p)
 
-    def describe(self, p: Problem, plan) -> str:
+    def describe(self, p: Problem, plan: DecodeRows) -> str:
         B, H, Lq, Lk = p.dims
         rows = f"{H // p.k.shape[1] * Lq} query rows per kv head"
         why = unavailable()
@@ -68,7 +90,7 @@ class DecodeBackend:
             return f"C++ decode kernel: one pass over each kv head's keys and values, online softmax in fp32; {rows}"
         return f"plain torch (K @ q^T, softmax in fp32, p @ V; {rows}), since {why}"
 
-    def run(self, p: Problem, plan) -> torch.Tensor:
-        lo, hi, qpos, slopes = plan
+    def run(self, p: Problem, plan: DecodeRows) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
-        return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)
+        return decode_step(p.q, p.k, p.v, plan.lo, plan.hi, plan.qpos, p.scale, p.softcap, plan.slopes, p.sinks,
+                           use_kernel=contiguous)

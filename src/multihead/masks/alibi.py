@@ -8,7 +8,8 @@ import torch
 from multihead.errors import AttentionError, shape_str
 from multihead.masks.causal import check_align
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, mask_constructor
+from multihead.masks.normal_form import Fold
+from multihead.masks.part import Part
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,7 +24,6 @@ class AlibiPart(Part):
 
     slopes: torch.Tensor
     align: str = "top_left"
-    tensor_fields = ("slopes",)
 
     def check(self, B, H, Lq, Lk, device) -> None:
         super().check(B, H, Lq, Lk, device)
@@ -39,18 +39,14 @@ class AlibiPart(Part):
         # even when cast to bf16 / fp16 (a shifted bias would round their differences away)
         return (-slopes * (ix.query_position(self.align) - ix.k).to(work)).to(dtype)  # (1 or B, H, Lq, Lk)
 
-    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return lo, hi  # blocks nothing
-
-    def distance_bias(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor]:
-        return ix.row_positions(self.align).float(), self.slopes.float()  # -slope (i - j) = slope (j - i)
+    def fold(self, form: Fold) -> None:
+        form.alibi(self, self.slopes, self.align)
 
     def describe(self) -> str:
         return f"alibi{shape_str(self.slopes.shape)}"
 
 
-@mask_constructor
-def alibi(cls, slopes, align: str = "top_left") -> Mask:
+def alibi_part(slopes, align: str = "top_left") -> AlibiPart:
     """ALiBi: adds -slopes[h] * (i - j) to the scaled scores; slopes (H,), e.g. mh.alibi_slopes(H)."""
     slopes = torch.as_tensor(slopes)
     if slopes.dim() != 1 or not slopes.is_floating_point():
@@ -58,4 +54,4 @@ def alibi(cls, slopes, align: str = "top_left") -> Mask:
             f"Mask.alibi expects float slopes of shape (H,); got {slopes.dtype} of shape {shape_str(slopes.shape)}."
         )
     check_align(align, "Mask.alibi")
-    return cls((AlibiPart(slopes, align),))
+    return AlibiPart(slopes, align)

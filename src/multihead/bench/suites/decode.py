@@ -33,7 +33,6 @@ import torch
 import torch.nn.functional as F
 
 import multihead as mh
-from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import decode_step, plain_decode_step
 from multihead.bench.llama_pair import LlamaPair
 from multihead.bench.machine import load_average
@@ -161,7 +160,8 @@ def attention_alone(ctx: Context, s: Sizes, length: int, dtype: str, result: Sui
     grouped = q.view(1, Hkv, H // Hkv, D)  # (B, Hkv, G, D): the G query heads of each kv head as rows
     big = torch.randn(s.rotation_mib * 2**20 // 4, generator=g)
     turn = Rotation(sets)
-    lo, hi, qpos, _ = key_ranges(None, 1, H, 1, length + 1, "cpu")
+    lo, hi = torch.zeros(1, 1, dtype=torch.long), torch.full((1, 1), length + 1)  # the one row keeps every key
+    qpos = torch.zeros(1, 1)
     bandwidth_name = f"read bandwidth: sum of {s.rotation_mib} MiB fp32"
     fns = {
         OURS: lambda: mh.attention(q, *turn()),
