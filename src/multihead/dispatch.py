@@ -109,17 +109,32 @@ def cache_info() -> CacheInfo:
 def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
     """(problem, backend, plan) for one call: remembered by value (see the module docstring), else checked,
     folded and planned. Raises AttentionError for bad input or a backend that cannot run it."""
-    key = _key(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
-    entry = None if key is None else _PLANS.get(key)
-    if entry is not None:
-        _INFO[0] += 1
-        problem = Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks)
-        if not entry.volatile:
-            return problem, entry.backend, entry.plan
-        plan = entry.backend.plan(problem, False)
-        if not isinstance(plan, Reason):
-            return problem, entry.backend, plan
-        return (problem, *choose(problem, backend))  # the values it read changed its answer
+    key = None
+    if not (torch.compiler.is_compiling() or torch._C._is_tracing()) and (causal is True or causal is False):
+        try:  # the key; not tensors or not a Mask: make_problem says what came
+            mask_key = None if mask is None else mask.value_key()  # None: an inference tensor, nothing kept
+            if mask is None or mask_key is not None:
+                grad = torch.is_grad_enabled() and (
+                    q.requires_grad or k.requires_grad or v.requires_grad or sinks is not None and sinks.requires_grad
+                    or mask is not None and any(t.requires_grad for t in mask.tensors))
+                key = (type(q), q.shape, q.dtype, q.device, type(k), k.shape, k.dtype, k.device, type(v), v.shape,
+                       v.dtype, v.device, mask_key, causal, scale, type(scale), softcap, type(softcap), dropout,
+                       type(dropout), None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device),
+                       backend, grad)
+                entry = _PLANS.get(key)
+            else:
+                entry = None
+        except (AttributeError, TypeError):  # TypeError: an unhashable argument
+            key = entry = None
+        if entry is not None:
+            _INFO[0] += 1
+            problem = Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks)
+            if not entry.volatile:
+                return problem, entry.backend, entry.plan
+            plan = entry.backend.plan(problem, False)
+            if not isinstance(plan, Reason):
+                return problem, entry.backend, plan
+            return (problem, *choose(problem, backend))  # the values it read changed its answer
     problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
     chosen, plan = choose(problem, backend)
     if key is not None:  # counted in eager only: a compiled call reads and writes nothing remembered
@@ -127,27 +142,6 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
         _remember(key, _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap,
                               _volatile(problem, plan, key[-1])))
     return problem, chosen, plan
-
-
-def _key(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend):
-    """The plan cache's key for a call, or None when nothing may be remembered (see the module docstring)."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or type(backend) is not str:
-        return None
-    if causal is not True and causal is not False:
-        return None
-    try:
-        mask_key = None if mask is None else mask.value_key()
-        if mask is not None and mask_key is None:
-            return None
-        grad = torch.is_grad_enabled() and (
-            q.requires_grad or k.requires_grad or v.requires_grad or sinks is not None and sinks.requires_grad
-            or mask is not None and any(t.requires_grad for t in mask.tensors))
-        sink_key = None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device)
-        return (type(q), q.shape, q.dtype, q.device, type(k), k.shape, k.dtype, k.device, type(v), v.shape, v.dtype,
-                v.device, mask_key, causal, scale, type(scale), softcap, type(softcap), dropout, type(dropout),
-                sink_key, backend, grad)
-    except (AttributeError, TypeError):  # not tensors, not a Mask: make_problem says what came
-        return None
 
 
 def _volatile(problem: Problem, plan, grad: bool) -> bool:

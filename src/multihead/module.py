@@ -209,20 +209,26 @@ class MultiHeadAttention(nn.Module):
         return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):
-        """The caller's mask & this module's sliding window, chunk and ALiBi parts."""
-        parts = [] if mask is None else [mask]
-        if self.window is not None:
-            parts.append(Mask.window(self.window, align))
-        if self.chunk_size is not None:
-            parts.append(Mask.chunks(self.chunk_size, align))
-        if self.alibi_slopes is not None:
-            parts.append(Mask.alibi(self.alibi_slopes, align))
-        if not parts:
-            return None
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = combined & part
-        return combined
+        """The caller's mask & this module's sliding window, chunk and ALiBi parts (None when neither)."""
+        own = self._own_mask(align)
+        if own is None or mask is None:
+            return mask if own is None else own
+        return mask & own
+
+    def _own_mask(self, align: str) -> Mask | None:
+        """This module's window, chunk and ALiBi parts as one Mask, made once per alignment and setting (eager):
+        the plan cache then finds every forward's mask at once."""
+        slopes, setting = self.alibi_slopes, (self.window, self.chunk_size)
+        kept = self.__dict__.setdefault("_own_masks", {}).get(align)
+        if kept is not None and kept[0] == setting and kept[1] is slopes:
+            return kept[2]
+        parts = ([Mask.window(self.window, align)] if self.window is not None else []) + (
+            [Mask.chunks(self.chunk_size, align)] if self.chunk_size is not None else []) + (
+            [Mask.alibi(slopes, align)] if slopes is not None else [])
+        own = Mask(tuple(p for m in parts for p in m.parts)) if parts else None
+        if not torch.compiler.is_compiling():  # a traced call changes no module state
+            self.__dict__["_own_masks"][align] = (setting, slopes, own)
+        return own
 
     def _check_cache_call(self, cache, mask, B: int, self_attention: bool):
         """The per-sequence count of real new tokens (None: all Lq), after checking the call."""

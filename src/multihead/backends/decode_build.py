@@ -23,7 +23,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("decode_kernel.cpp")
 HEADERS = tuple(Path(__file__).with_name(name)  # in the key
-                for name in ("decode_rows.h", "decode_simd.h", "latent_products.h"))
+                for name in ("decode_rows.h", "decode_simd.h", "latent_products.h", "nan_rows.h"))
 FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-std=c++17"]
 DISABLE = "MULTIHEAD_DECODE_KERNEL"
 _state: dict[str, object] = {}  # "module" and "why": the outcome of the one attempt per process

@@ -23,6 +23,7 @@
 #include "decode_rows.h"
 #include "decode_simd.h"
 #include "latent_products.h"
+#include "nan_rows.h"
 
 namespace {
 
@@ -380,4 +381,5 @@ torch::Tensor decode_step(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step");
   m.def("latent_product", &latent_products::products, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");
+  m.def("keep_nan_rows", &nan_rows::keep_nan_rows, "out rows NaN where the query row holds NaN or inf, in place");
 }

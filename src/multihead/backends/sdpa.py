@@ -9,7 +9,7 @@ import torch
 from multihead.backends.common import reference_on_grid, score_variants_unsupported
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import Reason, empty_sequences
-from multihead.backends.sdpa_args import SdpaArgs, describe_args, run_sdpa, scored_note, sdpa_args
+from multihead.backends.sdpa_args import SdpaArgs, describe_args, kept_keys, run_sdpa, scored_note, sdpa_args
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 
 EMPTY = empty_sequences("sdpa.empty", "the fused kernels")
@@ -37,8 +37,7 @@ class SdpaBackend:
             return "in place of F.scaled_dot_product_attention" + scored_note(p, "call")
         k, v = p.k, p.v
         if args.keys is not None:
-            k, v = (k[:, :, args.keys], v[:, :, args.keys]) if isinstance(args.keys, slice) else (
-                k.index_select(2, args.keys), v.index_select(2, args.keys))
+            k, v = kept_keys(k, args.keys), kept_keys(v, args.keys)
         kernel = sdpa_kernel_report(p.q, k, v, args.attn_mask, args.is_causal, p.dropout, p.scale, p.gqa)
         return (f"F.scaled_dot_product_attention, {describe_args(args)}" + (", enable_gqa=True" if p.gqa else "")
                 + f"; torch runs {kernel}")

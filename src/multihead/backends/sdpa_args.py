@@ -11,7 +11,8 @@ Rows with no key at all come out exactly zero with zero gradient, not NaN:
   keeps the same keys, only those keys are passed (a view when they are a prefix) and no mask at all;
 - else when the mask blocks only whole keys, the hidden keys are zeroed and the mask becomes additive
   (0 or the dtype's minimum): a row with no key spreads evenly over zero values and gives exactly 0;
-- otherwise the row is opened for the kernel and its output set to 0 afterwards.
+- otherwise the row is opened for the kernel and its output set to 0 afterwards (on the CPU, eager, only
+  when some row keeps no key: the plan reads that once).
 A NaN in a query row comes out as a NaN row, as in torch's math (common.keep_nan_rows).
 A mask with a score function (Mask.score_mod) runs the reference math on the same grid instead, since
 no fused SDPA kernel takes a function of the scores.
@@ -23,9 +24,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.common import LOSES_NAN_QUERIES, keep_nan_rows, reference_on_grid, zero_where
+from multihead.backends.common import keep_nan_rows, reference_on_grid, zero_where
 from multihead.backends.problem import Problem
 from multihead.masks import Index, NormalForm
+from multihead.masks.values import values_checkable
 
 # appended to a backend's description when the scored path runs (mh.dispatch says what ran)
 SCORED_NOTE = ("; the mask's score_mod changes the scores, which no fused SDPA kernel takes, so each {grid} "
@@ -37,7 +39,8 @@ class SdpaArgs(NamedTuple):
     is_causal: bool
     dead: torch.Tensor | None  # (.., Lq, 1) rows to zero after the kernel
     hidden: torch.Tensor | None  # (B, 1, Lk, 1) keys to zero in k and v before it
-    keys: slice | torch.Tensor | None = None  # only these keys are passed (every query blocks the others)
+    keys: int | torch.Tensor | None = None  # only the first `keys` keys, or these, are passed (every query blocks
+    # the others)
 
 
 NO_MASK = SdpaArgs(None, False, None, None)
@@ -65,7 +68,10 @@ def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype) -> SdpaArgs:
     dead = None
     if keep is not None:
         dead = ~keep.any(dim=-1, keepdim=True)  # (.., Lq, 1): rows that keep no key
-        keep = keep | dead  # open them for the kernel; zeroed after
+        if values_checkable(dead) and not bool(dead.any()):  # read once per plan where it is free
+            dead = None
+        else:
+            keep = keep | dead  # open them for the kernel; zeroed after
     if bias is not None:
         bias = kernel_bias(bias, keep, dtype, ix.rows_may_shift)
     if bias is not None and keep is not None:
@@ -73,9 +79,9 @@ def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype) -> SdpaArgs:
     return SdpaArgs(keep if bias is None else bias, False, dead, hidden)
 
 
-def _kept_keys(keep: torch.Tensor, ix: Index) -> slice | torch.Tensor | None:
+def _kept_keys(keep: torch.Tensor, ix: Index) -> int | torch.Tensor | None:
     """The keys a key-only keep (B or 1, 1, 1, Lk) keeps, when every sequence keeps the same ones and reading
-    them is free (the whole grid on the CPU, eager): a slice when they are a prefix, else their indices.
+    them is free (the whole grid on the CPU, eager): their count when they are a prefix, else their indices.
     None when that does not hold, or no key is kept (the general form makes those rows exact zeros)."""
     if (not ix.whole or keep.device.type != "cpu" or torch.compiler.is_compiling() or torch.jit.is_tracing()
             or keep.dim() != 4 or keep.shape[0] != 1 and ix.B != 1):
@@ -85,8 +91,13 @@ def _kept_keys(keep: torch.Tensor, ix: Index) -> slice | torch.Tensor | None:
     if n == 0:
         return None
     if bool(kept[:n].all()):
-        return slice(0, n)
+        return n
     return kept.nonzero().view(-1)
+
+
+def kept_keys(t: torch.Tensor, keys: int | torch.Tensor) -> torch.Tensor:
+    """t (B, Hkv, Lk, X) at the kept keys: the first `keys` (a view), or those indexed."""
+    return t.narrow(2, 0, keys) if isinstance(keys, int) else t.index_select(2, keys)
 
 
 def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype, rows_may_shift: bool) -> torch.Tensor:
@@ -103,10 +114,11 @@ def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtyp
 
 def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
     """SDPA on one grid with its `args`: hidden keys inert, dead rows exactly 0, NaN query rows NaN."""
-    if isinstance(args.keys, slice):
-        k, v = k[:, :, args.keys], v[:, :, args.keys]  # (B, Hkv, kept, D): views
-    elif args.keys is not None:
-        k, v = k.index_select(2, args.keys), v.index_select(2, args.keys)
+    if args.attn_mask is None and args.keys is None and args.hidden is None and args.dead is None and not gqa:
+        out = F.scaled_dot_product_attention(q, k, v, None, dropout, args.is_causal, scale=scale)  # the common call
+        return keep_nan_rows(out, q) if q.is_cpu else out  # a NaN query row stays NaN, as in torch
+    if args.keys is not None:
+        k, v = kept_keys(k, args.keys), kept_keys(v, args.keys)
     if args.hidden is not None:
         k, v = zero_where(args.hidden, k), zero_where(args.hidden, v)
     attn_mask = args.attn_mask
@@ -117,7 +129,7 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout, args.is_causal, scale=scale, enable_gqa=gqa)
-    if attn_mask is None and q.device.type in LOSES_NAN_QUERIES:  # a NaN query row stays NaN, as in torch
+    if attn_mask is None and q.is_cpu:  # a NaN query row stays NaN, as in torch
         out = keep_nan_rows(out, q)
     return out if args.dead is None else zero_where(args.dead, out)
 
@@ -151,8 +163,8 @@ def describe_args(args: SdpaArgs) -> str:
     if args.is_causal:
         return "is_causal=True (the causal structure is kept, no dense mask)"
     if args.keys is not None:
-        kept = args.keys.stop if isinstance(args.keys, slice) else args.keys.numel()
-        how = "the first" if isinstance(args.keys, slice) else "the"
+        kept = args.keys if isinstance(args.keys, int) else args.keys.numel()
+        how = "the first" if isinstance(args.keys, int) else "the"
         return f"no mask: only {how} {kept} keys every query may see are passed (the mask blocks whole keys)"
     if args.attn_mask is None:
         return "no mask"

@@ -156,14 +156,22 @@ class Mask:
         has no version counter (an inference tensor), so an edit could not be seen."""
         static = self._static
         if static is None:
-            static = self._static = tuple((type(p), tuple((n, v) for n, v in part_fields(p)
-                                                          if not isinstance(v, torch.Tensor))) for p in self.parts)
+            static = self._static = tuple(_static_key(p) for p in self.parts)
         tensors = self.tensors
         if not tensors:
             return static
         if any(t.is_inference() for t in tensors):
             return None
         return static, tuple((id(t), t._version, t.shape, t.dtype, t.device) for t in tensors)
+
+
+def _static_key(part: Part) -> tuple:
+    """The part's kind and static fields (a user's function by identity), made once per part."""
+    key = part.__dict__.get("_static_key")
+    if key is None:
+        key = (type(part), tuple((n, v) for n, v in part_fields(part) if not isinstance(v, torch.Tensor)))
+        object.__setattr__(part, "_static_key", key)  # a frozen part's cache: not a field, not a pytree leaf
+    return key
 
 
 # ---------------------------------------------------------------- pytree: one registration, leaves = tensors

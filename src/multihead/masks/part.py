@@ -59,9 +59,18 @@ class Part:
         form.residual(self)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # each kind's dataclass field names, found once (eager)
+
+
 def part_fields(part: Part) -> tuple[tuple[str, object], ...]:
     """((name, value), ...) of the part's dataclass fields, in order."""
-    return tuple((f.name, getattr(part, f.name)) for f in dataclasses.fields(part))
+    kind = type(part)
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(kind))
+        if not torch.compiler.is_compiling():
+            _FIELD_NAMES[kind] = names
+    return tuple((n, getattr(part, n)) for n in names)
 
 
 def part_tensors(part: Part) -> tuple[torch.Tensor, ...]:
