@@ -23,13 +23,15 @@ method on Fold; a new mask kind that fills an existing slot, or none, touches on
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from multihead.masks.index import Index
 from multihead.masks.intervals import at_least, at_most, bounds
 from multihead.masks.part import Part
+
+HOST_ROWS = 64  # at most this many query rows: a decode step's intervals are worked out on host ints
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,20 +168,31 @@ class NormalForm:
     # ------------------------------------------------------------------ the interval formula, two ways
     def row_intervals(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor]:
         """(lo, hi), (B, Lq) int64 on the whole grid `ix`: query i of row b keeps keys lo <= j < hi.
-        For a form that is `intervals_only` (the decode kernel's input); reads no values on the host."""
+        For a form that is `intervals_only` (the decode kernel's input); reads no values on the host.
+
+        When every row's position is a host int (no per-sequence lengths) and the rows are few (a decode step),
+        the formula runs on ints and one tensor is made at the end."""
         B, Lq, Lk = ix.B, ix.Lq, ix.Lk
+        if self.key_lens is None and self.extents is None and Lq <= HOST_ROWS and not torch.compiler.is_compiling():
+            offset = 0 if self.align == "top_left" else Lk - Lq
+            los, his = zip(*(self._clamped(i + offset, None, Lk) for i in range(Lq)))  # per query row
+            return (torch.tensor([los] * B, dtype=torch.long, device=ix.device),
+                    torch.tensor([his] * B, dtype=torch.long, device=ix.device))  # (B, Lq) each
         key_len = None
         if self.key_lens is not None:
             key_len = self.key_lens[:, None] if self.key_lens.dim() == 1 else self.key_lens  # (B, 1) or (B, Lq)
+            if self.query_lens is not None:  # padded queries keep nothing
+                valid = torch.arange(Lq, device=ix.device) < self.query_lens[:, None]  # (B, Lq)
+                key_len = torch.where(valid, key_len, 0)
         pos = ix.row_positions(self.align) if len(self.positional) else 0
-        lo, hi = bounds(pos, left=self.left, right=self.right, chunk=self.chunk, key_len=key_len)
-        hi = at_most(hi, Lk)
-        if self.query_lens is not None:  # padded queries keep nothing
-            rows = torch.arange(Lq, device=ix.device) < self.query_lens[:, None]  # (B, Lq)
-            hi = torch.where(rows, hi, 0)
-        lo = at_least(lo, 0)
-        hi = at_least(hi, lo)  # an empty range stays empty
+        lo, hi = self._clamped(pos, key_len, Lk)
         return _rows(lo, B, Lq, ix.device), _rows(hi, B, Lq, ix.device)
+
+    def _clamped(self, pos, key_len, Lk: int):
+        """The interval formula's (lo, hi) for queries at `pos` (ints or tensors), within [0, Lk], hi >= lo."""
+        lo, hi = bounds(pos, left=self.left, right=self.right, chunk=self.chunk, key_len=key_len)
+        lo = at_least(lo, 0)
+        return lo, at_least(at_most(hi, Lk), lo)  # an empty range stays empty
 
     def alibi_positions(self, ix: Index) -> torch.Tensor:
         """(B, Lq) float32: the query position ALiBi measures each distance from."""
@@ -198,10 +211,9 @@ class NormalForm:
             offset = Lk - Lq
         else:
             return None
-        lo, _ = bounds(q_lo + offset, left=self.left, right=self.right, chunk=self.chunk)  # the first row's
-        _, hi = bounds(q_hi - 1 + offset, left=self.left, right=self.right, chunk=self.chunk)  # the last row's
-        lo = 0 if lo is None else min(max(lo, 0), Lk)
-        hi = Lk if hi is None else min(max(hi, 0), Lk)
+        lo, _ = self._clamped(q_lo + offset, None, Lk)  # the first row's (bounds grow with the position)
+        _, hi = self._clamped(q_hi - 1 + offset, None, Lk)  # the last row's
+        lo = min(lo, Lk)
         return lo, max(lo, hi)
 
 
@@ -212,25 +224,27 @@ def _rows(bound, B: int, Lq: int, device) -> torch.Tensor:
     return bound.to(torch.long).expand(B, Lq).contiguous()
 
 
-@dataclass
 class Fold:
     """What the parts of one mask say, gathered in part order (`Part.fold` calls one method each)."""
 
-    parts: tuple[Part, ...]
-    slots: dict = field(default_factory=dict)
-    folded: dict = field(default_factory=lambda: {name: [] for name in (
-        "positional", "causal_parts", "lengths_parts", "extents", "key_parts", "residual", "unaligned",
-        "score_parts")})
+    LISTS = ("positional", "causal_parts", "lengths_parts", "extents", "key_parts", "residual", "unaligned",
+             "score_parts")
+
+    def __init__(self, parts: tuple[Part, ...]):
+        self.parts = parts
+        self.slots: dict = {}  # NormalForm's single-valued fields, as they are found
+        self.folded: dict = {name: [] for name in self.LISTS}  # its tuples of parts
 
     def positional(self, part: Part, align: str, *, left: int | None = None, right: int | None = None,
-                        chunk: int | None = None) -> None:
+                   chunk: int | None = None) -> None:
         """A position term: keys within [p - left, p + right] and in p's chunk, p aligned by `align`."""
         is_causal = right == 0 and left is None and chunk is None
         if is_causal:
             self.slots["causal"] = True
         s = self.slots
         folded = self.folded
-        if len(folded["positional"]) and (align != s["align"] or chunk is not None and s.get("chunk") not in (None, chunk)):
+        disagrees = align != s.get("align", align) or chunk is not None and s.get("chunk") not in (None, chunk)
+        if len(folded["positional"]) and disagrees:
             folded["residual"].append(part)  # disagrees with the terms folded so far: evaluated densely
             folded["unaligned"].append(part)
             return
