@@ -256,15 +256,18 @@ class FlexBackend:
             softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,
                                                                       device=p.q.device)
             score_mod = make_score_mod(p.form if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf)
-        args = (p.q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
+        q = p.q
         if torch.compiler.is_compiling():
-            result = _flex(*args)
+            result = _flex(q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
         else:
+            # eager flex scores in the inputs' dtype, so a large bias rounds away in bf16 / fp16: it runs in the
+            # softmax dtype, as the compiled kernel scores in float32 (eager flex is unfused either way)
+            q, k, v = (t.to(p.softmax_dtype) for t in (q, k, v))
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=EAGER_WARNING)
-                result = _flex(*args)
+                result = _flex(q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
         if p.sinks is None:
-            return result
+            return result.to(p.q.dtype)
         out, lse = result  # (B, H, Lq, Dv), (B, H, Lq)
         keep = torch.sigmoid(lse - p.sinks.to(lse.dtype).view(1, -1, 1))  # the share the sink leaves the keys
-        return out * keep.unsqueeze(-1).to(out.dtype)
+        return (out * keep.unsqueeze(-1).to(out.dtype)).to(p.q.dtype)

@@ -51,7 +51,10 @@ def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype) -> SdpaArgs:
     if len(form.parts) == 0:
         return NO_MASK
     causal = form.causal_on(ix)
-    keep, bias = form.dense(ix, torch.promote_types(dtype, torch.float32), skip=causal)  # summed in float32
+    # offsets are summed in float32, or on a slice or block (a small grid) in float64, so that `kernel_bias`
+    # moves each row's largest to 0 before the one rounding to the kernel's dtype (ALiBi far from key 0)
+    work = torch.float64 if not ix.whole and ix.rows_may_shift else torch.promote_types(dtype, torch.float32)
+    keep, bias = form.dense(ix, work, skip=causal)
     if keep is None and bias is None:
         return SdpaArgs(None, len(causal) > 0, None, None)
     visible = form.key_visible(ix)
@@ -101,9 +104,9 @@ def kept_keys(t: torch.Tensor, keys: int | torch.Tensor) -> torch.Tensor:
 
 
 def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtype, rows_may_shift: bool) -> torch.Tensor:
-    """A float32 bias (.., Lq, Lk) cast once to the kernel's `dtype`. A softmax without sinks ignores a
-    constant per row, so where that is allowed each row's largest kept offset is first moved to 0: the
-    keys that carry the weight then get the low-precision dtype's finest steps (ALiBi at long lengths)."""
+    """A float32 or float64 bias (.., Lq, Lk) cast once to the kernel's `dtype`. A softmax without sinks
+    ignores a constant per row, so where that is allowed each row's largest kept offset is first moved to 0:
+    the keys that carry the weight then get the kernel dtype's finest steps (ALiBi at long lengths)."""
     if dtype == bias.dtype:
         return bias
     if rows_may_shift:

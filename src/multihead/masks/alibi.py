@@ -16,10 +16,11 @@ from multihead.masks.part import Part
 class AlibiPart(Part):
     """Per-head slopes (H,): adds -slope[h] * (i - j), i the query position under `align`.
 
-    Softmax ignores a term that is constant along a row, so where the backend allows it
+    Softmax ignores a term that is constant along a row, so on the whole grid, where the backend allows it
     (`Index.rows_may_shift`) and the bias is wanted in float32 or wider, it is slope[h] * (j - Lk) of
-    shape (1, H, 1, Lk): no (Lq, Lk) grid. In bf16 / fp16 it is always built from absolute distances
-    in float32 and cast once.
+    shape (1, H, 1, Lk): no (Lq, Lk) grid. Elsewhere (a slice, a block: small grids whose keys sit far from
+    0, where the shifted terms would be large and round) and in bf16 / fp16 it is built from absolute
+    distances in float32 and cast once.
     """
 
     slopes: torch.Tensor
@@ -33,7 +34,7 @@ class AlibiPart(Part):
     def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor:
         work = torch.promote_types(dtype, torch.float32)  # built in the softmax dtype, at least float32
         slopes = ix.dense(self.slopes.to(work).view(1, -1, 1, 1))  # (1, H, 1, 1)
-        if ix.rows_may_shift and work == dtype:  # dropping the row constant is exact only in float32+
+        if ix.rows_may_shift and ix.whole and work == dtype:  # dropping the row constant: float32+, whole grid
             return slopes * (ix.k - ix.Lk).to(work)  # (1, H, 1, Lk)
         # from absolute distances: the keys near each query get small, exactly representable biases
         # even when cast to bf16 / fp16 (a shifted bias would round their differences away)

@@ -191,7 +191,7 @@ class NormalForm:
     def _clamped(self, pos, key_len, Lk: int):
         """The interval formula's (lo, hi) for queries at `pos` (ints or tensors), within [0, Lk], hi >= lo."""
         lo, hi = bounds(pos, left=self.left, right=self.right, chunk=self.chunk, key_len=key_len)
-        lo = at_least(lo, 0)
+        lo = at_most(at_least(lo, 0), Lk)
         return lo, at_least(at_most(hi, Lk), lo)  # an empty range stays empty
 
     def alibi_positions(self, ix: Index) -> torch.Tensor:
@@ -213,7 +213,6 @@ class NormalForm:
             return None
         lo, _ = self._clamped(q_lo + offset, None, Lk)  # the first row's (bounds grow with the position)
         _, hi = self._clamped(q_hi - 1 + offset, None, Lk)  # the last row's
-        lo = min(lo, Lk)
         return lo, max(lo, hi)
 
 

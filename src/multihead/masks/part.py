@@ -67,7 +67,7 @@ def part_fields(part: Part) -> tuple[tuple[str, object], ...]:
     kind = type(part)
     names = _FIELD_NAMES.get(kind)
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(kind))
+        names = tuple(f.name for f in dataclasses.fields(part))  # of the instance: torch.compile reads those
         if not torch.compiler.is_compiling():
             _FIELD_NAMES[kind] = names
     return tuple((n, getattr(part, n)) for n in names)
