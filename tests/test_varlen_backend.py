@@ -92,17 +92,17 @@ def test_auto_picks_varlen_for_heavy_padding_and_says_why():
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor([64, 512])))
     assert decision.backend == "varlen"
     assert "per slice" in decision.detail and "44% of the (Lq, Lk) grid" in decision.detail
-    assert "ranks first" in decision.reasons["sdpa"]
+    assert decision.codes["sdpa"] == "ranked-after"
 
 
-@pytest.mark.parametrize("lens, L, why", [
-    ([500, 512], 512, "only 1% of the (Lq, Lk) grid is padding"),  # little padding
-    ([2, 8], 8, "separate kernel calls would cost more"),  # tiny sequences
+@pytest.mark.parametrize("lens, L, code", [
+    ([500, 512], 512, "varlen.little-padding"),  # 1% of the grid is padding
+    ([2, 8], 8, "varlen.too-little-saved"),  # tiny sequences: separate calls would cost more
 ])
-def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
+def test_auto_declines_when_slicing_does_not_pay(lens, L, code):
     q, k, v = _qkv(B=2, H=2, L=L, D=8)
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor(lens)))
-    assert decision.backend == "sdpa" and why in decision.reasons["varlen"]
+    assert decision.backend == "sdpa" and decision.codes["varlen"] == code
 
 
 @pytest.mark.parametrize("mask, why", [
