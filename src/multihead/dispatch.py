@@ -38,13 +38,15 @@ HELD_BYTES = 16 << 20  # a plan holding more tensor bytes than this keeps only i
 
 _BACKENDS = list(BUILTIN)  # in the order "auto" tries them
 _PLANS: dict = {}
-_INFO = [0, 0]  # hits, misses
+_KEY_LENGTHS: dict = {}  # the key without Lk -> the last entry made for it (a KV cache grows Lk by one a step)
+_INFO = [0, 0, 0]  # hits, misses, plans made again for a new key length
 
 
 class CacheInfo(NamedTuple):
     hits: int
     misses: int
     size: int
+    new_key_lengths: int  # calls planned again (no checks, no fold) because only Lk changed
 
 
 class _Entry(NamedTuple):
@@ -91,6 +93,7 @@ def register_backend(backend, *, before: str | None = None) -> None:
         raise AttentionError(f"before must name a backend, one of {backend_names()}; got {before!r}.")
     _BACKENDS.insert(backend_names().index(before), backend)
     _PLANS.clear()
+    _KEY_LENGTHS.clear()
 
 
 def remove_backend(name: str) -> None:
@@ -99,11 +102,13 @@ def remove_backend(name: str) -> None:
         raise AttentionError(f"only a registered backend can be removed; got {name!r}.")
     del _BACKENDS[backend_names().index(name)]
     _PLANS.clear()
+    _KEY_LENGTHS.clear()
 
 
 def cache_info() -> CacheInfo:
-    """Hits, misses and size of the plan cache (a miss is a call checked, folded and planned)."""
-    return CacheInfo(_INFO[0], _INFO[1], len(_PLANS))
+    """Hits, misses and size of the plan cache (a miss is a call checked, folded and planned), and the calls that
+    only chose again, for a key length met for the first time (a KV cache's step)."""
+    return CacheInfo(_INFO[0], _INFO[1], len(_PLANS), _INFO[2])
 
 
 def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
@@ -135,13 +140,37 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
             if not isinstance(plan, Reason):
                 return problem, entry.backend, plan
             return (problem, *choose(problem, backend))  # the values it read changed its answer
+        if key is not None:
+            return _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
     problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
-    chosen, plan = choose(problem, backend)
-    if key is not None:  # counted in eager only: a compiled call reads and writes nothing remembered
+    return (problem, *choose(problem, backend))
+
+
+def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
+    """A call not met before, planned and remembered. When the same call was met at another key length Lk (a
+    KV cache's next step), only what depends on Lk is done again: the mask's own checks and the choice of
+    backend (its thresholds, its plan); the inputs' checks and the fold it shares are not."""
+    same_but_length = key[:5] + (_without_length(k.shape),) + key[6:9] + (_without_length(v.shape),) + key[10:]
+    other = _KEY_LENGTHS.get(same_but_length)
+    if other is not None and k.shape[2] == v.shape[2]:
+        if mask is not None:
+            mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
+        problem = Problem(q, k, v, other.form, other.scale, other.dropout, other.softcap, sinks)
+        _INFO[2] += 1
+    else:
+        problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
         _INFO[1] += 1
-        _remember(key, _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap,
-                              _volatile(problem, plan, key[-1])))
+    chosen, plan = choose(problem, backend)
+    entry = _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap,
+                   _volatile(problem, plan, key[-1]))
+    _remember(_PLANS, key, entry)
+    _remember(_KEY_LENGTHS, same_but_length, entry)
     return problem, chosen, plan
+
+
+def _without_length(shape) -> tuple:
+    """(B, H, L, D) -> (B, H, D)."""
+    return (shape[0], shape[1], shape[3])
 
 
 def _volatile(problem: Problem, plan, grad: bool) -> bool:
@@ -165,15 +194,15 @@ def _held_bytes(obj, depth: int = 0) -> int:
     return 0
 
 
-def _remember(key, entry: _Entry) -> None:
+def _remember(table: dict, key, entry: _Entry) -> None:
     if entry.volatile:
         entry = entry._replace(plan=None)
-    while len(_PLANS) >= PLAN_LIMIT:
+    while len(table) >= PLAN_LIMIT:
         try:
-            del _PLANS[next(iter(_PLANS))]
+            del table[next(iter(table))]
         except (KeyError, RuntimeError, StopIteration):  # another thread changed it first
             break
-    _PLANS[key] = entry
+    table[key] = entry
 
 
 def choose(problem: Problem, backend: str = "auto"):

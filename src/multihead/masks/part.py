@@ -74,8 +74,13 @@ def part_fields(part: Part) -> tuple[tuple[str, object], ...]:
 
 
 def part_tensors(part: Part) -> tuple[torch.Tensor, ...]:
-    """The part's tensor fields (those that hold a tensor now), in field order."""
-    return tuple(v for _, v in part_fields(part) if isinstance(v, torch.Tensor))
+    """The part's tensor fields (those that hold a tensor), in field order; found once per part (eager)."""
+    found = part.__dict__.get("_tensors")
+    if found is None:
+        found = tuple(v for _, v in part_fields(part) if isinstance(v, torch.Tensor))
+        if not torch.compiler.is_compiling():
+            object.__setattr__(part, "_tensors", found)  # a frozen part's cache: not a field, not a pytree leaf
+    return found
 
 
 def same_device(a: torch.device, b) -> bool:
