@@ -10,8 +10,9 @@ then remembered. The plan cache is keyed by
 - the mask's value (`Mask.value_key`): each part's kind and static fields (a user's function by
   identity), each tensor by identity, version and shape. The entry holds the mask's parts, so a tensor
   it names by id stays alive while the entry lives: no other tensor can take that id;
-- the call: q, k and v's types, shapes, dtypes and devices, causal, scale, softcap, dropout, the
-  sinks' shape, dtype and device, the backend asked for, and whether autograd needs a gradient.
+- the call: q, k and v's type, shapes, dtypes and devices, causal, scale, softcap, dropout (plain floats and
+  bools; other kinds are checked on every call), the sinks' shape, dtype and device, the backend asked for,
+  and whether autograd needs a gradient.
 Under torch.compile and tracing nothing is remembered or read (no guards on it). A plan whose form
 carries autograd history (mask tensors that need grad), calls a user's function (which may read
 tensors the mask cannot see) or holds more than HELD_BYTES is rebuilt on every call by its backend;
@@ -115,17 +116,18 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
     """(problem, backend, plan) for one call: remembered by value (see the module docstring), else checked,
     folded and planned. Raises AttentionError for bad input or a backend that cannot run it."""
     key = None
-    if not (torch.compiler.is_compiling() or torch._C._is_tracing()) and (causal is True or causal is False):
+    if (not (torch.compiler.is_compiling() or torch._C._is_tracing()) and (causal is True or causal is False)
+            and (scale is None or type(scale) is float) and (softcap is None or type(softcap) is float)
+            and type(dropout) is float):  # other kinds of numbers are checked on every call
         try:  # the key; not tensors or not a Mask: make_problem says what came
             mask_key = None if mask is None else mask.value_key()  # None: an inference tensor, nothing kept
-            if mask is None or mask_key is not None:
+            if (mask is None or mask_key is not None) and type(q) is type(k) is type(v):
                 grad = torch.is_grad_enabled() and (
                     q.requires_grad or k.requires_grad or v.requires_grad or sinks is not None and sinks.requires_grad
                     or mask is not None and any(t.requires_grad for t in mask.tensors))
-                key = (type(q), q.shape, q.dtype, q.device, type(k), k.shape, k.dtype, k.device, type(v), v.shape,
-                       v.dtype, v.device, mask_key, causal, scale, type(scale), softcap, type(softcap), dropout,
-                       type(dropout), None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device),
-                       backend, grad)
+                key = (type(q), q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
+                       mask_key, causal, scale, softcap, dropout,
+                       None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device), backend, grad)
                 entry = _PLANS.get(key)
             else:
                 entry = None
@@ -150,7 +152,7 @@ def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, b
     """A call not met before, planned and remembered. When the same call was met at another key length Lk (a
     KV cache's next step), only what depends on Lk is done again: the mask's own checks and the choice of
     backend (its thresholds, its plan); the inputs' checks and the fold it shares are not."""
-    same_but_length = key[:5] + (_without_length(k.shape),) + key[6:9] + (_without_length(v.shape),) + key[10:]
+    same_but_length = key[:4] + (_without_length(k.shape),) + key[5:7] + (_without_length(v.shape),) + key[8:]
     other = _KEY_LENGTHS.get(same_but_length)
     if other is not None and k.shape[2] == v.shape[2]:
         if mask is not None:
