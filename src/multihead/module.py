@@ -217,16 +217,17 @@ class MultiHeadAttention(nn.Module):
 
     def _own_mask(self, align: str) -> Mask | None:
         """This module's window, chunk and ALiBi parts as one Mask, made once per alignment and setting (eager):
-        the plan cache then finds every forward's mask at once."""
+        the plan cache then finds every forward's mask at once. Under torch.compile it is made afresh."""
         slopes, setting = self.alibi_slopes, (self.window, self.chunk_size)
-        kept = self.__dict__.setdefault("_own_masks", {}).get(align)
+        compiling = torch.compiler.is_compiling()  # nothing remembered is read there (no guards on it)
+        kept = None if compiling else self.__dict__.setdefault("_own_masks", {}).get(align)
         if kept is not None and kept[0] == setting and kept[1] is slopes:
             return kept[2]
         parts = ([Mask.window(self.window, align)] if self.window is not None else []) + (
             [Mask.chunks(self.chunk_size, align)] if self.chunk_size is not None else []) + (
             [Mask.alibi(slopes, align)] if slopes is not None else [])
         own = Mask(tuple(p for m in parts for p in m.parts)) if parts else None
-        if not torch.compiler.is_compiling():  # a traced call changes no module state
+        if not compiling:
             self.__dict__["_own_masks"][align] = (setting, slopes, own)
         return own
 

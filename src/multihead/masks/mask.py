@@ -124,12 +124,11 @@ class Mask:
     @property
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The parts' tensors, in order: the mask's pytree leaves."""
-        found = self._tensors
-        if found is None:
-            found = tuple(t for p in self.parts for t in part_tensors(p))
-            if not torch.compiler.is_compiling():  # remembered in eager only: a traced call changes no input
-                self._tensors = found
-        return found
+        if torch.compiler.is_compiling():  # nothing remembered is read or written under torch.compile
+            return tuple(t for p in self.parts for t in part_tensors(p))
+        if self._tensors is None:
+            self._tensors = tuple(t for p in self.parts for t in part_tensors(p))
+        return self._tensors
 
     def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
         """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`."""

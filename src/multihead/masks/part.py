@@ -64,22 +64,22 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # each kind's dataclass field na
 
 def part_fields(part: Part) -> tuple[tuple[str, object], ...]:
     """((name, value), ...) of the part's dataclass fields, in order."""
-    kind = type(part)
-    names = _FIELD_NAMES.get(kind)
+    if torch.compiler.is_compiling():  # nothing remembered is read under torch.compile (no guards on it)
+        return tuple((f.name, getattr(part, f.name)) for f in dataclasses.fields(part))
+    names = _FIELD_NAMES.get(type(part))
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(part))  # of the instance: torch.compile reads those
-        if not torch.compiler.is_compiling():
-            _FIELD_NAMES[kind] = names
+        names = _FIELD_NAMES[type(part)] = tuple(f.name for f in dataclasses.fields(part))
     return tuple((n, getattr(part, n)) for n in names)
 
 
 def part_tensors(part: Part) -> tuple[torch.Tensor, ...]:
     """The part's tensor fields (those that hold a tensor), in field order; found once per part (eager)."""
+    if torch.compiler.is_compiling():  # nothing remembered is read under torch.compile (no guards on it)
+        return tuple(v for _, v in part_fields(part) if isinstance(v, torch.Tensor))
     found = part.__dict__.get("_tensors")
     if found is None:
         found = tuple(v for _, v in part_fields(part) if isinstance(v, torch.Tensor))
-        if not torch.compiler.is_compiling():
-            object.__setattr__(part, "_tensors", found)  # a frozen part's cache: not a field, not a pytree leaf
+        object.__setattr__(part, "_tensors", found)  # a frozen part's cache: not a field, not a pytree leaf
     return found
 
 
