@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from multihead.masks import Mask
 
 PLAN_LIMIT = 64  # plans remembered at once; the oldest goes first
-HELD_BYTES = 16 << 20  # a plan holding more tensor bytes than this keeps only its choice (see the docstring)
+HELD_BYTES = 4 << 20  # a plan holding more tensor bytes than this keeps only its choice (see the docstring)
 
 _BACKENDS = list(BUILTIN)  # in the order "auto" tries them
 _PLANS: dict = {}
