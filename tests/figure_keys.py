@@ -1,46 +1,162 @@
-"""Keys into the committed benchmark results, for tests/test_readme_figures.py and its map.
+"""Keys into the committed benchmark results: what a number quoted in a doc is tied to.
 
-A key names one place a quoted figure comes from:
+A key names one place in benchmarks/<file> (results.json, decode.json, latent.json, parallel.json,
+gpu-results.json) that a quoted number comes from:
 
-    <file>#<suite>|target|<target name>|value      (or |goal)
-    <file>#<suite>|row|<row id>|<column>            row id: the row's non-empty text cells joined by " | "
-    <file>#<suite>|note|<index>                     a figure written inside the suite's notes[index]
-                                                    (for x: also either end of "ratios a to b")
-    <file>#<suite>|target-note|<target name>        a figure written inside that target's note
-    none: <why>                                     a number that is no measurement (a setting, a goal)
+    <file>#<suite>|target|<target name>|value          (or |goal)
+    <file>#<suite>|target-note|<target name>|<label>    the first number after <label> in that target's note
+    <file>#<suite>|row|<row id>|<column>                 row id: see row_ids()
+    <file>#<suite>|note|<index>|<label>                  the first number after <label> in notes[index]
+    <file>#machine|<field>                               the run's machine entry (cpu, cores, torch, date ...)
+    <file>#machine|<field>|<index>                       one of a list (load_average|0: the 1-minute one)
 
-<file> is a file in benchmarks/ (results.json, decode.json, parallel.json, gpu-results.json); in
-gpu-results.json a <suite> is one of its lists of rows.
+A <label> must occur once in its text (a number of its own, or the text right before the figure, as
+"raw SDPA" in "raw SDPA 17%"), so that a key ties one figure of a note, never any figure in it.
+In gpu-results.json a <suite> is one of its lists of rows. The results are read through a `Results`
+object, so that the mutation test can hand in changed copies.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
-from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s?(x|×|ms|us|µs|MiB|GiB|GB/s|GFLOP/s|TFLOP/s|%)(?![\w])")
+RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
-RATIO_RANGE = re.compile(r"ratios (\d+\.\d+) to (\d+\.\d+)")  # "per-round ratios 0.98 to 1.05" in a note
+UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
+# One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5
+# are none): a date with its time, a version (2.13.0+cpu), or a number (10,000 / 4.8e-7 / 2.95e+03 / 0.416)
+# with its unit: x or × written against it (1.85x; "8 x 512" is two numbers), the others also after
+# one space; or letters written against it (16k, 2nd).
+TOKEN = re.compile(
+    r"(?<![\w])(?<!\d\.)(?:(?P<date>\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2})?)"
+    r"|(?P<version>\d+\.\d+\.\d+(?:\+\w+)?)"
+    r"|(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:e[+-]?\d+)?)"
+    rf"(?:(?P<unit>x|×|%|\s?(?:{UNITS}))(?!\w)|(?P<suffix>[A-Za-z]\w*))?)")
 
 
-def figures_in(text: str) -> list[tuple[str, str]]:
-    """[(number as written, unit)] for every figure in `text`."""
-    return [(num, SAME_UNIT.get(unit, unit)) for num, unit in FIGURE.findall(text)]
+def tokens(text: str) -> list[re.Match]:
+    """Every number of `text` (see TOKEN), in order."""
+    return list(TOKEN.finditer(text))
 
 
-@cache
-def results(name: str) -> dict:
-    return json.loads((ROOT / "benchmarks" / name).read_text())
+def written(match: re.Match) -> str:
+    """The number itself as written: the date, the version or the number, without its unit."""
+    return match["date"] or match["version"] or match["number"]
 
 
-def suites(name: str) -> dict:
-    """{suite: {"rows": [...], "targets": [...], "notes": [...], "title": str}} of one results file."""
-    data = results(name)
-    if "suites" in data:
-        return data["suites"]
-    return {k: {"rows": v, "targets": [], "notes": [], "title": ""} for k, v in data.items() if isinstance(v, list)}
+def unit_of(match: re.Match) -> str:
+    """The unit written with the number ("" for none): 1.85× -> "x", 4 ms -> "ms"."""
+    unit = (match["unit"] or "").strip()
+    return SAME_UNIT.get(unit, unit)
+
+
+class Results:
+    """The committed results files, read once (or copies of them, changed by a mutation)."""
+
+    def __init__(self, data: dict[str, dict] | None = None):
+        self.data = data if data is not None else {f: json.loads((ROOT / "benchmarks" / f).read_text())
+                                                   for f in RESULT_FILES}
+        self._by_unit: dict[str, list[tuple[str, list]]] = {}
+        self.memo: dict = {}  # what is derived from the data once: row ids, rendered tables
+
+    def holding(self, number: str, unit: str) -> list[str]:
+        """The keys whose value the number, as written, equals (the hint a missing entry gets)."""
+        if unit not in self._by_unit:
+            table = []
+            for key in all_keys(self):
+                try:
+                    table.append((key, self.values(key, unit)))
+                except (KeyError, IndexError, ValueError, TypeError):
+                    continue
+            self._by_unit[unit] = table
+        return [key for key, values in self._by_unit[unit] if matches(number, values)]
+
+    def changed(self) -> Results:
+        """A deep copy to change (the mutation test)."""
+        return Results(copy.deepcopy(self.data))
+
+    def suites(self, file: str) -> dict:
+        """{suite: {"rows": [...], "targets": [...], "notes": [...], "title": str}} of one results file."""
+        data = self.data[file]
+        if "suites" in data:
+            return data["suites"]
+        return {k: {"rows": v, "targets": [], "notes": [], "title": ""} for k, v in data.items() if isinstance(v, list)}
+
+    def values(self, key: str, unit: str) -> list:
+        """The values `key` holds, in the quoted figure's unit: [] where it holds none. A share target
+        quoted in % is its value x 100; a GFLOP/s row quoted in TFLOP/s is divided by 1000 (SCALES)."""
+        file, rest = key.split("#", 1)
+        if file not in self.data:
+            raise KeyError(f"{key}: no results file benchmarks/{file}")
+        kind, *path = rest.split("|")
+        if kind == "machine":
+            value = self.data[file]["machine"][path[0]]
+            return [value[int(path[1])] if len(path) > 1 else value]
+        suite_name = kind
+        suite = self.suites(file)[suite_name]
+        kind, *path = path
+        if kind == "target":
+            target = _target(suite, "|".join(path[:-1]))
+            value = target[path[-1]]
+            return [] if value is None else [value * 100 if unit == "%" and "share" in target["name"] else value]
+        if kind == "target-note":
+            return figure_after(_target(suite, "|".join(path[:-1]))["note"], path[-1], key)
+        if kind == "row":
+            ids_key = ("ids", file, suite_name)
+            if ids_key not in self.memo:
+                self.memo[ids_key] = row_ids(suite["rows"])
+            index, column = row_and_column(suite["rows"], path, key, self.memo[ids_key])
+            row = suite["rows"][index]
+            value = row[column]
+            return [] if value is None else [value / _scale(unit, f"{column} {row.get('unit', '')}")]
+        if kind == "note":
+            return figure_after(suite["notes"][int(path[0])], "|".join(path[1:]), key)
+        raise KeyError(f"{key}: unknown kind {kind!r}")
+
+
+SCALES = {("TFLOP/s", "GFLOP"): 1000, ("MiB", "KiB"): 1024}  # (the quote's unit, the results' unit): divide by
+
+
+def _scale(unit: str, where: str) -> float:
+    """What a results value is divided by to be quoted in `unit` (where: its column and row unit)."""
+    return next((by for (quoted, held), by in SCALES.items() if quoted == unit and held in where), 1)
+
+
+def row_and_column(rows: list[dict], path: list[str], key: str, ids: list[str]) -> tuple[int, str]:
+    """(the index of the row, the column) a row key's path names (a column's name may hold "|", as
+    "max |diff|" does); ids: row_ids(rows)."""
+    for cut in range(len(path) - 1, 0, -1):
+        ident, column = "|".join(path[:cut]), "|".join(path[cut:])
+        if ident in ids and column in rows[ids.index(ident)]:
+            return ids.index(ident), column
+    raise KeyError(f"{key}: no such row and column")
+
+
+def _target(suite: dict, name: str) -> dict:
+    found = [t for t in suite["targets"] if t["name"] == name]
+    if not found:
+        raise KeyError(f"no target {name!r}")
+    return found[0]
+
+
+def figure_after(text: str, label: str, key: str) -> list:
+    """[the first number after `label` in `text`] ("^": the text's first number), a date or a version as
+    written; the label must occur once."""
+    start = 0
+    if label != "^":
+        count = text.count(label)
+        if count != 1:
+            raise KeyError(f"{key}: the label {label!r} occurs {count} times in {text[:80]!r}..., not once")
+        start = text.index(label) + len(label)
+    found = tokens(text[start:])
+    return [] if not found else [as_number(found[0]["number"]) if found[0]["number"] else written(found[0])]
+
+
+def as_number(written: str) -> float:
+    return float(written.replace(",", ""))
 
 
 def row_ids(rows: list[dict]) -> list[str]:
@@ -53,50 +169,58 @@ def row_ids(rows: list[dict]) -> list[str]:
     return ids
 
 
-def numbers_at(key: str, unit: str) -> list[float]:
-    """The values a key holds, in the figure's unit (a share quoted in % is the target value x 100)."""
-    file, rest = key.split("#", 1)
-    suite_name, kind, *path = rest.split("|")
-    suite = suites(file)[suite_name]
-    if kind == "target" or kind == "target-note":
-        name = "|".join(path[:-1]) if kind == "target" else "|".join(path)
-        target = next(t for t in suite["targets"] if t["name"] == name)
-        if kind == "target-note":
-            return in_text(target["note"], unit)
-        value = target[path[-1]]
-        return [] if value is None else [value * 100 if unit == "%" and "share" in name else value]
-    if kind == "row":
-        ident, column = "|".join(path[:-1]), path[-1]
-        row = suite["rows"][row_ids(suite["rows"]).index(ident)]
-        value = row[column]
-        return [] if value is None else [value / 1000 if unit == "TFLOP/s" and "GFLOP" in str(row.get("unit")) else value]
-    if kind == "note":
-        return in_text(suite["notes"][int(path[0])], unit)
-    raise KeyError(key)
+def matches(written: str, values: list) -> bool:
+    """Whether the number as written equals one of `values` rounded as it is written (a text value, as a
+    version or a date, must start with it)."""
+    try:
+        number = as_number(written)
+    except ValueError:  # a date or a version: only a text value can hold it
+        number = None
+    mantissa, _, exponent = written.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    step = 0.5 * 10 ** (int(exponent or 0) - decimals) if number is not None else 0.0
+    for value in values:
+        if isinstance(value, str):
+            if value.startswith(written):
+                return True
+        elif number is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if abs(value - number) <= step * (1 + 1e-9) + 1e-12:
+                return True
+    return False
 
 
-def in_text(text: str, unit: str) -> list[float]:
-    """The figures of `unit` written in a note; for "x" also the ends of "ratios a to b"."""
-    found = [float(n) for n, u in figures_in(text) if u == unit]
-    return found + ([float(v) for pair in RATIO_RANGE.findall(text) for v in pair] if unit == "x" else [])
-
-
-def matches(number: str, values: list[float]) -> bool:
-    decimals = len(number.split(".")[1]) if "." in number else 0
-    return any(abs(v - float(number)) <= 0.5 * 10**-decimals + 1e-9 for v in values)
-
-
-def all_keys(unit: str):
-    """Every key of every results file whose values could be quoted in `unit` (for the map's generator)."""
-    for file in ("results.json", "decode.json", "parallel.json", "gpu-results.json"):
-        for suite_name, suite in suites(file).items():
+def all_keys(results: Results):
+    """Every key of every results file (with one label per figure of a note): the candidates a missing
+    key is looked up among."""
+    for file in RESULT_FILES:
+        for field, value in results.data[file].get("machine", {}).items():
+            if isinstance(value, list):
+                yield from (f"{file}#machine|{field}|{i}" for i in range(len(value)))
+            else:
+                yield f"{file}#machine|{field}"
+        for suite_name, suite in results.suites(file).items():
+            head = f"{file}#{suite_name}"
             for t in suite["targets"]:
-                for field in ("value", "goal"):
-                    yield f"{file}#{suite_name}|target|{t['name']}|{field}"
-                yield f"{file}#{suite_name}|target-note|{t['name']}"
+                yield from (f"{head}|target|{t['name']}|{field}" for field in ("value", "goal"))
+                yield from (f"{head}|target-note|{t['name']}|{label}" for label in labels(t["note"]))
             for ident, row in zip(row_ids(suite["rows"]), suite["rows"]):
-                for column, value in row.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        yield f"{file}#{suite_name}|row|{ident}|{column}"
-            for i in range(len(suite["notes"])):
-                yield f"{file}#{suite_name}|note|{i}"
+                yield from (f"{head}|row|{ident}|{column}" for column, value in row.items()
+                            if isinstance(value, (int, float)) and not isinstance(value, bool))
+            for i, note in enumerate(suite["notes"]):
+                yield from (f"{head}|note|{i}|{label}" for label in labels(note))
+
+
+def labels(text: str) -> list[str]:
+    """A label for each number in `text`: the shortest run of the words before it that occurs once."""
+    out = []
+    for i, match in enumerate(tokens(text)):
+        if i == 0:
+            out.append("^")
+            continue
+        words = text[:match.start()].rstrip().split(" ")
+        for n in range(1, len(words) + 1):
+            label = " ".join(words[-n:])
+            if label and text.count(label) == 1:
+                out.append(label)
+                break
+    return out

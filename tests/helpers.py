@@ -220,7 +220,7 @@ def assert_same_forward_backward(run_source, run_converted, inputs, *, atol=1e-1
 
 def plain_terminal(monkeypatch, columns: int = 80) -> None:
     """No locale, no forced colour, `columns` wide: a fresh terminal as CI sees it."""
-    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("COLUMNS", str(columns))
 

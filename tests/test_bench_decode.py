@@ -41,7 +41,7 @@ def test_cli_writes_every_part_with_targets_markdown_and_a_plot(bench):
     for dtype in TINY.dtypes:
         assert f"decode N=24 {dtype}: attention reads K/V at this share of the read bandwidth" in names
         assert f"decode N=24 {dtype}: recompute / module step" in names
-        assert f"decode N=24 {dtype}: HF LlamaAttention step / ours" in names
+        assert f"decode N=24 {dtype}: HF LlamaAttention step at its best call / ours" in names
     assert "ragged decode 4 x 8..32: strongest dense padded call / ours" in names
     assert "window prefill N=48 W=8: dense-masked SDPA / ours" in names
     for t in data["suites"]["decode"]["targets"]:
@@ -56,16 +56,31 @@ def test_decode_step_rows_agree_with_hf_and_with_the_recompute(bench, dtype):
     tol = 1e-5 if dtype == "fp32" else 2e-2
     step = rows(bench[0], f"decode N=24 {dtype}: module step")
     assert set(step) == {"ours: MultiHeadAttention + KVCache", "of which: KVCache.append of one token",
-                         "HF LlamaAttention + DynamicCache (sdpa)", "ours recomputing all 25 tokens"}
+                         decode.HF_DYNAMIC, decode.HF_STATIC, "ours recomputing all 25 tokens"}
     assert step["ours: MultiHeadAttention + KVCache"]["x ours"] == 1.0
-    for name in ("HF LlamaAttention + DynamicCache (sdpa)", "ours recomputing all 25 tokens"):
+    for name in (decode.HF_DYNAMIC, decode.HF_STATIC, "ours recomputing all 25 tokens"):
         assert step[name]["max |diff|"] <= tol, name
+    best = next(t for t in bench[0]["suites"]["decode"]["targets"] if "HF LlamaAttention step at its best call" in t["name"]
+                and f" {dtype}:" in t["name"])
+    fastest = min((decode.HF_DYNAMIC, decode.HF_STATIC), key=lambda name: step[name]["ms"])
+    assert f"HF's best call: {fastest};" in best["note"]
     alone = rows(bench[0], f"decode N=24 {dtype}: attention")
     assert alone["ours: mh.attention"]["runs"] == "sdpa"
     for name in ("raw SDPA, enable_gqa", "SDPA on grouped queries"):
         assert alone[name]["max |diff|"] <= tol, name
     bandwidth = next(r for name, r in alone.items() if name.startswith("read bandwidth"))
-    assert bandwidth["% of bandwidth"] == 100 and bandwidth["GB/s"] > 0
+    assert bandwidth["implementation"].endswith("(this part's rounds)") and bandwidth["GB/s"] > 0
+
+
+def test_every_share_divides_by_one_bandwidth_for_the_whole_run(bench):
+    """The shares of all parts use the run's bandwidth: each row's GB/s over it; a part's own bandwidth
+    row shows its rounds against it, and the notes name the run's bandwidth and each part's."""
+    data = bench[0]["suites"]["decode"]
+    attention = [r for r in data["rows"] if r["case"].endswith(": attention") and r["case"].startswith("decode N=")]
+    run_rates = {r["GB/s"] / r["% of bandwidth"] * 100 for r in attention if "threads" not in r["implementation"]}
+    assert max(run_rates) == pytest.approx(min(run_rates), rel=1e-9)
+    [note] = [n for n in data["notes"] if n.startswith("read bandwidth: one for the whole run")]
+    assert f"{min(run_rates):.1f} GB/s" in note and all(f"N=24 {dt}" in note for dt in TINY.dtypes)
 
 
 def test_ragged_and_window_rows_agree_with_their_dense_baselines(bench):
@@ -98,14 +113,14 @@ def test_filled_caches_hold_what_a_prefill_writes():
         torch.testing.assert_close(pair.recompute(torch.cat([context, x], 1))[:, -1:], pair.ours(x, cache=prefilled))
 
 
-@pytest.mark.slow
-def test_the_compiled_static_cache_peer_computes_our_step():
-    """HF's StaticCache step under torch.compile gives our step, step after step (no stale slots)."""
+@pytest.mark.parametrize("call", ["hf_static_eager_step", pytest.param("hf_static_step", marks=pytest.mark.slow)])
+def test_the_static_cache_peers_compute_our_step(call):
+    """HF's StaticCache step, eager and under torch.compile, gives our step, step after step (no stale slots)."""
     pair = LlamaPair.build(32, 4, 2, 8, dtype=torch.float32, max_position=64)
     pair.fill(torch.randn(1, 10, 32, generator=torch.Generator().manual_seed(0)), headroom=4)
     with torch.no_grad():
         for x in torch.randn(3, 1, 1, 32, generator=torch.Generator().manual_seed(1)):
-            torch.testing.assert_close(pair.hf_static_step(x), pair.ours_step(x))
+            torch.testing.assert_close(getattr(pair, call)(x), pair.ours_step(x))
 
 
 @pytest.mark.slow

@@ -26,14 +26,16 @@ def data(tmp_path_factory):
     return results["suites"]["latent"]
 
 
-def test_four_steps_agree_and_the_target_is_reported(data):
+def test_five_steps_agree_and_the_target_takes_hf_at_its_fastest(data):
     steps = {r["implementation"]: r for r in data["rows"] if r["case"] == "decode step N=24 fp32"}
-    assert set(steps) == {latent.ABSORBED, latent.NAIVE, latent.HF, latent.HF_STATIC}
-    for name in (latent.NAIVE, latent.HF, latent.HF_STATIC):
+    assert set(steps) == {latent.ABSORBED, latent.NAIVE, *latent.HF_CALLS}
+    for name in (latent.NAIVE, *latent.HF_CALLS):
         assert steps[name]["max |diff|"] < 1e-5
     assert steps[latent.HF]["MB read"] > steps[latent.ABSORBED]["MB read"]
     (target,) = data["targets"]
     assert target["goal"] == latent.GOAL_HF and math.isfinite(target["value"]) and target["value"] > 0
+    fastest = min(latent.HF_CALLS, key=lambda name: steps[name]["ms"])
+    assert f"HF's best: {fastest};" in target["note"]
 
 
 def test_cache_bytes_per_token(data):

@@ -193,6 +193,25 @@ def test_machine_description_says_what_ran_where():
     info = machine.describe()
     assert info["torch"] == torch.__version__ and info["threads"] == torch.get_num_threads()
     assert info["cpu"] and info["date"].endswith("UTC")
+    assert set(info["cpu_flags"].split()) <= set(machine.ISA_FLAGS) and "decode_isa" in info
+
+
+def test_the_cpu_s_vector_isa_is_read_from_cpuinfo():
+    from multihead.bench import machine
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512bw avx512_bf16\n"
+    assert machine.cpu_flags(x86) == "avx512f avx512_bf16 avx2 fma"
+    assert machine.cpu_flags("Features\t: fp asimd evtstrm sve\n") == "asimd sve"
+    assert machine.cpu_flags("model name\t: unknown\n") == ""
+
+
+def test_the_decode_kernel_s_isa_is_what_its_loaded_build_reports(monkeypatch):
+    from multihead.bench import machine
+
+    monkeypatch.setattr(machine.decode_build, "loaded", lambda: type("Built", (), {"isa": staticmethod(lambda: "avx2")}))
+    assert machine.decode_isa() == "avx2"
+    monkeypatch.setattr(machine.decode_build, "loaded", lambda: None)
+    assert machine.decode_isa() is None
 
 
 def test_flop_convention_and_padded_lengths():

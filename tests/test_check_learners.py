@@ -97,19 +97,6 @@ def test_every_explain_pointer_names_a_registered_topic():
         assert set(pointers) <= set(TOPICS), path
 
 
-def test_wrap_breaks_between_chinese_characters_and_spaces_never_inside_code():
-    from multihead.checker.wrap import cells, wrap
-    text = "被屏蔽的分数应填成 -inf（masked_fill(~keep, float('-inf'))），这样剩下的权重之和仍为 1。"
-    for width in range(22, 48):  # from the width of the longest run of code on
-        lines = wrap(text, width)
-        assert all(cells(line) <= width for line in lines), (width, lines)
-        assert "".join(lines).replace(" ", "") == text.replace(" ", "")
-        assert any("masked_fill(~keep," in line for line in lines)
-        assert not any(line.startswith(("，", "）", "。")) for line in lines)
-    assert wrap("a/very/long/path/to/attention.py:Attention", 14) == ["a/very/long/", "path/to/", "attention.py:",
-                                                                     "Attention"]
-
-
 def test_grouped_kv_heads_copied_per_group_pass_and_tiled_ones_are_named(tmp_path):
     text = (ZOO / "gqa_kv_tiled.py").read_text()
     grouped = text

@@ -1,4 +1,4 @@
-"""from_module on transformers' own decoder layers: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, GPT-2,
+"""from_module on transformers' own decoder layers: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3, GPT-2,
 GPT-NeoX.
 
 Each case builds a two-layer model from a tiny random config with transformers' own classes (nothing
@@ -41,6 +41,8 @@ NEOX = dict(hidden_size=E, num_hidden_layers=2, num_attention_heads=H, vocab_siz
             max_position_embeddings=128, intermediate_size=2 * E, rotary_emb_base=500, rotary_pct=0.25)
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 32, "rope_theta": 10000.0}
+PHI3_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [1.0 + 0.5 * i for i in range(D // 4)],
+                 "short_factor": [1.0 + 0.1 * i for i in range(D // 4)]}
 SLIDING_FROM_LAYER_1 = dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1)
 
 # What a converted layer must carry, unless a case says otherwise. window and scale: per layer (None:
@@ -88,6 +90,9 @@ CASES = {
                                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
                {"rope": [("default", 10000.0, D), None], "qk_norm": [True, False], "chunk_size": [5, None],
                 "temperature": [False, True]}),
+    # one qkv_proj cut unevenly (GQA); LongRoPE on half of each head: past 16 positions the long factors turn
+    "phi3": ("Phi3Config", dict(SMALL, original_max_position_embeddings=16, partial_rotary_factor=0.5, pad_token_id=0,
+                                rope_parameters=PHI3_LONGROPE), {"rope": ("longrope", 10000.0, D // 2)}),
     "gpt2": ("GPT2Config", GPT2, GPT2_CARRIES),
     # layer i divides the scores by i + 1 as well: layer 0 keeps 1/sqrt(D), layer 1 has half of it
     "gpt2-scaled-by-layer": ("GPT2Config", dict(GPT2, scale_attn_by_inverse_layer_idx=True,

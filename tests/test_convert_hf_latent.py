@@ -114,7 +114,7 @@ def test_multihead_attention_from_module_names_the_class_that_converts_deepseek(
 
 
 def test_other_modules_are_refused():
-    with pytest.raises(mh.AttentionError, match="expects a DeepSeek V2/V3 attention layer"):
+    with pytest.raises(mh.AttentionError, match="expects a DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer"):
         mh.MultiHeadLatentAttention.from_module(torch.nn.Linear(4, 4))
 
 

@@ -8,19 +8,14 @@ import multihead as mh
 from multihead.errors import CannotRunError
 from multihead.attention import make_problem
 from multihead.backends import decode_build
-from multihead.backends.decode import MASK, DecodeBackend, decode_rows
+from multihead.backends.decode import MASK, DecodeBackend
+from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import decode_step
 
 H, D, N = 8, 32, 200
 LENS = torch.tensor([0, 37, 200])  # ragged, one empty sequence
 SLOPES = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.03, 0.02, 0.01, 0.005])
 SINKS = torch.linspace(-1.0, 2.0, H)
-def key_ranges(mask, B, H, Lq, Lk):
-    """(lo, hi, qpos, slopes): the decode kernel's form of `mask` for a (B, H, Lq, Lk) call."""
-    q, k = torch.zeros(B, H, Lq, 1), torch.zeros(B, 1, Lk, 1)
-    return decode_rows(make_problem(q, k, k, mask, False, None, 0.0))
-
-
 MASKS = {
     "none": lambda Lq: None,
     "lengths": lambda Lq: mh.Mask.lengths(LENS),
@@ -59,7 +54,7 @@ def test_decode_step_matches_float64_reference(use_kernel, dtype, Hkv, head_dim)
                 ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math", **wide)
                 same = mh.attention(q, k, v, mask, backend="math", **extra)  # the same-dtype reference drift
                 B, _, _, Lk = 3, H, Lq, N
-                lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, Lk)
+                lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, Lk, "cpu")
                 out = decode_step(q, k, v, lo, hi, qpos, head_dim**-0.5, extra.get("softcap"), slopes,
                                   extra.get("sinks"), use_kernel=use_kernel)
                 tol = 2 * _max_err(same, ref) + 1e-5  # fp32 floor: sums of 128 products in another order
@@ -80,7 +75,7 @@ def test_every_row_grouping_and_head_dim_matches_float64_reference(dtype, rows, 
     mask = mh.Mask.lengths(torch.tensor([N, 37, 170])) & mh.Mask.window(100, "bottom_right")
     ref = mh.attention(q.double(), k.double(), v.double(), mask, backend="math")
     same = mh.attention(q, k, v, mask, backend="math")
-    lo, hi, qpos, _ = key_ranges(mask, 3, rows, 1, N)
+    lo, hi, qpos, _ = key_ranges(mask, 3, rows, 1, N, "cpu")
     out = decode_step(q, k, v, lo, hi, qpos, D**-0.5)
     assert out.dtype == dtype and out.shape == (3, rows, 1, Dv)
     assert _max_err(out, ref) <= 2 * _max_err(same, ref) + 1e-5
@@ -93,7 +88,7 @@ def test_rows_with_no_key_are_exact_zeros_and_keys_past_lengths_are_never_read(d
     v[:, :, 50:] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([0, 10, 50]))
     for backend_kernel in (True, False):
-        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N)
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
         out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=backend_kernel)
         assert torch.equal(out[0], torch.zeros_like(out[0]))
         assert torch.isfinite(out).all()
@@ -109,7 +104,7 @@ def test_nan_in_a_query_or_visible_key_propagates(where, dtype):
     {"query": q, "key": k, "value": v}[where][1, 0, 3 if where != "query" else 0] = float("nan")
     mask = mh.Mask.lengths(torch.tensor([N, N, N]))
     for use_kernel in (True, False):
-        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N)
+        lo, hi, qpos, _ = key_ranges(mask, 3, H, 1, N, "cpu")
         out = decode_step(q, k, v, lo, hi, qpos, 128**-0.5, use_kernel=use_kernel)
         assert out[1, 0].isnan().all() and torch.isfinite(out[0]).all()
 

@@ -187,3 +187,17 @@ def test_the_installed_console_script_runs_the_walkthrough(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Step 11 ·" in done.stdout and "checks passed" in done.stdout
     assert max(cell_len(line) for line in done.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_topic_list_never_cuts_a_name_and_goes_row_by_row_when_too_narrow(capsys, monkeypatch, lang):
+    """At 44 columns the question column would be narrower than a run of code: one row at a time instead."""
+    for width, stacked in ((44, True), (100, False)):
+        monkeypatch.setenv("COLUMNS", str(width))
+        code, out, _ = run(capsys, "--list", "--lang", lang)
+        lines = out.splitlines()
+        assert code == 0 and max(cell_len(line) for line in lines) <= width
+        assert all(any(name in line for line in lines) for name in TOPICS)
+        name_label = "名称：" if lang == "zh" else "name: "
+        assert any(line.startswith(name_label + "reshape-then-transpose") for line in lines) == stacked
+        assert "docs/textbook.md" in out.replace("\n", "")

@@ -1,5 +1,6 @@
 """The code a learner reads in the walkthrough and the topics: comments in the story's language, and
-every line within the 80 columns (2 are the indent), so that no code line is ever wrapped."""
+every line within the 80 columns (2 are the indent), so that no code line is ever wrapped; and the numbers
+a check prints after its claim, each with a label that says what it is."""
 from __future__ import annotations
 
 import re
@@ -56,3 +57,16 @@ def test_english_code_comments_are_english(name):
 def test_code_lines_fit_without_wrapping(name, lang):
     wide = [line for line in code_lines(told(name, lang)) if cell_len(line) > CODE_WIDTH]
     assert not wide, wide
+
+
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+NOT_A_LABEL = re.compile(r"\b(?:vs|x)\b")   # "a vs b", "4 x 512" say nothing about what the numbers are
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name", STORIES)
+def test_every_number_a_check_prints_has_a_label(name, lang):
+    """`explain mla` printed [78160 > 66560 > 17824]: three numbers and no word of what they count."""
+    details = [b.data["detail"] for b in told(name, lang).blocks if b.kind == "check" and b.data["detail"]]
+    bare = [d for d in details if not re.search(r"[^\W\d]", NOT_A_LABEL.sub("", NUMBER.sub("", d)))]
+    assert not bare, bare

@@ -3,12 +3,14 @@ document's own code and to a float64 reference, and checks that do fail when the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from helpers import max_abs_diff, reference_attention
 from seeds import doc001
 
 import multihead as mh
-from multihead.explain import walk_checks
+from multihead.explain import walk_checks, words
 from multihead.explain import walkthrough as wt
 from multihead.explain.story import Story
 
@@ -116,3 +118,20 @@ def test_check_close_states_the_verdict_and_the_difference():
     assert [c.data["claim"] for c in story.checks] == ["相同"] * 3
     assert story.checks[1].data["detail"] == "max |diff| = 1.0e-03"
     assert story.checks[2].data["detail"] == "shapes (2, 3) vs (3, 2)"
+
+
+def test_the_documents_are_named_by_title_with_a_pointer_the_first_time_they_appear():
+    """`make run` used to start with "document 001's sentence" and never say what the documents are."""
+    guide = (Path(__file__).parents[1] / "docs" / "textbook.md").read_text(encoding="utf-8")
+    assert all(f"| {number} |" in guide for number in words.words("en")["documents"])
+    for lang in ("en", "zh"):
+        story = Story(lang)
+        wt.tell(story)
+        wt.tell_closing(story)
+        texts = [b.data["text"] for b in story.blocks if b.kind == "text"]
+        first = next(i for i, text in enumerate(texts) if "001" in text)
+        assert "docs/textbook.md" in texts[first] and words.document(lang, "001")["title"] in texts[first]
+        assert ("five documents" if lang == "en" else "五份") in texts[first]
+        closing = story.blocks[-1]
+        assert closing.kind == "table" and "docs/textbook.md" in closing.data["title"]
+        assert [row[1] for row in closing.data["rows"]] == [d["title"] for d in words.words(lang)["documents"].values()]

@@ -1,5 +1,6 @@
 """Drawing stories in the terminal: 80 columns at most, checks marked, tensors cut to fit, heatmap
-grids; plus the locale rule and the shared tensor presentation both renderers use."""
+grids; plus the shared tensor presentation both renderers use (line breaking: test_line_breaks.py, the
+language rule: test_language.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ import torch
 from rich.cells import cell_len
 from rich.console import Console
 
-from multihead import AttentionError
 from multihead.explain import present
-from multihead.explain.lang import resolve_lang
-from multihead.explain.render_terminal import MAX_GRID_HEADS, break_offsets, render, render_summary
+from multihead.explain.render_terminal import MAX_GRID_HEADS, render, render_summary
 from multihead.explain.story import Story
 from multihead.explain.walkthrough import tell
 
@@ -63,17 +62,6 @@ def test_figures_draw_shaded_grids_for_a_few_heads_only():
     assert "head 0" not in drawn(many)
 
 
-def test_resolve_lang_follows_the_locale_precedence():
-    assert resolve_lang("zh", {"LANG": "en_US.UTF-8"}) == "zh"
-    assert resolve_lang(None, {"LANG": "zh_CN.UTF-8"}) == "zh"
-    assert resolve_lang(None, {"LC_ALL": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}) == "en"
-    assert resolve_lang(None, {"LC_MESSAGES": "zh_TW", "LANG": "C"}) == "zh"
-    assert resolve_lang(None, {"LC_ALL": "", "LANG": "C.UTF-8"}) == "en"
-    assert resolve_lang(None, {}) == "en"
-    with pytest.raises(AttentionError, match="--lang"):
-        resolve_lang("fr", {})
-
-
 def test_slices_keep_the_corners_and_name_the_rows():
     value = torch.arange(2 * 10 * 9, dtype=torch.float64).view(2, 10, 9)
     parts, total = present.slices(value, row_names=[f"t{i}" for i in range(10)])
@@ -90,34 +78,6 @@ def test_layout_line_shows_strides_only_when_asked():
     assert present.layout_line(t, "en", False) == "shape (2, 4, 3)"
     assert present.layout_line(t, "en", True) == "shape (2, 4, 3) · stride (12, 1, 4) · contiguous: no"
     assert present.layout_line(t, "zh", True) == "形状 (2, 4, 3) · 步幅 (12, 1, 4) · 连续：否"
-
-
-def lines_of(plain: str, width: int) -> list[str]:
-    cuts = [0, *break_offsets(plain, width), len(plain)]
-    return [plain[a:b].rstrip() for a, b in zip(cuts, cuts[1:], strict=False)]
-
-
-def test_chinese_lines_break_between_characters_and_fill_the_width():
-    plain = "为什么：view 只是给同一块内存换个形状，转置只交换两个步幅；这样每个头都成了自己的矩阵。" * 3
-    lines = lines_of(plain, 40)
-    assert "".join(lines).replace(" ", "") == plain.replace(" ", "")
-    assert all(cell_len(line) <= 40 for line in lines)
-    assert all(cell_len(line) >= 36 for line in lines[:-1])  # rich alone would stop at "view"
-    assert not any(line[0] in "，。；：" for line in lines[1:])
-
-
-def test_english_lines_break_at_spaces_and_long_words_are_folded():
-    lines = lines_of("one two three " + "x" * 25, 10)
-    assert lines[:3] == ["one two", "three", "x" * 10] and all(cell_len(line) <= 10 for line in lines)
-
-
-def test_punctuation_keeps_the_word_it_touches_on_its_line():
-    lines = lines_of("这里用的是 self.d_model。然后", 24)   # "。" would be column 25
-    assert lines == ["这里用的是", "self.d_model。然后"]
-    lines = lines_of("一二三四五六七八（AttributeError）", 18)   # "（" would end line 1
-    assert lines == ["一二三四五六七八", "（AttributeError）"]
-    lines = lines_of("一二三四五六七八再词1的……）", 24)   # a run of closing marks stays together
-    assert lines == ["一二三四五六七八再词1", "的……）"]
 
 
 def test_table_cells_and_long_headings_wrap_instead_of_being_cut():

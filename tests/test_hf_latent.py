@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 import multihead.hf  # noqa: E402  (needs transformers)
 import multihead.hf.latent as hf_latent  # noqa: E402
 from test_convert_hf_latent import VOCAB, deepseek_model  # noqa: E402
+from test_convert_hf_sparse import sparse_model  # noqa: E402
 
 NEW = 12
 
@@ -41,6 +42,28 @@ def test_greedy_tokens_identical_to_hf(version, overrides, monkeypatch):
     swapped = [layer.self_attn for layer in model.model.layers]
     assert all(isinstance(attn, hf_latent.LatentAttention) for attn in swapped)
     assert torch.equal(generate(model), expected)
+
+
+@pytest.mark.parametrize("model_type,overrides", [("deepseek_v32", {}),
+                                                   ("glm_moe_dsa", {"indexer_types": ["full", "shared"]})])
+def test_sparse_models_generate_hfs_greedy_tokens(model_type, overrides, monkeypatch):
+    """DeepSeek V3.2 and GLM-MoE-DSA (a shared layer reading the first layer's picks), index_topk 3 of up to
+    22 keys, left-padded: the same tokens as transformers' own layers."""
+    monkeypatch.setattr(hf_latent, "FIRST_CAPACITY", 4)
+    model = sparse_model(model_type, **overrides)
+    expected = generate(model)
+    mh.hf.use_latent_cache(model)
+    assert all(isinstance(layer.self_attn, hf_latent.LatentAttention) for layer in model.model.layers)
+    assert torch.equal(generate(model), expected)
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+    assert cache.layers[0].latent.index_keys.shape[-1] == 8  # the indexer's keys, beside the latents
+    if model_type == "glm_moe_dsa":
+        assert cache.layers[1].latent.index_keys is None  # the shared layer keeps none
+    model.model.layers[0].self_attn.mla.indexer.top_k = 100  # every key: the tokens change, so selection mattered
+    assert not torch.equal(generate(model), expected)
 
 
 def test_beams_and_several_sequences_per_prompt():

@@ -1,85 +1,135 @@
-"""Every benchmark figure the docs quote is tied to the one place in the committed results it comes from.
-
-A figure is a number with a unit: 1.23x (or ×), 4.5 ms, 13 us, 618 MiB, 4.1 GiB, 26 GB/s, 290 GFLOP/s,
-2 TFLOP/s, 27%. tests/readme_figures.json maps each distinct figure of each doc (README.md,
-benchmarks/*.md except the run's own tables, docs/*.md) to a key (tests/figure_keys.py): a target's
-value, a table cell, or a figure inside a note, in benchmarks/*.json. The figure must equal that value
-rounded as the quote rounds it. A figure with no entry fails: add its key (or `none: <why>` for a
-number that is no measurement). Code (fenced or inline) and link targets are not prose and are skipped.
-The Targets table and the machine description are checked against results.json too.
+"""Every number in README.md, benchmarks/*.md and docs/*.md is tied, each occurrence on its own, to the
+committed result it comes from, or declared as no measured figure (tests/figure_docs.py says how); the
+runs' own tables are what the report renders from their JSON. A doc edit that adds a number without an
+entry fails here with the file, the line, the number and what to add.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
-import re
 
 import pytest
-from figure_keys import ROOT, figures_in, matches, numbers_at, results
+from figure_docs import (
+    DECLARED,
+    HARNESS_TABLES,
+    MAP_PATH,
+    RUN_TABLES,
+    carry_over,
+    figure_map,
+    numbers_in,
+    problems,
+    quoting_docs,
+    render,
+)
+from figure_keys import ROOT, Results, figure_after, matches, tokens
 
 from multihead.bench.report import target_cells
 from multihead.bench.results import Target
 
-RESULTS = results("results.json")
-FIGURE_MAP = json.loads((ROOT / "tests" / "readme_figures.json").read_text())
+RESULTS = Results()
 
 
-def prose(markdown: str) -> str:
-    """The text without fenced code blocks, inline code and link targets."""
-    text = re.sub(r"^```.*?^```", "", markdown, flags=re.DOTALL | re.MULTILINE)
-    text = re.sub(r"`[^`]*`", "", text)
-    return re.sub(r"\]\([^)]*\)", "]", text)
+@pytest.mark.parametrize("doc", quoting_docs())
+def test_every_number_in_the_doc_is_tied_or_declared(doc):
+    found = problems(doc, (ROOT / doc).read_text(), figure_map().get(doc, {}), RESULTS)
+    assert not found, f"{len(found)} problem(s) in {doc}:\n" + "\n".join(found)
 
 
-def quoting_docs() -> list[str]:
-    """The docs whose figures must be tied: README.md, benchmarks/*.md but the runs' tables, docs/*.md."""
-    bench = [p for p in sorted((ROOT / "benchmarks").glob("*.md"))
-             if not (p.name == "results.md" or p.name.endswith("-results.md"))]
-    docs = sorted((ROOT / "docs").glob("*.md"))
-    return ["README.md"] + [str(p.relative_to(ROOT)) for p in bench + docs]
+def test_the_map_names_only_quoting_docs_and_the_docs_quote_measured_figures():
+    assert set(figure_map()) <= set(quoting_docs()), "tests/readme_figures.json names a doc the test does not read"
+    tied = [e for doc in ("README.md", "benchmarks/README.md", "benchmarks/decode.md", "benchmarks/latent.md")
+            for entry in figure_map()[doc].values() for e in (entry if isinstance(entry, list) else [entry]) if "#" in e]
+    assert len(tied) > 100
 
 
-def quoted(doc: str) -> list[str]:
-    """The distinct figures of `doc`, as written (unit normalised), in order of first appearance."""
-    return list(dict.fromkeys(num + unit for num, unit in figures_in(prose((ROOT / doc).read_text()))))
+@pytest.mark.parametrize(("table", "source"), RUN_TABLES.items())
+def test_the_run_tables_are_what_the_report_renders_from_their_results(table, source):
+    assert (ROOT / "benchmarks" / table).read_text() == render(RESULTS, source), (
+        f"benchmarks/{table} is not what `multihead bench --markdown` writes from benchmarks/{source}: "
+        "rerun the bench (or write the table from the JSON)")
 
 
-QUOTES = [pytest.param(doc, figure, id=f"{doc}:{figure}") for doc in quoting_docs() for figure in quoted(doc)]
+@pytest.mark.parametrize(("table", "source"), HARNESS_TABLES.items())
+def test_the_harness_tables_are_what_their_harness_makes_of_their_results(table, source):
+    data_file, script = source
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), ROOT / "benchmarks" / script)
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    data = json.loads((ROOT / "benchmarks" / data_file).read_text(encoding="utf-8"))
+    assert (ROOT / "benchmarks" / table).read_text(encoding="utf-8") == harness.markdown(data) + "\n", (
+        f"benchmarks/{table} is not what benchmarks/{script} writes from benchmarks/{data_file}: rerun it")
 
 
-def test_the_docs_quote_figures_and_the_map_has_no_stale_entries():
-    assert {"README.md", "benchmarks/README.md", "benchmarks/decode.md"} <= {q.values[0] for q in QUOTES}
-    for doc, entries in FIGURE_MAP.items():
-        stale = set(entries) - set(quoted(doc))
-        assert not stale, f"tests/readme_figures.json maps figures {doc} no longer quotes: {sorted(stale)}"
+def test_a_line_without_an_entry_names_the_file_line_number_and_what_to_add():
+    text = "# Title\n\nThe absorbed step takes 5.24 ms, 42.1x faster.\n"
+    [message] = problems("benchmarks/latent.md", text, {}, RESULTS)
+    assert message.startswith("benchmarks/latent.md:3 holds 2 number(s) with no entry")
+    assert "The absorbed step takes 5.24 ms, 42.1x faster." in message and "a list of 2 entries" in message
+    assert "latent.json#latent|row|decode step N=4096 fp32 | ours: absorbed (MLA + LatentCache)|ms" in message
 
 
-@pytest.mark.parametrize(("doc", "figure"), QUOTES)
-def test_every_quoted_figure_equals_the_result_it_is_tied_to(doc, figure):
-    key = FIGURE_MAP.get(doc, {}).get(figure)
-    assert key, f"{doc} quotes {figure}: tie it to its key in tests/readme_figures.json"
-    if key.startswith("none: "):
-        return
-    number, unit = figures_in(figure)[0]
-    values = numbers_at(key, unit)
-    assert matches(number, values), f"{doc} quotes {figure}, but {key} holds {values}"
+def test_each_occurrence_is_checked_against_its_own_key():
+    line = "| ours | 60% / 60% |"
+    keys = ["decode.json#decode|row|decode N=4096 fp32: attention | ours: mh.attention | decode|% of bandwidth",
+            "decode.json#decode|row|decode N=1024 fp32: attention | ours: mh.attention | decode|% of bandwidth"]
+    [message] = problems("benchmarks/decode.md", line, {line: keys}, RESULTS)
+    assert message.startswith("benchmarks/decode.md:1: 60% (number 2 of 2 on the line)") and "41.6" in message
+
+
+def test_a_declaration_must_be_a_known_kind_and_an_unrecorded_figure_says_where():
+    line = "took 14 minutes and 3 s"
+    assert problems("README.md", line, {line: ["count", "shape: a size"]}, RESULTS) == []
+    bad = problems("README.md", line, {line: ["nonsense", "unrecorded"]}, RESULTS)
+    assert "neither a key nor a declared kind" in bad[0] and "must say where it was measured" in bad[1]
+    assert set(DECLARED) >= {"shape", "version", "count", "unrecorded"}
+
+
+def test_a_stale_line_and_a_wrong_count_of_entries_are_reported():
+    found = problems("README.md", "now 3 and 4\n", {"now 3 and 4": ["math"], "gone 5": "math"}, RESULTS)
+    assert found[0].endswith("the line has 2 numbers but 1 entries") and "no longer has" in found[1]
+
+
+def test_a_note_label_ties_one_figure_of_the_note_never_any():
+    note = "8 MiB per step; raw SDPA 17%, grouped queries 27%, bandwidth 39.5 GB/s"
+    assert figure_after(note, "grouped queries", "k") == [27.0] and figure_after(note, "^", "k") == [8.0]
+    with pytest.raises(KeyError, match="occurs 0 times"):
+        figure_after(note, "plain torch", "k")
+    with pytest.raises(KeyError, match="occurs 2 times"):
+        figure_after(note + "; grouped queries 30%", "grouped queries", "k")
+
+
+def test_numbers_are_read_as_written_with_their_units():
+    found = [(m["number"] or m["date"] or m["version"], (m["unit"] or "").strip()) for m in
+             tokens("fp32 H100 at 1.85× and 4.1 GiB, 10,000 runs, 4.8e-7, 8 x 512..4096, 2.13.0+cpu on 2026-11-26 01:22")]
+    assert found == [("1.85", "×"), ("4.1", "GiB"), ("10,000", ""), ("4.8e-7", ""), ("8", ""), ("512", ""),
+                     ("4096", ""), ("2.13.0+cpu", ""), ("2026-11-26 01:22", "")]
+    assert matches("60", [59.51]) and not matches("60", [51.7]) and matches("1.87e+03", [1868.9])
+    assert matches("2026-11-26 01:22", ["2026-11-26 01:22 UTC"]) and not matches("2.13.0", [2.13])
+
+
+def test_code_and_link_targets_are_not_prose():
+    text = "see `run(4096)` and [the run](decode.md#n-4096), 5 keys\n```\nx = 17\n```\n"
+    assert [(n.line, n.written) for n in numbers_in("README.md", text)] == [(1, "5")]
 
 
 def test_the_targets_table_is_the_one_the_run_wrote():
     text = (ROOT / "benchmarks/README.md").read_text()
     targets = [Target(t["name"], t["value"], t["op"], t["goal"], t["note"])
-               for suite in RESULTS["suites"].values() for t in suite["targets"]]
+               for suite in RESULTS.data["results.json"]["suites"].values() for t in suite["targets"]]
     rows = ["| " + " | ".join(target_cells(t)) + " |" for t in targets]
     table = "\n".join(["| target | value | goal | verdict | note |", "|---|---|---|---|---|", *rows])
     assert table in text
 
 
-def test_the_run_section_names_the_machine_of_the_results():
-    text = (ROOT / "benchmarks/README.md").read_text()
-    run = text.split("## The run", 1)[1].split("\n## ", 1)[0]
-    m = RESULTS["machine"]
-    for value in (m["cpu"], f"{m['cores']} cores", f"{m['threads']} torch thread", m["torch"], m["python"],
-                  m["date"], str(m["load_average_at_start"]), str(m["load_average"])):
-        assert value in run, f"the run section does not say {value!r}"
+@pytest.mark.parametrize(("doc", "source"), [("benchmarks/README.md", "results.json"), ("benchmarks/decode.md", "decode.json"),
+                                             ("benchmarks/latent.md", "latent.json")])
+def test_each_run_section_names_the_machine_and_the_isa_that_gave_its_figures(doc, source):
+    run = (ROOT / doc).read_text().split("## The run", 1)[1].split("\n## ", 1)[0]
+    machine = RESULTS.data[source]["machine"]
+    said = [machine["cpu"], machine["cpu_capability"]] + (
+        [machine["decode_isa"]] if machine.get("decode_isa") else [])
+    for value in said:
+        assert value in run, f"{doc}'s run section does not say {value!r} (benchmarks/{source}'s machine)"
 
 
 def test_the_tables_are_the_ones_the_run_wrote():
@@ -87,3 +137,17 @@ def test_the_tables_are_the_ones_the_run_wrote():
     written = (ROOT / "benchmarks/results.md").read_text()
     tables = [t for t in written.split("### ")[1:] if not t.startswith("Targets")]
     assert tables and all("### " + t.strip() in text for t in tables)
+
+
+def test_a_reworded_line_keeps_its_entry_and_a_changed_number_does_not():
+    entries = {"it took 5.24 ms": ["k1"], "at 3 heads": ["shape"], "other 7": ["math"]}
+    moved = carry_over(entries, "README.md", "it took 5.24 ms now\nat 4 heads\nother 7\n")
+    assert moved == ["it took 5.24 ms now"] and list(entries) == ["it took 5.24 ms now", "other 7", "at 3 heads"]
+    assert entries["it took 5.24 ms now"] == ["k1"]
+
+
+def test_the_map_file_is_sorted_json_with_one_entry_per_line_text():
+    raw = json.loads(MAP_PATH.read_text())
+    for doc, entries in raw.items():
+        lines = [n.text for n in numbers_in(doc, (ROOT / doc).read_text())]
+        assert list(entries) == sorted(entries, key=lines.index), f"{doc}'s entries are not in the doc's order"

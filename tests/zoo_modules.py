@@ -56,6 +56,13 @@ CORRECT = {
     "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
     "ok_mla_absorbed.py:LatentAttention": {},
     "ok_mla_low_rank_queries.py:LowRankQueryMLA": {},
+    "ok_fused_gqa_wqkv.py:FusedGQA": {},
+    "ok_phi3_partial_rotary.py:PartialRotaryAttention": {},
+    "ok_raw_param_einsum.py:EinsumParamAttention": {},
+    "ok_raw_param_matmul.py:ParamMatrixAttention": {},
+    "ok_custom_linear_class.py:CustomLinearAttention": {},
+    "ok_mla_deepseek_linear.py:MLA": {},
+    "ok_mla_naive_only.py:PaperMLA": {},
 }
 
 

@@ -64,8 +64,33 @@ _GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
 _MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
 _MLA = "ok_mla_absorbed.py:LatentAttention"
 _MLA_LOW_RANK_Q = "ok_mla_low_rank_queries.py:LowRankQueryMLA"
+_FUSED_GQA = "ok_fused_gqa_wqkv.py:FusedGQA"
+_PARTIAL_ROTARY = "ok_phi3_partial_rotary.py:PartialRotaryAttention"
+_EINSUM_PARAMS = "ok_raw_param_einsum.py:EinsumParamAttention"
+_MATMUL_PARAMS = "ok_raw_param_matmul.py:ParamMatrixAttention"
+_OWN_LINEAR = "ok_custom_linear_class.py:CustomLinearAttention"
+_MLA_OWN_LINEAR = "ok_mla_deepseek_linear.py:MLA"
 
 MUTANTS = [
+    # the idioms the dataflow reads: uneven fused GQA, partial rotary, raw parameters, a Linear of one's own
+    _m(_FUSED_GQA, "kv-heads-tiled",
+       ("k = k.repeat_interleave(self.n_head // self.n_local_heads, dim=1)",
+        "k = k.repeat(1, self.n_head // self.n_local_heads, 1, 1)"),
+       ("v = v.repeat_interleave(self.n_head // self.n_local_heads, dim=1)",
+        "v = v.repeat(1, self.n_head // self.n_local_heads, 1, 1)")),
+    _m(_FUSED_GQA, "missing-scale", ("is_causal=True)", "is_causal=True, scale=1.0)")),
+    _m(_PARTIAL_ROTARY, "rope-interleaved-on-half-split",
+       ("    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]\n    return torch.cat((-x2, x1), dim=-1)",
+        "    return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)")),
+    _m(_PARTIAL_ROTARY, "missing-scale", (" * self.head_dim ** -0.5", "")),
+    _m(_EINSUM_PARAMS, "softmax-wrong-axis", ("scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),
+    _m(_EINSUM_PARAMS, "keys-used-as-values", ('"bhqk,bkhe->bqhe", pattern, v)', '"bhqk,bkhe->bqhe", pattern, k)')),
+    _m(_MATMUL_PARAMS, "scale-by-embed-dim", ("/ keys.shape[-1] ** 0.5", "/ (self.num_heads * keys.shape[-1]) ** 0.5")),
+    _m(_MATMUL_PARAMS, "merge-without-transpose", ("(attn_weights @ values).transpose(1, 2).reshape(b, t, -1)",
+                                                   "(attn_weights @ values).reshape(b, t, -1)")),
+    _m(_OWN_LINEAR, "mask-ignored", ("scores = scores + mask.unsqueeze(1)", "scores + mask.unsqueeze(1)")),
+    _m(_OWN_LINEAR, "softmax-wrong-axis", ("scores.softmax(dim=-1), v)", "scores.softmax(dim=2), v)")),
+    _m(_MLA_OWN_LINEAR, "mla-absorbed-wuk-transposed", ('"bshd,hdc->bshc", q_nope', '"bshd,hcd->bshc", q_nope')),
     _m(_MLA, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, w_uk', '"bhtd,hcd->bhtc", q_nope, w_uk')),
     _m(_MLA, "mla-absorbed-wuk-transposed", ("w_uk = self.W_UK.weight.view(H, Dn, C)",
                                              "w_uk = self.W_UK.weight.view(H, Dn, C).transpose(1, 2)"),

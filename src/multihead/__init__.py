@@ -21,10 +21,12 @@ from multihead.differential import DifferentialAttention
 from multihead.dispatch import Decision, dispatch
 from multihead.errors import AttentionError
 from multihead.gated import GatedMultiHeadAttention
+from multihead.indexer import LightningIndexer
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
+from multihead.shared_kv import SharedKVAttention
 from multihead import doors  # the facade's table of tools: each loads on first use
 
 if TYPE_CHECKING:
@@ -52,10 +54,12 @@ __all__ = [
     "DifferentialAttention",
     "GatedMultiHeadAttention",
     "KVCache",
+    "LightningIndexer",
     "Mask",
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "RoPE",
+    "SharedKVAttention",
     "alibi_slopes",
     "attention",
     "capture_attention",

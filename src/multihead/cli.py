@@ -1,8 +1,9 @@
 """The `multihead` command: one argparse subcommand per tool.
 
-Each tool lives in its own subpackage and exposes two functions:
-``configure(parser)`` adds its arguments, ``main(args) -> int`` runs it and returns the exit code.
-Only the chosen tool's module is imported, so `multihead check` never pays for matplotlib.
+Each tool lives in its own subpackage and exposes two functions: ``configure(parser, lang)`` adds its
+arguments (their help in `lang`, "en" or "zh"), ``main(args) -> int`` runs it and returns the exit code.
+Only the chosen tool's module is imported, so `multihead check` never pays for matplotlib. The help
+speaks the language of --lang, else of the locale (multihead.language), for every subcommand.
 """
 from __future__ import annotations
 
@@ -11,25 +12,36 @@ import importlib
 import sys
 
 from multihead import __version__
+from multihead.cli_help import Parser
+from multihead.language import lang_in_argv, pick, resolve_lang
 
 SUBCOMMANDS = {
-    "explain": ("multihead.explain.cli", "walk through multi-head attention step by step (EN/ZH)"),
-    "check": ("multihead.checker.cli", "check your own attention module against the reference"),
-    "bench": ("multihead.bench.cli", "benchmark multihead against its peers on this machine"),
+    "explain": ("multihead.explain.cli", "walk through multi-head attention step by step (EN/ZH)",
+                "一步一步讲解多头注意力（中英双语）"),
+    "check": ("multihead.checker.cli", "check your own attention module against the reference",
+              "拿参考实现检查你自己写的注意力模块"),
+    "bench": ("multihead.bench.cli", "benchmark multihead against its peers on this machine",
+              "在本机上测试 multihead 和同类实现的速度"),
 }
+DESCRIPTION = ("multi-head attention for PyTorch: explain it, check yours, benchmark it",
+               "PyTorch 多头注意力：讲解它，检查你写的实现，测它的速度")
 
 
-def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only the `chosen` subcommand's module is imported to add its arguments."""
-    parser = argparse.ArgumentParser(prog="multihead", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"multihead {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def build_parser(chosen: str | None = None, lang: str = "en") -> argparse.ArgumentParser:
+    """The parser, speaking `lang` ("en" or "zh"); only the `chosen` subcommand's module is imported to add
+    its arguments."""
+    parser = Parser(prog="multihead", description=pick(lang, *DESCRIPTION), lang=lang)
+    parser.add_argument("--version", action="version", version=f"multihead {__version__}",
+                        help=pick(lang, "show the version and exit", "显示版本号并退出"))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                title=pick(lang, "commands", "命令"))
     sub.required = True
-    for name, (module_path, help_text) in SUBCOMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+    for name, (module_path, en, zh) in SUBCOMMANDS.items():
+        help_text = pick(lang, en, zh)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, lang=lang)
         sub_parser.set_defaults(_module=module_path)
         if name == chosen:
-            tool(module_path).configure(sub_parser)
+            tool(module_path).configure(sub_parser, lang)
     return parser
 
 
@@ -52,7 +64,7 @@ def tool(module_path: str):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     chosen = argv[0] if argv and argv[0] in SUBCOMMANDS else None
-    args = build_parser(chosen).parse_args(argv)
+    args = build_parser(chosen, resolve_lang(lang_in_argv(argv))).parse_args(argv)
     return int(tool(args._module).main(args) or 0)
 
 

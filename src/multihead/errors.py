@@ -64,3 +64,13 @@ def check_number(value, name: str, expected: str, ok) -> None:
     """AttentionError unless `value` is an int or float (never a bool or tensor) for which ok(value) holds."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
         raise AttentionError(f"{name} must be {expected}; got {value!r} ({type(value).__name__}).")
+
+
+def check_hidden(x, embed_dim: int, weight: torch.Tensor) -> None:
+    """AttentionError unless x is a (B, L, embed_dim) tensor of the dtype and on the device of `weight`."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != embed_dim:
+        got = shape_str(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise AttentionError(f"x must be (B, L, E={embed_dim}); got {got}.")
+    if x.dtype != weight.dtype or x.device != weight.device:
+        raise AttentionError(f"x is {x.dtype} on {x.device} but the module's parameters are {weight.dtype} "
+                             f"on {weight.device}; convert one of them with .to().")

@@ -20,6 +20,7 @@ from multihead.cache import KVCache
 from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
+from multihead.padding_check import warn_if_all_keys_padded
 from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.services import service
 from multihead.torch_state import torch_mha_state_to_ours
@@ -158,6 +159,7 @@ class MultiHeadAttention(nn.Module):
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         causal = check_flag(causal, "causal") or self.causal
         new_tokens = self._check_cache_call(cache, mask, B, key is query) if cache is not None else None
+        warn_if_all_keys_padded(self, mask)  # a 1 = token mask passed as padding (CPU eager only, once)
         q = self.q_proj(query).view(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
         k = self.k_proj(key).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
         v = self.v_proj(value).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)

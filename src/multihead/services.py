@@ -4,7 +4,8 @@ A few methods users expect on core classes are a tool's work:
 
     MultiHeadAttention.from_module(other)   convert: weights from another attention module
     MultiHeadAttention.to_torch()           convert: an equal nn.MultiheadAttention
-    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3 attention layer
+    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer
+    SharedKVAttention.from_module           convert: a DeepSeek V4 attention layer
     record._repr_html_()                    explain: a capture record drawn as the interactive page
 
 The classes define them as plain methods (so readers and type checkers see them where they belong)

@@ -4,20 +4,16 @@ Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys an
 its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
 form of the same step. It takes the masks whose normal form is one interval of keys per query row
 (lengths, causal, window, chunks) with at most one ALiBi, softcap and sinks, in float32 and bfloat16.
-Inference only: it has no backward. Its plan is the rows' intervals, made once per planned call:
-
-    lo, hi (B, Lq) int64   query i of sequence b keeps keys lo <= j < hi (NormalForm.row_intervals)
-    qpos (B, Lq) float32   the query position ALiBi measures from; slopes (H,) float32 or None
+Inference only: it has no backward. Its plan is the rows' intervals (decode_ranges.DecodeRows), made once
+per planned call.
 """
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 
 from multihead.backends.common import needs_grad
-from multihead.backends.decode_build import unavailable
-from multihead.backends.decode_step import decode_step
+from multihead.backends.decode_ranges import DecodeRows, rows_of
+from multihead.backends.decode_step import decode_step, describe_step
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
@@ -38,21 +34,9 @@ TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per se
 TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
 
 
-class DecodeRows(NamedTuple):
-    lo: torch.Tensor  # (B, Lq) int64
-    hi: torch.Tensor  # (B, Lq) int64
-    qpos: torch.Tensor  # (B, Lq) float32
-    slopes: torch.Tensor | None  # (H,) float32
-
-
 def decode_rows(p: Problem) -> DecodeRows:
-    """The decode kernel's form of the problem's mask (reads no values on the host)."""
-    B, H, Lq, Lk = p.dims
-    ix = p.index()
-    lo, hi = p.form.row_intervals(ix)
-    if p.form.slopes is None:
-        return DecodeRows(lo, hi, torch.zeros(B, Lq, device=p.q.device), None)
-    return DecodeRows(lo, hi, p.form.alibi_positions(ix), p.form.slopes.float().contiguous())
+    """The decode kernel's form of the problem's mask (decode_ranges.py); reads no values on the host."""
+    return rows_of(p.form, *p.dims, p.q.device)
 
 
 class DecodeBackend:
@@ -84,11 +68,7 @@ class DecodeBackend:
 
     def describe(self, p: Problem, plan: DecodeRows) -> str:
         B, H, Lq, Lk = p.dims
-        rows = f"{H // p.k.shape[1] * Lq} query rows per kv head"
-        why = unavailable()
-        if why is None:
-            return f"C++ decode kernel: one pass over each kv head's keys and values, online softmax in fp32; {rows}"
-        return f"plain torch (K @ q^T, softmax in fp32, p @ V; {rows}), since {why}"
+        return describe_step(p.q.dtype, f"{H // p.k.shape[1] * Lq} query rows per kv head")
 
     def run(self, p: Problem, plan: DecodeRows) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1

@@ -1,13 +1,11 @@
 // The row-by-row loops of the decode kernel (decode_kernel.cpp): one query row's scores against a run
-// of keys and its weighted sum of values, in plain C++ that gcc vectorises (the path without AVX-512,
-// odd head dims, and the keys past the last whole tile), with AVX-512 loops where the CPU has them.
+// of keys and its weighted sum of values (odd head dims, the keys past the last whole tile), in whole
+// vectors of decode_simd.h where the dims allow and plain C++ for what is left.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "decode_simd.h"
 
 namespace decode_rows {
 
@@ -19,51 +17,36 @@ inline float widen(uint16_t x) {  // bfloat16 bits -> float32: the top half of t
   return f;
 }
 
-// exp(x) for x <= 0 (or NaN, which stays NaN), to about 1 ulp; written so that gcc vectorises it.
+// exp(x) for x <= 0 (or NaN, which stays NaN), to about 1 ulp; written so that gcc vectorises it
+// (decode_simd::exp_nonpositive is the same, a vector at a time).
 inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;
+  x = x < decode_simd::kLowest ? decode_simd::kLowest : x;
+  const float t = x * decode_simd::kLog2e;
   const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  const float r = (x - n * decode_simd::kLn2Hi) - n * decode_simd::kLn2Lo;
   float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) p = p * r + c;
   int32_t e = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   return p * scale;
 }
 
-#if defined(__AVX512F__)
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const uint16_t* p) {  // 16 bfloat16 -> 16 float32
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-#endif
-
 // sr[j] = scale * dot(qr, K[j]) for j < n (K rows `ks` elements apart), widening K on the fly.
 template <typename T>
 inline void scores(const float* qr, const T* K, int64_t ks, int64_t n, int64_t D, float scale, float* sr) {
   int64_t j = 0;
-#if defined(__AVX512F__)
-  if (D % 16 == 0) {
+  if (D % decode_simd::W == 0) {
     for (; j + 8 <= n; j += 8) {  // eight keys: eight independent chains of FMAs
-      __m512 a[8];
-      for (int u = 0; u < 8; ++u) a[u] = _mm512_setzero_ps();
-      for (int64_t c = 0; c < D; c += 16) {
-        const __m512 x = _mm512_loadu_ps(qr + c);
-        for (int u = 0; u < 8; ++u) a[u] = _mm512_fmadd_ps(x, load16(K + (j + u) * ks + c), a[u]);
+      decode_simd::vec a[8];
+      for (int u = 0; u < 8; ++u) a[u] = decode_simd::zero();
+      for (int64_t c = 0; c < D; c += decode_simd::W) {
+        const decode_simd::vec x = decode_simd::load(qr + c);
+        for (int u = 0; u < 8; ++u) a[u] = decode_simd::fmadd(x, decode_simd::load_w(K + (j + u) * ks + c), a[u]);
       }
-      for (int u = 0; u < 8; ++u) sr[j + u] = _mm512_reduce_add_ps(a[u]) * scale;
+      for (int u = 0; u < 8; ++u) sr[j + u] = decode_simd::reduce_add(a[u]) * scale;
     }
   }
-#endif
   for (; j < n; ++j) {
     const T* k = K + j * ks;
     float d = 0;
@@ -78,23 +61,23 @@ inline void scores(const float* qr, const T* K, int64_t ks, int64_t n, int64_t D
 template <typename T>
 inline void accumulate(const float* p, const T* V, int64_t vs, int64_t n, int64_t Dv, float* acc) {
   int64_t c0 = 0;
-#if defined(__AVX512F__)
-  for (; c0 + 128 <= Dv; c0 += 128) {  // eight registers of sums, eight independent chains
-    __m512 s[8];
-    for (int u = 0; u < 8; ++u) s[u] = _mm512_loadu_ps(acc + c0 + 16 * u);
+  constexpr int64_t W = decode_simd::W;
+  for (; c0 + 8 * W <= Dv; c0 += 8 * W) {  // eight registers of sums, eight independent chains
+    decode_simd::vec s[8];
+    for (int u = 0; u < 8; ++u) s[u] = decode_simd::load(acc + c0 + W * u);
     for (int64_t j = 0; j < n; ++j) {
-      const __m512 pj = _mm512_set1_ps(p[j]);
+      const decode_simd::vec pj = decode_simd::set1(p[j]);
       const T* v = V + j * vs + c0;
-      for (int u = 0; u < 8; ++u) s[u] = _mm512_fmadd_ps(pj, load16(v + 16 * u), s[u]);
+      for (int u = 0; u < 8; ++u) s[u] = decode_simd::fmadd(pj, decode_simd::load_w(v + W * u), s[u]);
     }
-    for (int u = 0; u < 8; ++u) _mm512_storeu_ps(acc + c0 + 16 * u, s[u]);
+    for (int u = 0; u < 8; ++u) decode_simd::store(acc + c0 + W * u, s[u]);
   }
-  for (; c0 + 16 <= Dv; c0 += 16) {
-    __m512 s0 = _mm512_loadu_ps(acc + c0);
-    for (int64_t j = 0; j < n; ++j) s0 = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), load16(V + j * vs + c0), s0);
-    _mm512_storeu_ps(acc + c0, s0);
+  for (; c0 + W <= Dv; c0 += W) {
+    decode_simd::vec s0 = decode_simd::load(acc + c0);
+    for (int64_t j = 0; j < n; ++j)
+      s0 = decode_simd::fmadd(decode_simd::set1(p[j]), decode_simd::load_w(V + j * vs + c0), s0);
+    decode_simd::store(acc + c0, s0);
   }
-#endif
   for (int64_t j = 0; j < n; ++j) {
     const T* v = V + j * vs;
 #pragma omp simd

@@ -11,14 +11,17 @@ query or in a kept key or value propagates. The softmax runs in float32.
 
 The decode backend (decode.py) turns a mask's normal form into (lo, hi, qpos, slopes).
 The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
-also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes the same with torch ops.
+also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes
+the same with torch ops; so it does where that form measured faster for the build's ISA and the dtype
+(decode_choice.py). `describe_step` says which form runs and why.
 """
 from __future__ import annotations
 
 import torch
 
 from multihead.backends.common import masked_softmax
-from multihead.backends.decode_build import kernel, loaded
+from multihead.backends.decode_build import kernel, loaded, unavailable
+from multihead.backends.decode_choice import KERNEL, faster_form
 
 
 @torch.library.custom_op("multihead::decode_step", mutates_args=())
@@ -45,7 +48,7 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Ten
     0.1 ms a step when the step's keys and values have pushed torch's own code out of the caches."""
     compiling = torch.compiler.is_compiling()
     module = loaded() if compiling else kernel()
-    if not use_kernel or module is None:
+    if not use_kernel or module is None or faster_form(module.isa(), q.dtype) != KERNEL:
         return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
     empty = q.new_empty(0, dtype=torch.float32)
     kept = q.dtype in (torch.float32, torch.bfloat16)  # the kernel takes a bf16 query as it is
@@ -54,6 +57,25 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Ten
                empty if slopes is None else slopes.float().contiguous(),
                empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0)
     return out.to(q.dtype)
+
+
+def kernel_build(dtype: torch.dtype) -> str | None:
+    """The ISA of the C++ kernel build `decode_step` runs for `dtype` on this CPU; None: the plain-torch form."""
+    module = kernel()
+    return module.isa() if module is not None and faster_form(module.isa(), dtype) == KERNEL else None
+
+
+def describe_step(dtype: torch.dtype, rows: str) -> str:
+    """Which form `decode_step` runs for `dtype` on this CPU, and why; `rows` says what each key serves."""
+    isa = kernel_build(dtype)
+    if isa is not None:
+        return (f"C++ decode kernel ({isa} build): one pass over each kv head's keys and values, online "
+                f"softmax in fp32; {rows}")
+    plain = f"plain torch (K @ q^T, softmax in fp32, p @ V; {rows})"
+    module = kernel()
+    if module is None:
+        return f"{plain}, since {unavailable()}"
+    return f"{plain}: measured faster than the C++ decode kernel's {module.isa()} build on this CPU"
 
 
 def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None) -> torch.Tensor:

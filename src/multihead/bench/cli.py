@@ -22,6 +22,7 @@ from multihead.bench.plots import save_all
 from multihead.bench.progress import Bars
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import set_clock, set_threads
+from multihead.cli_help import help_texts
 
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
@@ -29,22 +30,39 @@ DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where th
 SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent")
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--suite", action="append", choices=SUITES, metavar="NAME",
-                        help=f"run only this suite (repeatable): {', '.join(SUITES)}")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"small sizes and 3 rounds ({QUICK_TIME}); the run prints how long it took")
-    parser.add_argument("--plot", metavar="DIR", help="write one PNG per suite into DIR")
-    parser.add_argument("--json", metavar="PATH", nargs="?", const="-",
-                        help="every number as one JSON line: on stdout with --json or --json -, else into PATH "
-                             f"(default without --json: {DEFAULT_JSON}, path printed on stderr)")
-    parser.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown to PATH")
-    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
-    parser.add_argument("--rounds", type=int, help="timed rounds per comparison (default 5, quick 3)")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall: elapsed time (default); cpu: this process's CPU time, steadier on a "
-                             "busy machine (use with --threads 1)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+QUICK_TIME_ZH = "机器空闲时全部测试组约需 1 到 2 分钟，机器忙时更久"
+HELP = {  # option -> (English, Chinese)
+    "suite": (f"run only this suite (repeatable): {', '.join(SUITES)}",
+              f"只跑这一组测试（可以给多次）：{'、'.join(SUITES)}"),
+    "quick": (f"small sizes and 3 rounds ({QUICK_TIME}); the run prints how long it took",
+              f"用小尺寸，只跑 3 轮（{QUICK_TIME_ZH}）；跑完会打印实际用时"),
+    "plot": ("write one PNG per suite into DIR", "每组测试画一张 PNG 图，存进 DIR"),
+    "json": ("every number as one JSON line: on stdout with --json or --json -, else into PATH "
+             f"(default without --json: {DEFAULT_JSON}, path printed on stderr)",
+             "把所有数字写成一行 JSON：只写 --json 或 --json - 时输出到标准输出，否则写进 PATH"
+             f"（不加 --json 时写进 {DEFAULT_JSON}，路径会打印在标准错误上）"),
+    "markdown": ("also write the tables as Markdown to PATH", "另外把各张表以 Markdown 格式写进 PATH"),
+    "threads": ("torch intra-op threads (default: torch's choice)", "torch 算子内部用的线程数（默认由 torch 决定）"),
+    "rounds": ("timed rounds per comparison (default 5, quick 3)", "每项对比计时的轮数（默认 5 轮，--quick 时 3 轮）"),
+    "clock": ("wall: elapsed time (default); cpu: this process's CPU time, steadier on a busy machine "
+              "(use with --threads 1)",
+              "wall：实际经过的时间（默认）；cpu：本进程占用的 CPU 时间，机器忙时更稳定（请配合 --threads 1 使用）"),
+    "no_progress": ("no progress bars", "不显示进度条"),
+}
+
+
+def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
+    """Add the bench subcommand's arguments, their help in `lang`."""
+    text = help_texts(HELP, lang)
+    parser.add_argument("--suite", action="append", choices=SUITES, metavar="NAME", help=text("suite"))
+    parser.add_argument("--quick", action="store_true", help=text("quick"))
+    parser.add_argument("--plot", metavar="DIR", help=text("plot"))
+    parser.add_argument("--json", metavar="PATH", nargs="?", const="-", help=text("json"))
+    parser.add_argument("--markdown", metavar="PATH", help=text("markdown"))
+    parser.add_argument("--threads", type=int, help=text("threads"))
+    parser.add_argument("--rounds", type=int, help=text("rounds"))
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help=text("clock"))
+    parser.add_argument("--no-progress", action="store_true", help=text("no_progress"))
 
 
 def main(args: argparse.Namespace) -> int:

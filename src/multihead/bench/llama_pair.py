@@ -6,12 +6,16 @@ Shapes: B batch, L context, E hidden size, H heads, Hkv kv heads, D head dim (E 
     pair.fill(context)            # context (B, L, E): both caches hold its rotated keys and values
     pair.ours_step(x)             # x (B, 1, E): one decode step through MultiHeadAttention + KVCache
     pair.hf_step(x)               # the same step through LlamaAttention + DynamicCache
+    pair.hf_static_eager_step(x)  # the same through LlamaAttention + StaticCache, eager
     pair.hf_static_step(x)        # the same through LlamaAttention + StaticCache, torch.compile'd
     pair.recompute(full)          # full (B, L + 1, E): our module over the whole sequence, causal
 
 `MultiHeadAttention.from_module` converts the HF layer: its weights, and a RoPE built from the config's
 rope parameters. HF runs its SDPA attention (`attn_implementation="sdpa"`) and computes
-its rotary cos/sin with LlamaRotaryEmbedding on every step, as its decoder does once per step.
+its rotary cos/sin with LlamaRotaryEmbedding on every step, as its decoder does once per step. Each HF
+step passes its cache as `cache=` (the keyword transformers 5.x takes; `past_key_values` goes in 5.40).
+
+Which HF call is fastest depends on how transformers' SDPA integration meets grouped heads (GQA_UNDER_COMPILE).
 Both caches are filled with the same keys and values, the ones a prefill writes: the context's
 projections, keys turned to their positions. Filling them that way costs two projections instead of
 a whole prefill forward, which at long contexts takes as long as the recompute itself.
@@ -27,6 +31,14 @@ from multihead.cache import KVCache
 from multihead.module import MultiHeadAttention
 from multihead.positions import apply_rotary
 
+GQA_UNDER_COMPILE = (
+    "with its DynamicCache and no mask, transformers' SDPA call passes enable_gqa; eager with a StaticCache "
+    "(whose mask covers its free slots) it folds the query heads of each kv head into rows (pack_gqa), "
+    "reading each kv head once; under torch.compile it skips that fold and, with a mask, cannot pass "
+    "enable_gqa, so it repeats K and V for every query head over all the cache's slots at every step "
+    "(repeat_kv: H / Hkv times the cache's bytes, written into fresh buffers, then read): the compiled "
+    "StaticCache step is then the slowest of the three")
+
 
 @dataclass
 class LlamaPair:
@@ -35,7 +47,8 @@ class LlamaPair:
     ours: MultiHeadAttention
     hf_cache: object = None  # DynamicCache
     our_cache: KVCache | None = None
-    static_cache: object = None  # StaticCache of max_len L + headroom
+    static_cache: object = None  # StaticCache of max_len L + headroom, for the compiled step
+    eager_static_cache: object = None  # the same, for the eager step
     compiled_static: object = None  # torch.compile of `_static_step`, made on first use
 
     @classmethod
@@ -70,8 +83,10 @@ class LlamaPair:
             self.our_cache.append(k, v)
             self.hf_cache = DynamicCache()
             self.hf_cache.update(k.clone(), v.clone(), 0)
-            self.static_cache = StaticCache(config=self.hf.config, max_cache_len=L + headroom)
-            self.static_cache.update(k.clone(), v.clone(), 0)
+            self.static_cache, self.eager_static_cache = (
+                StaticCache(config=self.hf.config, max_cache_len=L + headroom) for _ in range(2))
+            for cache in (self.static_cache, self.eager_static_cache):
+                cache.update(k.clone(), v.clone(), 0)
 
     def ours_step(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 1, E) -> (B, 1, E), appended to our cache."""
@@ -80,26 +95,28 @@ class LlamaPair:
     def hf_step(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 1, E) -> (B, 1, E) through LlamaAttention, appended to its DynamicCache."""
         position = torch.full((x.shape[0], 1), self.hf_cache.get_seq_length(), dtype=torch.long)
-        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=None,
-                         past_key_values=self.hf_cache)
+        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=None, cache=self.hf_cache)
         return out
+
+    def hf_static_eager_step(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, 1, E) -> (B, 1, E) through LlamaAttention and a StaticCache, eager."""
+        return self._static_step(self.eager_static_cache, x)
 
     def hf_static_step(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 1, E) -> (B, 1, E) through LlamaAttention and its StaticCache, compiled with torch.compile
         (default mode) as a user who wants speed runs it; the first call compiles."""
         if self.compiled_static is None:
             self.compiled_static = torch.compile(self._static_step)
-        return self.compiled_static(x)
+        return self.compiled_static(self.static_cache, x)
 
-    def _static_step(self, x: torch.Tensor) -> torch.Tensor:
-        """One step on the StaticCache: the position and the mask over its M slots come from its length
+    def _static_step(self, cache, x: torch.Tensor) -> torch.Tensor:
+        """One step on a StaticCache: the position and the mask over its M slots come from its length
         tensor, so every step has the same shapes (no recompiles)."""
-        length = self.static_cache.layers[0].cumulative_length  # () tensor: tokens cached so far
-        slots = self.static_cache.layers[0].keys.shape[2]
+        length = cache.layers[0].cumulative_length  # () tensor: tokens cached so far
+        slots = cache.layers[0].keys.shape[2]
         position = length.view(1, 1).expand(x.shape[0], 1)
         mask = (torch.arange(slots) <= length).view(1, 1, 1, slots)  # (1, 1, 1, M): cached slots and this one
-        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=mask,
-                         cache=self.static_cache)
+        out, _ = self.hf(x, position_embeddings=self.rotary(x, position), attention_mask=mask, cache=cache)
         return out
 
     def recompute(self, full: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""What the numbers were measured on: CPU, threads, torch, date and load."""
+"""What the numbers were measured on: CPU and its vector ISA, the decode kernel's path, threads, torch, date
+and load."""
 from __future__ import annotations
 
 import datetime
@@ -7,7 +8,11 @@ import platform
 
 import torch
 
+from multihead.backends import decode_build
 from multihead.bench.timing import clock
+
+# the CPU features that decide which path the C++ decode kernel builds (x86: "flags", ARM: "Features")
+ISA_FLAGS = ("avx512f", "avx512_bf16", "avx2", "fma", "asimd", "sve", "neon")
 
 
 def cpu_model() -> str:
@@ -22,6 +27,28 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_flags(cpuinfo: str | None = None) -> str:
+    """The ISA_FLAGS the CPU has, space-separated, from /proc/cpuinfo (or the text `cpuinfo`); "" where
+    there is none to read."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return ""
+    listed = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                   if line.split(":", 1)[0].strip() in ("flags", "Features")), [])
+    return " ".join(flag for flag in ISA_FLAGS if flag in listed)
+
+
+def decode_isa() -> str | None:
+    """The path the loaded C++ decode kernel runs ("avx512-bf16", "avx2", "portable" ...), as its build says;
+    None when this process loaded none (no build is started here) or the build does not say."""
+    module = decode_build.loaded()
+    report = getattr(module, "isa", None)
+    return report() if callable(report) else None
+
+
 def load_average() -> tuple[float, float, float] | None:
     """The 1, 5 and 15 minute load averages, or None where the OS has none."""
     try:
@@ -34,6 +61,8 @@ def describe() -> dict:
     """A JSON-ready description of this machine and this run."""
     return {
         "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "decode_isa": decode_isa(),
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -85,7 +85,8 @@ def print_rich(results: list[SuiteResult], machine: dict, console=None) -> None:
     if console is None:
         console = Console()
         console = Console(width=table_width(console.is_terminal))
-    console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({machine['threads']} threads, "
+    isa = f"{machine.get('cpu_flags') or 'ISA flags unknown'}; decode kernel: {machine.get('decode_isa') or 'not loaded'}"
+    console.print(f"[bold]multihead bench[/] on {machine['cpu']} ({isa}; {machine['threads']} threads, "
                   f"{machine.get('clock', 'wall')} clock), "
                   f"torch {machine['torch']}, {machine['date']}, load average "
                   f"{machine.get('load_average_at_start')} at the start, {machine['load_average']} at the end")

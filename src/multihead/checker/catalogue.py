@@ -31,8 +31,8 @@ class Bug:
 BUGS: tuple[Bug, ...] = (
     Bug("reshape-without-transpose", "reshape-then-transpose", ("split-by-reshape",)),
     Bug("merge-without-transpose", "combine-heads", ("merge-by-reshape",)),
-    Bug("softmax-wrong-axis", "einsum-scores", ("softmax-over-queries", "softmax-over-heads",
-                                                "softmax-over-batch")),
+    Bug("softmax-wrong-axis", "softmax-axis", ("softmax-over-queries", "softmax-over-heads",
+                                               "softmax-over-batch")),
     Bug("missing-scale", "scale-sqrt-dk", ("no-scale",)),
     Bug("scale-by-embed-dim", "scale-sqrt-dk", ("scale-by-embed",)),
     Bug("scale-halved", "scale-sqrt-dk", ("scale-halved",)),
@@ -49,7 +49,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),
     Bug("forward-misspelled", "farward-typo", ()),
     Bug("mask-ignored", "masked-fill", ("ignore-mask",)),
-    Bug("mask-sign-flipped", "mask-fill-value", ()),
+    Bug("mask-sign-flipped", "masked-fill", ()),
     Bug("kv-heads-tiled", "gqa-memory", ("kv-heads-tiled",)),
     # judged by behaviour outside reference_variant's forms: RoPE pairings (rotary.py), cached steps
     # (incremental.py), an MLA module's absorbed path against its naive forward (latent.py)

@@ -17,30 +17,43 @@ from rich.text import Text
 from multihead.checker.report import CheckReport
 from multihead.checker.run import check
 from multihead.checker.text import LANGS, bug_name, say
-from multihead.checker.wrap import wrap
-from multihead.explain.lang import resolve_lang
+from multihead.cli_help import help_texts
+from multihead.language import resolve_lang
+from multihead.line_breaks import wrap
 
 STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
 TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("ERROR", "错误")}
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the check subcommand's arguments."""
-    parser.add_argument("target", metavar="FILE.py:Class",
-                        help="your module's file and class name, e.g. my_attention.py:MultiHeadAttention")
-    parser.add_argument("--init", metavar="JSON", default=None,
-                        help="constructor keyword arguments as JSON, e.g. "
-                             "'{\"d_model\": 16, \"num_heads\": 4}' "
-                             "(default: guessed from the parameter names)")
-    parser.add_argument("--config", metavar="JSON", default=None,
-                        help="for a constructor that takes a config object (__init__(self, config), minGPT/nanoGPT/"
-                             "GPT-2/BERT style): its attributes as JSON, e.g. '{\"n_embd\": 16, \"n_head\": 4}'; "
-                             "attributes not given are guessed by name")
-    parser.add_argument("--call", metavar="HINTS", default=None,
-                        help="what to take as given instead of detecting it: heads=N, layout=batch|seq, "
-                             "causal=yes|no, inputs=x|qkv|q_kv (comma separated)")
-    parser.add_argument("--lang", choices=LANGS, default=None,
-                        help="language of the report (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
+HELP = {  # option -> (English, Chinese)
+    "target": ("your module's file and class name, e.g. my_attention.py:MultiHeadAttention",
+               "你的模块所在的文件和类名，例如 my_attention.py:MultiHeadAttention"),
+    "init": ("constructor keyword arguments as JSON, e.g. '{\"d_model\": 16, \"num_heads\": 4}' "
+             "(default: guessed from the parameter names)",
+             "构造函数的关键字参数，用 JSON 写，例如 '{\"d_model\": 16, \"num_heads\": 4}'"
+             "（不给的话，按参数名猜）"),
+    "config": ("for a constructor that takes a config object (__init__(self, config), minGPT/nanoGPT/GPT-2/BERT "
+               "style): its attributes as JSON, e.g. '{\"n_embd\": 16, \"n_head\": 4}'; attributes not given are "
+               "guessed by name",
+               "构造函数只收一个配置对象时（__init__(self, config)，minGPT、nanoGPT、GPT-2、BERT 都是这种写法），"
+               "用 JSON 给出它的属性，例如 '{\"n_embd\": 16, \"n_head\": 4}'；没给的属性按名字猜"),
+    "call": ("what to take as given instead of detecting it: heads=N, layout=batch|seq, causal=yes|no, "
+             "inputs=x|qkv|q_kv (comma separated)",
+             "直接告诉检查器、不用它去探测的事项，用逗号隔开：heads=N（头数）、layout=batch|seq（批量维在前还是"
+             "序列维在前）、causal=yes|no（是否因果）、inputs=x|qkv|q_kv（forward 收几个输入）"),
+    "lang": ("language of the report (default: from LANGUAGE/LC_ALL/LC_MESSAGES/LANG, else en)",
+             "报告用的语言（默认按 LANGUAGE、LC_ALL、LC_MESSAGES、LANG 判断，都没设就用英文）"),
+}
+
+
+def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
+    """Add the check subcommand's arguments, their help in `lang`."""
+    text = help_texts(HELP, lang)
+    parser.add_argument("target", metavar="FILE.py:Class", help=text("target"))
+    parser.add_argument("--init", metavar="JSON", default=None, help=text("init"))
+    parser.add_argument("--config", metavar="JSON", default=None, help=text("config"))
+    parser.add_argument("--call", metavar="HINTS", default=None, help=text("call"))
+    parser.add_argument("--lang", choices=LANGS, default=None, help=text("lang"))
 
 
 def render(report: CheckReport, console: Console) -> None:
@@ -77,7 +90,7 @@ def render(report: CheckReport, console: Console) -> None:
 
 
 def _wrapped(lines: list[str], width: int) -> str:
-    return "\n".join(piece for line in lines for piece in wrap(line, width, cell_len))
+    return "\n".join(piece for line in lines for piece in wrap(line, width))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -12,6 +12,10 @@ a flag of its forward (``forward(x, absorb=True)``; also ``absorbed``, ``use_abs
    evidence: the naive and absorbed outputs differ, and with W_UK transposed back (in a copy of the
    module) its absorbed path agrees with its naive forward.
 
+A module without an absorbed path whose naive forward matches MLA on its own weights (roles read from its
+dataflow) passes on step 1 alone (``kind`` "latent-naive"); one that does not match is checked as plain
+attention.
+
 Low-rank queries (W_DQ, an optional norm on the query latent, W_UQ: DeepSeek's q_a_proj, q_a_layernorm,
 q_b_proj) are found like the latent and run with the module's own norm; the rotary queries may come from
 a Linear of their own (W_QR). Not modelled: masks and caches
@@ -92,10 +96,10 @@ def _closest(candidates, xs, wanted, causal: bool, bases) -> _Fit:
 
 
 def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
-    """Judge an MLA module (module docstring) and fill ``report``; False (report untouched) when the
-    module has no absorbed path or its Linears do not fit MLA's roles."""
+    """Judge an MLA module (module docstring) and fill ``report``; False (report untouched) when its
+    Linears do not fit MLA's roles, or, without an absorbed path, its forward is not MLA on them."""
     path = find_absorbed(module)
-    if path is None or spec.inputs != "x" or spec.layout != "batch":
+    if spec.inputs != "x" or spec.layout != "batch":
         return False
     xs = [case[0] for case in plain_cases(setup.dims, setup.dtype, setup.length, setup.length)]
     candidates = find_latent_roles(module, linear_layers(module), lambda x: invoke(module, spec, x), xs[0],
@@ -105,13 +109,15 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
     with torch.no_grad():
         wanted = [invoke(module, spec, x) for x in xs]
     fit = _closest(candidates, xs, wanted, spec.causal, setup.rope_bases)
-    if fit.roles is None:
+    tol = setup.tol if fit.rope is None else max(setup.tol, ROPE_TOLERANCE)
+    if fit.roles is None or (path is None and fit.error > tol):
         return False
-    roles, tol, lang = fit.roles, setup.tol if fit.rope is None else max(setup.tol, ROPE_TOLERANCE), report.lang
-    report.kind, report.verdict, report.error, report.roles = "latent", "fail", fit.error, roles.describe()
-    report.conventions = found_conventions + [("mla", {
+    roles, lang = fit.roles, report.lang
+    report.kind = "latent" if path else "latent-naive"
+    report.verdict, report.error, report.roles = "fail", fit.error, roles.describe()
+    report.conventions = found_conventions + [("mla" if path else "mla-naive", {
         "heads": roles.num_heads, "nope": roles.nope, "rope": roles.rope_dim, "value": roles.value_dim,
-        "latent": roles.latent, "path": path.name})]
+        "latent": roles.latent, "path": path.name if path else ""})]
     if roles.q_down is not None:
         report.conventions.append(("mla-q-latent", {"q_latent": roles.q_down.out_features}))
     if fit.rope is not None:
@@ -122,6 +128,9 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
         return True
     report.grad_error = max(_gradient_error(module, spec, fit, x, index) for index, x in enumerate(xs))
     if report.grad_error > tol:
+        return True
+    if path is None:  # nothing more to compare
+        report.verdict = "pass"
         return True
     try:
         with torch.no_grad():
@@ -171,7 +180,7 @@ def _transposed_back(module, roles, path: AbsorbedPath, xs, wanted) -> float:
     path against its own naive outputs (``wanted``, original weights)."""
     twin = copy.deepcopy(module)
     proj, rows = roles.up_k
-    weight = dict(twin.named_modules())[proj.name].weight
+    weight = twin.get_parameter(proj.weight_name)
     H, Dn, C = roles.num_heads, roles.nope, roles.latent
     rows = torch.arange(H * Dn) if rows is None else rows
     with torch.no_grad():

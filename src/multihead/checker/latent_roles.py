@@ -1,10 +1,11 @@
 """A learner's multi-head latent attention (MLA): which Linear is which, and MLA written out plainly.
 
-Roles are found by behaviour, during one naive call (names are not trusted). Hooks record what every
-Linear reads and gives:
+Roles are found from the dataflow of one naive call (names are not trusted; ``projections.ProjectionInputs``
+watches every linear map, nn.Linear or a Linear of the learner's own or a raw parameter, and the leaf layers
+in between):
 
 - the down-projection W_DKV reads x, and one or two Linears read its output (or its first C features),
-  directly or through one layer of the module (a norm on the latent, DeepSeek's kv_a_layernorm): the
+  directly or through one leaf layer of the module (a norm on the latent, DeepSeek's kv_a_layernorm): the
   up-projections W_UK and W_UV (either order), or one Linear holding each head's [k_nope | v] rows
   (DeepSeek's kv_b_proj);
 - the other Linears on x are the query W_Q (each head [q_nope | q_rope]) and the rotary key W_KR, unless
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from multihead.checker.projections import Projection
+from multihead.checker.projections import Projection, ProjectionInputs
 
 Piece = tuple[Projection, object]  # (a projection, rows: None = all, or an index tensor)
 WUK_TRANSPOSED = "mla-absorbed-wuk-transposed"  # the absorbed form's mistake: q_nope @ W_UKᵀ per head
@@ -113,48 +114,83 @@ def _linear(x: torch.Tensor, proj: Projection) -> torch.Tensor:
     return F.linear(x, *proj.weight_bias())
 
 
-class _Recorder:
-    """Context manager: every leaf layer's first (input, output) during the calls made inside it."""
+class _LeafCalls:
+    """Context manager: the calls of every leaf layer (not a projection) made inside it, as
+    ``made``: id(output) -> (its name, the tensor it was given), keeping both tensors."""
 
-    def __init__(self, module):
-        self.layers = {name: layer for name, layer in module.named_modules() if name and not list(layer.children())}
-        self.seen, self._handles = {}, []
+    def __init__(self, module, skip: set[int]):
+        self.layers = {name: layer for name, layer in module.named_modules()
+                       if name and not list(layer.children()) and id(layer) not in skip}
+        self.made, self._outputs, self._handles = {}, {}, []
 
-    def __enter__(self) -> _Recorder:
+    def __enter__(self) -> _LeafCalls:
         for name, layer in self.layers.items():
             def hook(mod, inputs, output, name=name):
                 if inputs and isinstance(inputs[0], torch.Tensor) and isinstance(output, torch.Tensor):
-                    self.seen.setdefault(name, (inputs[0].detach(), output.detach()))
+                    self.made[id(output)] = (name, inputs[0])
+                    self._outputs.setdefault(name, (inputs[0], output))
             self._handles.append(layer.register_forward_hook(hook))
         return self
+
+    def given_made(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Leaf layer -> (what its first call was given, what it gave)."""
+        return self._outputs
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
 
 
+def _prefix(origin) -> bool:
+    """Does a tensor of this origin hold the first rows of a map's output (all, or the first C), in order?"""
+    if origin is None or origin.kind != "map":
+        return False
+    rows = torch.unique(origin.shadow)
+    return torch.equal(rows, torch.arange(len(rows)))
+
+
+def _through(found, leaves: _LeafCalls) -> tuple[str, torch.Tensor] | None:
+    """(the leaf layer whose output ``found`` read, what that layer was given): by identity, else (the read
+    was cut from a tensor the layer's output went into) by its values, as the layer's first features."""
+    if id(found.read) in leaves.made:
+        return leaves.made[id(found.read)]
+    for name, (given, made) in leaves.given_made().items():
+        if made.shape[:-1] == found.read.shape[:-1] and made.shape[-1] >= found.read.shape[-1] and \
+                torch.equal(made[..., :found.read.shape[-1]], found.read):
+            return name, given
+    return None
+
+
+def _chains(watched, leaves: _LeafCalls) -> dict[str, list[tuple[str, str | None]]]:
+    """Map -> [(a map reading its output, or its first features, directly or through one leaf layer: that
+    layer's name, else None)], by provenance (by values where a cat in between hides it)."""
+    flow, names = watched.flow, watched.map_names
+    readers: dict[str, list[tuple[str, str | None]]] = {}
+    for index, found in enumerate(flow.maps):
+        origin, through = found.reads, None
+        layer = _through(found, leaves) if origin.kind == "derived" else None
+        if layer is not None:  # a norm in between
+            through, origin = layer[0], flow.origin(layer[1])
+        if _prefix(origin):
+            pair, source = (names[index], through), names[origin.source]
+            if pair not in readers.get(source, []):
+                readers.setdefault(source, []).append(pair)
+    return readers
+
+
 def find_latent_roles(module, projections: dict[str, Projection], call, x: torch.Tensor,
                       heads: int | None) -> list[LatentRoles]:
-    """Every MLA role assignment that fits what the Linears read and gave during ``call(x)`` (the naive
-    forward, batch first); [] for a module that is not MLA-shaped."""
-    linears = {n: p for n, p in projections.items() if p.kind == "linear" and p.heads == 1}
-    with torch.no_grad(), _Recorder(module) as recorder:
+    """Every MLA role assignment that fits the dataflow of ``call(x)`` (the naive forward, batch first);
+    [] for a module that is not MLA-shaped."""
+    skip = {id(p.layer) for p in projections.values() if p.kind != "traced"}
+    with torch.no_grad(), ProjectionInputs(module, {"x": x}, projections) as watched, \
+            _LeafCalls(module, skip) as leaves:
         out = call(x)
-    seen = {n: got for n, got in recorder.seen.items() if n in linears}
-    between = {n: got for n, got in recorder.seen.items() if n not in linears}  # other leaf layers: a norm?
-    on_x = [n for n, (inp, _) in seen.items() if inp.shape == x.shape and torch.equal(inp, x)]
-    readers = {}  # x-reader -> [(a Linear reading its output or its first features, the layer in between)]
-    for name, (inp, _) in seen.items():
-        for source in [] if name in on_x else on_x:
-            given = seen[source][1]
-            if _starts(given, inp):  # read directly (a layer that changes nothing is not "in between")
-                readers.setdefault(source, []).append((name, None))
-                continue
-            layer = next((layer for layer, (layer_in, layer_out) in between.items() if layer_out.shape == inp.shape
-                          and torch.equal(layer_out, inp) and _starts(given, layer_in)), None)
-            if layer is not None:
-                readers.setdefault(source, []).append((name, layer))
-    output = [n for n, (_, got) in seen.items() if got.shape == out.shape and torch.equal(got, out)]
+    linears = {n: p for n, p in watched.projections.items() if p.kind in ("linear", "traced") and p.heads == 1}
+    on_x = [n for n in linears if watched.seen.get(n, [None])[0] == "x"]
+    readers = {source: read for source, read in _chains(watched, leaves).items() if source in on_x}
+    made = watched.flow.origin(out)
+    output = [watched.map_names[made.source]] if made is not None and made.kind == "map" else []
     found = []
     for down, read in readers.items():
         ups, norms = [name for name, _ in read], {layer for _, layer in read}
@@ -166,8 +202,8 @@ def find_latent_roles(module, projections: dict[str, Projection], call, x: torch
         o = linears[output[0]] if output and output[0] not in on_x + ups else None
         norm = next(iter(norms))
         found += _assignments(linears, down, ups, o, C, heads,
-                              None if norm is None else (norm, recorder.layers[norm]),
-                              _query_options(recorder.layers, readers, others, fused))
+                              None if norm is None else (norm, leaves.layers[norm]),
+                              _query_options(leaves.layers, readers, others, fused))
     return found
 
 
@@ -197,12 +233,6 @@ def _query_options(layers, readers, others: list[str], fused: bool) -> list[tupl
     return [(q, q_rope, rest[0] if rest else None, q_downs[0], norm)
             for q, q_rope in itertools.permutations(names + [None] * (2 - len(names)), 2)
             if q is not None and (q_rope is None) == (len(names) == 1)]
-
-
-def _starts(given: torch.Tensor, inp: torch.Tensor) -> bool:
-    """Is ``inp`` (..., k) the first k features of ``given`` (..., n >= k)?"""
-    return given.shape[:-1] == inp.shape[:-1] and given.shape[-1] >= inp.shape[-1] and \
-        torch.equal(given[..., :inp.shape[-1]], inp)
 
 
 def _assignments(linears, down: str, ups: list[str], o, C: int, heads, norm,

@@ -7,11 +7,15 @@
   are three projections, fed by the query, key and value arguments of that call; its out_proj is a Linear;
 * Linear layers never called because ``F.multi_head_attention_forward`` is handed their weights (the
   style of fairseq's fast path): the call's query, key and value arguments are what they project;
+* a leaf layer of the learner's own whose weight (out, in) it applies with ``F.linear`` (a custom ``Linear``);
 * one ``Linear(D, D)`` shared by all H heads after the split (found later, in ``roles``): the same as a
-  block-diagonal Linear(H*D, H*D), see ``shared_across_heads``.
+  block-diagonal Linear(H*D, H*D), see ``shared_across_heads``;
+* any other linear map of a parameter seen during the call (``multihead.convert.dataflow``): a raw
+  ``nn.Parameter`` used with ``@``, ``matmul`` or ``einsum`` in either orientation (kind "traced").
 
-``ProjectionInputs`` records which tagged input each projection was called on (by element sum, which
-survives transposes and reshapes), or "mid" for an intermediate tensor.
+``ProjectionInputs`` watches one call with ``dataflow.Flow``: which tagged input each projection read (by
+provenance; by element sum, which survives transposes and reshapes, where provenance cannot tell), or "mid"
+for an intermediate tensor, and which pieces of each projection's output were used apart (a fused q, k, v).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from multihead.convert.dataflow import Flow, LinearMap, leaf_layout
+from multihead.convert.flow_roles import Piece, map_pieces
+
 
 @dataclass(eq=False)
 class Projection:
@@ -31,15 +38,27 @@ class Projection:
     layer: nn.Module  # the module whose calls are watched
     in_features: int
     out_features: int
-    kind: str = "linear"  # "linear", "conv1d" (weight (in, out)), "in_proj" (rows of an nn.MultiheadAttention)
+    kind: str = "linear"  # "linear", "conv1d" (weight (in, out)), "in_proj" (rows of an nn.MultiheadAttention),
+    # "traced" (a linear map of a parameter seen during a call: ``traced``)
     role: int | None = None  # in_proj: which argument of the attention call it projects (0 q, 1 k, 2 v)
     heads: int = 1  # > 1: one small Linear applied to each of ``heads`` slices of the input
+    traced: LinearMap | None = None
+
+    @property
+    def weight_name(self) -> str:
+        """The qualified name of the parameter holding the weight (to find it again in a copy)."""
+        if self.kind == "traced":
+            return self.traced.weight.name
+        return f"{self.name}.weight" if self.kind != "in_proj" else self.name
 
     def weight_bias(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(weight (out, in), bias (out,) or None): differentiable views of the learner's parameters."""
         if self.kind == "in_proj":
             return _in_proj(self.layer, self.role)
-        weight, bias = self.layer.weight, self.layer.bias
+        if self.kind == "traced":
+            weight, bias = self.traced.weight_bias()
+        else:
+            weight, bias = self.layer.weight, self.layer.bias
         if self.kind == "conv1d":
             weight = weight.t()
         if self.heads > 1:  # the same Linear on each head's slice: block-diagonal
@@ -58,6 +77,25 @@ def _in_proj(mha: nn.MultiheadAttention, role: int) -> tuple[torch.Tensor, torch
     return weight, bias
 
 
+def _applies(proj: Projection, found: LinearMap) -> bool:
+    """Does the traced map apply this Linear's (or Conv1D's) whole weight, in its own layout, and its bias?"""
+    weight = proj.layer.weight
+    if found.weight.parameter is not weight:
+        return False
+    natural = torch.arange(weight.numel()).view(weight.shape)
+    if not torch.equal(found.weight.index, natural.t() if proj.kind == "conv1d" else natural):
+        return False
+    bias = proj.layer.bias
+    if bias is None or found.bias is None:
+        return bias is None and found.bias is None
+    return found.bias.parameter is bias and torch.equal(found.bias.index, torch.arange(bias.numel()))
+
+
+def _numbered(name: str, taken) -> str:
+    """``name (2)``, ``name (3)``...: the first not in ``taken``."""
+    return next(f"{name} ({n})" for n in range(2, len(taken) + 3) if f"{name} ({n})" not in taken)
+
+
 def shared_across_heads(proj: Projection, width: int) -> Projection:
     """``proj`` seen on inputs ``width`` wide although it takes ``in_features``: one Linear per head slice."""
     heads = width // proj.in_features
@@ -71,24 +109,6 @@ def describe_seen(projections: dict[str, Projection], seen: dict[str, list[str]]
         return "-"
     return "; ".join(f"{name} ({p.in_features} -> {p.out_features}) <- {'/'.join(dict.fromkeys(seen.get(name, ['-'])))}"
                      for name, p in projections.items())
-
-
-def _is_conv1d(layer: nn.Module) -> bool:
-    """A leaf layer with weight (in, out) and bias (out,) that computes x @ W + b."""
-    params = dict(layer.named_parameters(recurse=False))
-    weight, bias = params.get("weight"), params.get("bias")
-    if (list(layer.children()) or set(params) - {"weight", "bias"} or weight is None or weight.dim() != 2
-            or isinstance(weight, nn.UninitializedParameter)
-            or (bias is not None and bias.shape != (weight.shape[1],))):
-        return False
-    x = torch.randn(2, 3, weight.shape[0], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-    try:
-        with torch.no_grad():
-            got = layer(x)
-    except Exception:
-        return False
-    want = x @ weight.detach() + (0 if bias is None else bias.detach())
-    return isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4)
 
 
 def _same(given, weight: torch.Tensor) -> bool:
@@ -110,40 +130,75 @@ def find_projections(module: nn.Module) -> dict[str, Projection]:
         elif isinstance(layer, nn.Linear):
             if not isinstance(layer.weight, nn.UninitializedParameter):
                 found[name] = Projection(name, layer, layer.in_features, layer.out_features)
-        elif _is_conv1d(layer):
+        elif (layout := leaf_layout(layer)) == "linear":
+            found[name] = Projection(name, layer, layer.weight.shape[1], layer.weight.shape[0])
+        elif layout == "conv1d":
             found[name] = Projection(name, layer, layer.weight.shape[0], layer.weight.shape[1], "conv1d")
     return found
 
 
 class ProjectionInputs:
     """Context manager recording, per projection, which tagged tensor it was called on ("mid" otherwise),
-    and how wide that input was. ``tags`` maps a tag ("x", or "q"/"k"/"v") to its input tensor."""
+    how wide that input was, and the pieces its output was used in (``pieces``: name -> [Piece], from its
+    first call). ``tags`` maps a tag ("x", or "q"/"k"/"v") to its input tensor. Projections seen only in
+    the call (raw parameters...) are added to ``projections``."""
 
     def __init__(self, module: nn.Module, tags: dict[str, torch.Tensor],
                  projections: dict[str, Projection] | None = None):
-        self.projections = find_projections(module) if projections is None else projections
+        self.projections = dict(find_projections(module) if projections is None else projections)
+        self.tags = tags
         self.sums = {tag: float(t.detach().double().sum()) for tag, t in tags.items()}
         self.seen: dict[str, list[str]] = {}
         self.widths: dict[str, int] = {}
         self.input_sums: dict[str, float] = {}  # projection -> the sum of what it was called on
         self.leaves: dict[str, tuple[str, float]] = {}  # other leaf layer -> (its input's tag, its output's sum)
+        self.pieces: dict[str, list[Piece]] = {}
+        self.map_names: list[str] = []  # the projection applying each of the flow's maps, in call order
         self.module = module
+        self.flow: Flow | None = None
         self._handles = []
 
     def _tag(self, tensor) -> str:
+        """The tag of the input ``tensor`` is (by provenance, else by element sum), or "mid"."""
         if not isinstance(tensor, torch.Tensor):
             return "mid"
+        origin = None if self.flow is None else self.flow.origin(tensor)
+        if origin is not None and origin.kind == "input" and origin.source in self.tags and \
+                torch.equal(torch.unique(origin.shadow), torch.arange(self.tags[origin.source].shape[-1])):
+            return origin.source
         total = float(tensor.detach().double().sum())
         for tag, expected in self.sums.items():
             if abs(total - expected) <= 1e-6 * (1.0 + abs(expected)):
                 return tag
         return "mid"
 
-    def _record(self, name: str, tensor) -> None:
+    def _record(self, name: str, tensor, width: int | None = None) -> None:
         self.seen.setdefault(name, []).append(self._tag(tensor))
         if isinstance(tensor, torch.Tensor):
-            self.widths[name] = tensor.shape[-1]
+            self.widths[name] = tensor.shape[-1] if width is None else width
             self.input_sums[name] = float(tensor.detach().double().sum())
+
+    def _read_flow(self) -> None:
+        """Record every linear map the call applied, under its projection's name (a new one if needed)."""
+        pieces = map_pieces(self.flow.records)
+        for index, found in enumerate(self.flow.maps):
+            name = self._projection_of(found)
+            self.map_names.append(name)
+            self._record(name, found.read, found.in_features)
+            self.pieces.setdefault(name, pieces.get(index, []))
+
+    def _projection_of(self, found: LinearMap) -> str:
+        """The name of the projection applying ``found`` (a Linear, Conv1D, or one traced from the call)."""
+        for name, proj in self.projections.items():
+            if proj.kind in ("linear", "conv1d") and _applies(proj, found):
+                return name
+            if proj.kind == "traced" and proj.traced.weight.name == found.weight.name and \
+                    torch.equal(proj.traced.weight.index, found.weight.index):
+                return name
+        name = found.name if found.name not in self.projections else _numbered(found.name, self.projections)
+        self.projections[name] = Projection(name, self.module, found.in_features, found.out_features, "traced",
+                                            traced=found)
+        return name
 
     def _watch_leaves(self) -> None:
         """Leaf layers that are not projections (a LayerNorm before the attention, say)."""
@@ -162,11 +217,6 @@ class ProjectionInputs:
         for name, proj in self.projections.items():
             if proj.kind == "in_proj":
                 attention_calls.setdefault(id(proj.layer), (proj.layer, []))[1].append(name)
-                continue
-
-            def hook(mod, inputs, output, name=name):
-                self._record(name, inputs[0] if inputs else None)
-            self._handles.append(proj.layer.register_forward_hook(hook))
         for layer, names in attention_calls.values():  # nn.MultiheadAttention: its query, key, value arguments
             def pre_hook(mod, args, kwargs, names=names):
                 given = list(args) + [kwargs.get(k) for k in ("query", "key", "value")[len(args):]]
@@ -175,12 +225,17 @@ class ProjectionInputs:
             self._handles.append(layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
         self._watch_leaves()
         self._watch_functional()
+        self.flow = Flow(self.module, self.tags)
+        self.flow.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.flow.__exit__(*exc)
         for handle in self._handles:
             handle.remove()
         F.multi_head_attention_forward = self._functional
+        if exc[0] is None:
+            self._read_flow()
 
     def _watch_functional(self) -> None:
         """``F.multi_head_attention_forward`` given Linear layers' weights (fairseq's fast path): those

@@ -32,7 +32,8 @@ class CheckReport:
     roles: dict[str, str] = field(default_factory=dict)  # role -> where it lives
     notes: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list, repr=False)  # scale ids one head count cannot tell apart
-    kind: str = "attention"  # "latent": judged as multi-head latent attention (latent.py)
+    kind: str = "attention"  # "latent": judged as multi-head latent attention (latent.py); "latent-naive": the
+    # same, for a module without an absorbed path (its forward alone)
 
     @property
     def passed(self) -> bool:
@@ -57,8 +58,8 @@ class CheckReport:
         if self.verdict == "error":
             return say("error", lang, target=target, reason=self.reason)
         if self.verdict == "pass":
-            return say("pass-latent" if self.kind == "latent" else "pass", lang, target=target,
-                       error=max(self.error or 0.0, self.grad_error or 0.0))
+            key = {"latent": "pass-latent", "latent-naive": "pass-latent-naive"}.get(self.kind, "pass")
+            return say(key, lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
         if self.bug:
             return say("fail-bug", lang, target=target, bug=bug_name(self.bug, lang))
         if self.exception and self.exception.startswith("WrongOutputShape: "):

@@ -1,25 +1,26 @@
 """Which of the learner's projections (``projections.py``) projects queries, keys, values and the output.
 
-Names are not trusted (``to_q``, ``lin_a``, ``fq`` all occur). Forward hooks record what each projection
-sees during one call: the query, key or value input (recognised by its element sum, which survives
-transposes and reshapes), an intermediate tensor, or nothing. That narrows the roles down to a few
-candidate assignments (the order of three same-shaped layers, how a fused ``Linear(E, 3E)`` is cut,
-how many heads, a small Linear shared by all heads, an inner nn.MultiheadAttention);
-``candidate_roles`` lists them all and the checker keeps the one whose outputs agree.
+Names are not trusted (``to_q``, ``lin_a``, ``fq`` all occur). ``ProjectionInputs`` watches one call: the
+query, key or value input each projection reads (by provenance, or by element sum), an intermediate
+tensor, or nothing, and the pieces each projection's output is used in (the dataflow: a fused qkv's q, k
+and v, evenly split or not; each head's [0:R] and [R:D] when RoPE turns part of a head). That narrows the
+roles down to a few candidate assignments (``role_candidates``: the order of three same-shaped layers,
+how a fused projection is cut, how many heads, a small Linear shared by all heads, an inner
+nn.MultiheadAttention); ``candidate_roles`` lists them all and the checker keeps the one whose outputs agree.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from multihead.checker.projections import Projection, ProjectionInputs, find_projections, shared_across_heads
+from multihead.checker.projections import Projection, ProjectionInputs, find_projections
+from multihead.checker.role_candidates import (ROLES, attention_module_candidates, observed_cuts, qkv_candidates,
+                                               self_candidates, shared_heads)
+from multihead.convert.flow_roles import Piece as FlowPiece
 
-ROLES = ("q", "k", "v")
 Piece = tuple[Projection, object]  # (a projection, rows: None = all, a slice, or an index tensor)
 
 
@@ -54,13 +55,16 @@ class RoleAssignment:
     style: str  # "separate", "fused", "fused-per-head", "per-head", "fused-kv"
     labels: dict[str, str] = field(default_factory=dict)  # role -> description overriding the pieces'
     rope: object = None  # a rotary.Rotary the module turns q and k with, or None
+    rotary_dim: int | None = None  # R when the dataflow shows each q and k head used as [0:R] and [R:D]
 
     def weights(self, module: nn.Module | None = None) -> Weights:
         """The current parameters (differentiable views of the learner's own tensors)."""
         qkv = [_stack([_rows(proj, rows) for proj, rows in self.pieces[r]]) for r in ROLES]
         out = self.pieces.get("o") or []
         o = _rows(*out[0]) if out else None
-        return Weights(*qkv, o=o, num_heads=self.num_heads, rope=self.rope)
+        rope = self.rope if self.rope is None or self.rotary_dim is None else replace(self.rope,
+                                                                                       rotary_dim=self.rotary_dim)
+        return Weights(*qkv, o=o, num_heads=self.num_heads, rope=rope)
 
     def describe(self) -> dict[str, str]:
         """Role -> where it lives, e.g. {"q": "c_attn rows 0:16", "o": "(none)"}."""
@@ -119,113 +123,6 @@ def linear_layers(module: nn.Module) -> dict[str, Projection]:
 LinearInputs = ProjectionInputs  # records what each projection sees (see projections.py)
 
 
-def _head_index(name: str) -> int | None:
-    """The first integer path component ("heads.2.W_query" -> 2, "to_q.1" -> 1), or None."""
-    found = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
-    return int(found.group(1)) if found else None
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _per_head_groups(names: list[str]) -> list[list[str]] | None:
-    """Group Linears by head index when there are 3 per head (stacked heads), else None."""
-    by_head: dict[int, list[str]] = {}
-    for name in names:
-        index = _head_index(name)
-        if index is None:
-            return None
-        by_head.setdefault(index, []).append(name)
-    if len(by_head) < 2 or sorted(by_head) != list(range(len(by_head))):
-        return None
-    if any(len(group) != 3 for group in by_head.values()):
-        return None
-    return [by_head[h] for h in range(len(by_head))]
-
-
-def _permuted(three: list[list[Piece]], style: str, heads_of) -> list[tuple]:
-    """(pieces, heads, style, labels) for every order of three role slots, and every head count
-    ``heads_of(query pieces)`` allows."""
-    return [({role: three[i] for role, i in zip(ROLES, order)}, h, style, {})
-            for order in itertools.permutations(range(3)) for h in heads_of(three[order[0]])]
-
-
-def _fused_kv(layers, q_name: str, kv_name: str, heads) -> list[tuple]:
-    """A query Linear and one Linear(E, 2 * inner) whose halves are keys and values (either order)."""
-    inner = layers[q_name].out_features
-    if layers[kv_name].out_features != 2 * inner:
-        return []
-    halves = [[(kv_name, slice(0, inner))], [(kv_name, slice(inner, 2 * inner))]]
-    return [({"q": [(q_name, None)], "k": halves[i], "v": halves[1 - i]}, h, "fused-kv", {})
-            for i in (0, 1) for h in heads(inner)]
-
-
-def _fused(layers, name: str, heads) -> list[tuple]:
-    """One Linear(E, 3 * inner): its thirds in every order, or rows laid out per head as (H, 3, D)."""
-    out = layers[name].out_features
-    if out % 3:
-        return []
-    inner = out // 3
-    thirds = [[(name, slice(i * inner, (i + 1) * inner))] for i in range(3)]
-    found = _permuted(thirds, "fused", lambda _: heads(inner))
-    for h in heads(inner):
-        rows = torch.arange(out).view(h, 3, inner // h)  # (H, 3, D): head h's q, k, v rows side by side
-        found.append(({role: [(name, rows[:, i].reshape(-1))] for i, role in enumerate(ROLES)}, h,
-                      "fused-per-head",
-                      {role: f"{name} rows viewed as (H={h}, 3, D)[:, {i}]" for i, role in enumerate(ROLES)}))
-    return found
-
-
-def _self_candidates(layers, inputs, unused, heads) -> list[tuple]:
-    """Role candidates when one tensor x feeds every projection."""
-    groups = _per_head_groups(inputs)
-    if groups:  # stacked heads: head h owns groups[h], three Linears in some order
-        three = [[(group[i], None) for group in groups] for i in range(3)]
-        return _permuted(three, "per-head", lambda _: [len(groups)])
-    if len(inputs) == 1:
-        return _fused(layers, inputs[0], heads)
-    if len(inputs) == 2:
-        q_name, kv_name = sorted(inputs, key=lambda n: layers[n].out_features)
-        found = _fused_kv(layers, q_name, kv_name, heads)
-        if found:
-            return found
-    names = list(inputs)
-    if not names:
-        return []
-    spare = [n for n in unused if layers[n].in_features == layers[names[0]].in_features]
-    while len(names) < 3 and spare:  # a projection defined but never used (e.g. values)
-        names.append(spare.pop(0))
-    if len(names) != 3:
-        return []
-    return _permuted([[(n, None)] for n in names], "separate", lambda q: heads(layers[q[0][0]].out_features))
-
-
-def _qkv_candidates(layers, seen, unused, heads) -> list[tuple]:
-    """Role candidates when query, key and value come in as separate tensors."""
-    by_role = {role: [n for n in layers if role in seen.get(n, [])] for role in ROLES}
-    if not by_role["v"] and len(by_role["q"]) == 1:  # forward(x, context): keys = values
-        q_name, on_context = by_role["q"][0], by_role["k"]
-        if len(on_context) == 1:  # one fused to_kv
-            found = _fused_kv(layers, q_name, on_context[0], heads)
-            if found:
-                return found
-        if len(on_context) == 2:  # a key Linear and a value Linear, in either order
-            return [({"q": [(q_name, None)], "k": [(k, None)], "v": [(v, None)]}, h, "separate", {})
-                    for k, v in (on_context, on_context[::-1]) for h in heads(layers[q_name].out_features)]
-    for role in ROLES:
-        if not by_role[role]:
-            shape = next((_shape(layers[by_role[r][0]]) for r in ROLES if by_role[r]), None)
-            spare = [n for n in unused if _shape(layers[n]) == shape]
-            if not spare:
-                return []
-            by_role[role] = [spare[0]]
-    pieces = {role: [(n, None) for n in by_role[role]] for role in ROLES}
-    if len(by_role["q"]) > 1:
-        return [(pieces, len(by_role["q"]), "per-head", {})]
-    return [(pieces, h, "separate", {}) for h in heads(layers[by_role["q"][0]].out_features)]
-
-
 def _heads_fit(rows: dict[str, int], num_heads: int) -> bool:
     """Do q rows H*D and k, v rows Hkv*D each (Hkv dividing H) make heads of one size D?"""
     head_dim = rows["q"] // num_heads
@@ -235,42 +132,41 @@ def _heads_fit(rows: dict[str, int], num_heads: int) -> bool:
     return kv_heads > 0 and num_heads % kv_heads == 0
 
 
-def _shape(proj: Projection) -> tuple[int, int]:
-    return proj.out_features, proj.in_features
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _attention_module_candidates(layers, seen) -> list[tuple]:
-    """An inner nn.MultiheadAttention: its in-projection rows are q, k, v and its out_proj the output."""
-    calls = [p for n, p in layers.items() if p.kind == "in_proj" and seen.get(n)]
-    if not calls:
-        return []
-    mha = calls[0].layer
-    pieces = {role: [(n, None)] for n, p in layers.items() if p.kind == "in_proj" and p.layer is mha
-              for role in [ROLES[p.role]]}
-    out = [n for n, p in layers.items() if p.layer is mha.out_proj]
-    return [({**pieces, "o": [(out[0], None)]}, mha.num_heads, "torch-mha", {})]
-
-
-def _shared_heads(layers, seen, widths: dict[str, int]) -> dict[str, Projection]:
-    """Projections called on a whole input although they take a slice of it: one Linear shared by heads."""
-    shared = dict(layers)
-    for name, proj in layers.items():
-        tags = set(seen.get(name, [])) - {"mid"}
-        width = widths.get(next(iter(tags)), 0) if len(tags) == 1 and "mid" not in seen[name] else 0
-        if proj.kind != "in_proj" and proj.in_features < width and width % proj.in_features == 0:
-            shared[name] = shared_across_heads(proj, width)
-    return shared
+def _rotary_dim(pieces: dict[str, list], observed: dict[str, list[FlowPiece]]) -> int | None:
+    """R when the observed pieces holding q and k are both used as [0:R] and [R:D] of every head."""
+    found = set()
+    for role in ("q", "k"):
+        if len(pieces[role]) != 1:
+            return None
+        name, rows = pieces[role][0]
+        wanted = None if rows is None else torch.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+        match = [p for p in observed.get(name, []) if wanted is None or torch.equal(p.rows, wanted.sort().values)]
+        if len(match) != 1 or (wanted is None and len(observed[name]) != 1):
+            return None
+        found.add(match[0].split)
+    return found.pop() if len(found) == 1 else None
 
 
 def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attention: bool,
-                    num_heads: int | None, widths: dict[str, int] | None = None) -> list[RoleAssignment]:
+                    num_heads: int | None, widths: dict[str, int] | None = None,
+                    watched: ProjectionInputs | None = None) -> list[RoleAssignment]:
     """Every plausible role assignment, given what each projection saw (see ``ProjectionInputs``);
-    ``widths``: tag -> the width of that input (to find a small Linear shared by all heads)."""
-    layers = _shared_heads(linear_layers(module), seen, widths or {})
+    ``widths``: tag -> the width of that input (to find a small Linear shared by all heads); ``watched``:
+    the ProjectionInputs of that call, for the projections seen only in it and the pieces of each output."""
+    projections = linear_layers(module)  # (again: a LazyLinear never called is materialised by now)
+    if watched is not None:
+        projections.update({n: p for n, p in watched.projections.items() if p.kind == "traced"})
+    observed = {} if watched is None else watched.pieces
+    layers = shared_heads(projections, seen, widths or {})
     inputs = [n for n in layers if seen.get(n) and "mid" not in seen[n]]
     mids = [n for n in layers if "mid" in seen.get(n, [])]
     unused = [n for n in layers if n not in seen]
     shared = {p.heads for p in layers.values() if p.heads > 1}
+    cuts = observed_cuts(layers, observed)
 
     def heads(inner: int) -> list[int]:
         if len(shared) == 1:  # a Linear shared by H heads fixes H
@@ -279,9 +175,9 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
             return [num_heads]
         return [h for h in _divisors(inner) if h > 1] + [1]  # one head last
 
-    found = (_attention_module_candidates(layers, seen)
-             or (_self_candidates(layers, inputs, unused, heads) if self_attention
-                 else _qkv_candidates(layers, seen, unused, heads)))
+    found = (attention_module_candidates(layers, seen)
+             or (self_candidates(layers, inputs, unused, heads, cuts) if self_attention
+                 else qkv_candidates(layers, seen, unused, heads, cuts)))
     assignments = []
     for pieces, h, style, labels in found:
         rows = {role: sum(_row_count(layers[n], r) for n, r in pieces[role]) for role in ROLES}
@@ -297,7 +193,8 @@ def candidate_roles(module: nn.Module, seen: dict[str, list[str]], self_attentio
             spare = [n for n in unused if n not in taken and layers[n].in_features == inner]
             # an output layer defined but never called is still the output layer (no-output-projection)
             outs = [[(n, None)] for n in spare] or [[]]
+        rotary_dim = _rotary_dim(pieces, observed)
         for out in outs:
             placed = {role: [(layers[n], r) for n, r in part] for role, part in {**pieces, "o": out}.items()}
-            assignments.append(RoleAssignment(placed, h, style, labels))
+            assignments.append(RoleAssignment(placed, h, style, labels, rotary_dim=rotary_dim))
     return assignments

@@ -5,6 +5,8 @@ then tries ``Rotary`` variants: the cos/sin tables in one layout (half-split ``c
 GPT-NeoX / Llama, or interleaved ``repeat_interleave(f, 2)`` as in GPT-J) and the quarter turn in one
 layout (``multihead.positions.apply_rotary``). Equal layouts are correct RoPE (``mh.RoPE`` in that layout);
 mixed ones are the pairing bugs: the pairs the turn rotates are not the pairs the tables were made for.
+A ``rotary_dim`` R (found from the dataflow: each head used as [0:R] and [R:D]) turns the first R features
+of each head only (partial rotary, as GPT-NeoX and Phi-3 do).
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from multihead.convert.rope_bases import DEFAULT_ROPE_BASE, rope_bases
 from multihead.positions import RoPE
 from multihead.positions.rotary import apply_rotary
 
-BASE_NAMES = ("base", "theta", "rope_theta", "rope_base", "rotary_base", "rotary_emb_base")
-DEFAULT_BASE = 10000.0
+DEFAULT_BASE = DEFAULT_ROPE_BASE
 # The learner's angles are often made in float32 (positions * inv_freq): at 64 positions that moves an
 # angle by up to 64 * 2**-24 rad; the checker accepts this rounding, and no more, when RoPE is applied.
 ROPE_TOLERANCE = 2e-5
@@ -33,6 +35,7 @@ class Rotary:
     tables_interleaved: bool
     turn_interleaved: bool
     float32: bool
+    rotary_dim: int | None = None  # R: only the first R features of each head turn (None: all D)
 
     @property
     def correct(self) -> bool:
@@ -46,37 +49,40 @@ class Rotary:
         return "rope-half-split-on-interleaved" if self.tables_interleaved else "rope-interleaved-on-half-split"
 
     def frequencies(self, head_dim: int) -> torch.Tensor:
-        """(D/2,) float64: base ** (-2i / D)."""
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+        """(R/2,) float64: base ** (-2i / R), R = rotary_dim or D."""
+        turned = self.rotary_dim or head_dim
+        exponents = torch.arange(0, turned, 2, dtype=torch.float64) / turned
         freqs = 1.0 / self.base ** exponents
         return freqs.float().double() if self.float32 else freqs
 
     def turn(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """t (B, H, L, D) turned to ``positions`` (L,); shape unchanged."""
-        cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)
+        """t (B, H, L, D) turned to ``positions`` (L,) (its first rotary_dim features); shape unchanged.
+        RuntimeError (as any variant that cannot run on these shapes) when D cannot hold the turned pairs."""
+        turned = self.rotary_dim or t.shape[-1]
+        if turned % 2 or turned > t.shape[-1]:
+            raise RuntimeError(f"RoPE turns pairs: {turned} of a head's {t.shape[-1]} features cannot turn")
+        cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)  # (1, L, R)
         return apply_rotary(t, cos, sin, self.turn_interleaved)
 
     def module(self, head_dim: int) -> RoPE:
         """``mh.RoPE`` in this (correct) layout with these exact frequencies, for the reference module."""
-        rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved)
+        rope = RoPE(head_dim, self.base, interleaved=self.turn_interleaved, rotary_dim=self.rotary_dim)
         rope.inv_freq = self.frequencies(head_dim)  # float64: positions (float32) * inv_freq -> float64 angles
         return rope
 
 
 @functools.lru_cache(maxsize=256)
 def _tables(rope: Rotary, head_dim: int, positions: tuple[int, ...], dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin (1, L, D) in the rotary's table layout (the checker asks for the same few many times)."""
-    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(head_dim)  # (L, D/2)
+    """cos, sin (1, L, R) in the rotary's table layout (the checker asks for the same few many times)."""
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * rope.frequencies(head_dim)  # (L, R/2)
     table = angles.repeat_interleave(2, dim=-1) if rope.tables_interleaved else torch.cat((angles, angles), -1)
     return table.cos().to(dtype)[None], table.sin().to(dtype)[None]
 
 
 def bases(module, kwargs: dict) -> tuple[float, ...]:
     """The wavelength bases to try: any named base/theta among the constructor arguments or the module's
-    attributes, then 10000."""
-    found = [kwargs.get(name, getattr(module, name, None)) for name in BASE_NAMES]
-    numbers = [float(v) for v in found if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
-    return tuple(dict.fromkeys(numbers + [DEFAULT_BASE]))
+    attributes, then 10000 (as ``from_module`` tries them)."""
+    return tuple(rope_bases(module, kwargs))
 
 
 def rotaries(bases_to_try: tuple[float, ...], correct: bool) -> list[Rotary]:

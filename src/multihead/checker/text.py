@@ -51,6 +51,12 @@ CONVENTION_TEXT = {
             "{value} for values, a latent of {latent}; absorbed path {path}, compared with the naive forward",
             "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
             "潜向量 {latent} 维；吸收形式通过 {path} 调用，与朴素前向的结果比较"),
+    "mla-naive": ("multi-head latent attention: {heads} heads of [{nope} + {rope} rotary] features for queries and "
+                  "keys, {value} for values, a latent of {latent}; it has no absorbed path (a forward flag such as "
+                  "absorb=True, or a forward_absorbed method), so its forward alone is compared",
+                  "多头潜在注意力：{heads} 个头，查询和键每头 {nope} 维再加 {rope} 维旋转部分，值每头 {value} 维，"
+                  "潜向量 {latent} 维；模块没有吸收形式（例如前向参数 absorb=True 或 forward_absorbed 方法），"
+                  "因此只比较它的前向"),
     "mla-q-latent": ("low-rank queries: x is first pressed into a query latent of {q_latent} features, and every "
                      "head's query comes out of it", "低秩查询：x 先被压缩成 {q_latent} 维的查询潜向量，"
                      "每个头的查询再由它生成"),
@@ -91,6 +97,10 @@ ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"
 MESSAGES = {
     "pass": ("PASS: {target} matches multihead.MultiHeadAttention (forward and gradients, max error {error:.1e})",
              "通过：{target} 与 multihead.MultiHeadAttention 一致（前向输出和梯度都一致，最大误差 {error:.1e}）"),
+    "pass-latent-naive": ("PASS: {target} is multi-head latent attention done right: its forward matches MLA "
+                          "computed from its own weights (forward and gradients, max error {error:.1e})",
+                          "通过：{target} 是正确的多头潜在注意力：它的前向与用它自己的权重算出的 MLA 一致"
+                          "（前向输出和梯度都一致，最大误差 {error:.1e}）"),
     "pass-latent": ("PASS: {target} is multi-head latent attention done right: its naive forward matches MLA "
                     "computed from its own weights (forward and gradients), and its absorbed path gives the same "
                     "outputs (max error {error:.1e})",
@@ -122,12 +132,13 @@ MESSAGES = {
                "（F.dropout(x, p) 默认就是这样）？请改用 nn.Dropout，或者传入 training=self.training。"),
     "no-roles": ("could not tell which layers project queries, keys and values. What each projection read "
                  "(x/q/k/v: an input, mid: an intermediate tensor, -: never called): {seen}. Projections it "
-                 "recognises: nn.Linear, GPT-2-style Conv1D (x @ W + b), nn.MultiheadAttention inside the "
-                 "module, Linear weights handed to F.multi_head_attention_forward; raw nn.Parameter matrices are not",
+                 "recognises: nn.Linear or a Linear class of its own (F.linear), GPT-2-style Conv1D (x @ W + b), "
+                 "parameters applied with @, matmul or einsum, nn.MultiheadAttention inside the module, Linear "
+                 "weights handed to F.multi_head_attention_forward",
                  "无法判断哪些层分别投影查询、键和值。各投影层读到的内容（x/q/k/v 表示输入，mid 表示中间张量，"
-                 "- 表示没有被调用）：{seen}。能识别的投影层有：nn.Linear、GPT-2 风格的 Conv1D（x @ W + b）、"
-                 "模块内部的 nn.MultiheadAttention，以及交给 F.multi_head_attention_forward 的 Linear 权重；"
-                 "直接用 nn.Parameter 矩阵做投影的写法无法识别。"),
+                 "- 表示没有被调用）：{seen}。能识别的投影有：nn.Linear 或自己写的 Linear 类（调用 F.linear）、"
+                 "GPT-2 风格的 Conv1D（x @ W + b）、用 @、matmul 或 einsum 直接作用的参数矩阵、"
+                 "模块内部的 nn.MultiheadAttention，以及交给 F.multi_head_attention_forward 的 Linear 权重。"),
     "internal": ("the checker cannot handle this module ({error})", "检查器无法处理这个模块（{error}）"),
     "layout-guess": ("batch elements influence each other, so the layout was chosen by which one fits "
                      "the outputs best", "批量中的各个样本会相互影响，所以选用了与输出最吻合的那种布局"),

@@ -122,7 +122,7 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
             invoke(module, spec, *case[:3])
     materialise_unused_lazy(module)
     widths = {tag: t.shape[-1] for tag, t in tags.items()}
-    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths)
+    found = candidate_roles(module, seen.seen, spec.inputs == "x", heads, widths, watched=seen)
     return found, describe_seen(seen.projections, seen.seen)
 
 
@@ -149,7 +149,8 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             report.verdict = "pass"
     else:
         match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
-        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if turned else ():
+        retry = turned and not report.bug  # no rotation fitted and no bug named yet: RoPE and another bug?
+        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if retry else ():
             match = _name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
             if report.bug:  # RoPE and another bug, named under the pairing that fits best
                 break

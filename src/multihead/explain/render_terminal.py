@@ -3,8 +3,6 @@ tables, checks as ✓/✗ lines, and attention weights as shaded grids. Fits an 
 """
 from __future__ import annotations
 
-import re
-
 from rich import box
 from rich.cells import cell_len
 from rich.columns import Columns
@@ -19,68 +17,17 @@ from rich.text import Text
 from multihead.explain.lang import ui
 from multihead.explain.present import heat_weights, layout_line, slices, table_value, tensor_note
 from multihead.explain.story import Block, Story
+from multihead.line_breaks import break_offsets, narrowest
 
 SHADES = " ░▒▓█"      # weight 0 .. 1, two characters per cell
 MAX_GRID_HEADS = 4    # more heads than this (e.g. BERT's 12) are left to the HTML report's heatmaps
 LABEL_WIDTH = 8       # token names are cut to this many columns
-
-
-TOKEN = re.compile(r"\n|[^\S\n]+|[\x21-\x7e]+|.", re.S)  # newline, spaces, an ASCII word, or one character
-NO_LINE_START = set("，。、；：？！）》」』”’…,.;:!?)]")  # punctuation that must not begin a line
-NO_LINE_END = set("（《「『“‘")                       # opening punctuation that must not end a line
-
-
-def break_offsets(plain: str, width: int) -> list[int]:
-    """Where to break `plain` so that no line is wider than `width` cells.
-
-    Unlike rich's own wrapping (at spaces only), this also breaks between CJK characters, keeps
-    ASCII words whole where they fit, never starts a line with closing punctuation ("，。）…")
-    and never ends one with opening punctuation ("（“").
-    """
-    offsets: list[int] = []
-    line_start, line_width = 0, 0
-    for match in TOKEN.finditer(plain):
-        token, start = match.group(), match.start()
-        if token == "\n":
-            line_start, line_width = match.end(), 0
-            continue
-        if token.isspace():
-            line_width += cell_len(token)  # trailing spaces may overhang; each line is rstripped
-            continue
-        if line_width + cell_len(token) > width and start > line_start:
-            start = _unsticky_break(plain, start, match.end(), line_start, width)
-            offsets.append(start)
-            line_start, line_width = start, cell_len(plain[start:match.start()])
-        for char_index, char in enumerate(token):  # an ASCII word wider than a line is folded
-            if line_width + cell_len(char) > width and match.start() + char_index > line_start:
-                line_start = match.start() + char_index
-                offsets.append(line_start)
-                line_width = 0
-            line_width += cell_len(char)
-    return offsets
-
-
-def _is_ascii_word(char: str) -> bool:
-    return "\x21" <= char <= "\x7e"
-
-
-def _unsticky_break(plain: str, start: int, end: int, line_start: int, width: int) -> int:
-    """The break before plain[start:end] (the token that does not fit), moved back over the words
-    that punctuation sticks to: closing punctuation goes down with the word before it, opening
-    punctuation with the word after it. Unchanged when that would leave nothing on the line above
-    or make the line below too wide."""
-    cut = start
-    while cut > line_start and (plain[cut] in NO_LINE_START or plain[cut - 1] in NO_LINE_END):
-        cut -= 1
-        while cut > line_start and _is_ascii_word(plain[cut - 1]) and _is_ascii_word(plain[cut]):
-            cut -= 1  # never inside an ASCII word
-    if cut <= line_start or cell_len(plain[cut:end]) > width:
-        return start
-    return cut
+UNBOUNDED = 10_000    # a width no terminal has: measures a table's true minimum
 
 
 class Wrapped:
-    """A rich Text wrapped with `break_offsets` (styles kept), so Chinese lines fill the width.
+    """A rich Text broken into lines by `multihead.line_breaks` (styles kept): Chinese lines fill the width,
+    and a command, an id or a topic name is never cut.
 
     It also measures itself, so a table column holding it narrows by wrapping, never by cutting.
     """
@@ -97,10 +44,8 @@ class Wrapped:
 
     def __rich_measure__(self, console, options) -> Measurement:
         plain = self.text.plain
-        words = [w for w in TOKEN.findall(plain) if not w.isspace()] or [""]
-        widest_word = max(cell_len(w) for w in words)
         widest_line = max(cell_len(line.rstrip()) for line in plain.split("\n"))
-        return Measurement(min(widest_word, options.max_width), min(widest_line, options.max_width))
+        return Measurement(min(narrowest(plain), options.max_width), min(widest_line, options.max_width))
 
 
 class Heading:
@@ -169,13 +114,41 @@ def cell(value) -> Wrapped:
     return Wrapped(Text(str(value)))
 
 
+class FittedTable:
+    """A table of text cells that never cuts a cell's code, ids or names: drawn as a table where its columns
+    fit the width without folding any of them, else row by row, each value under its column's name."""
+
+    def __init__(self, columns: list[str], rows: list[list[str]], title: str | None = None,
+                 box_style=box.SIMPLE_HEAVY, first_style: str | None = None):
+        self.columns, self.rows, self.title = columns, rows, title
+        self.box_style, self.first_style = box_style, first_style
+
+    def table(self) -> Table:
+        table = Table(title=self.title, box=self.box_style, title_style="bold")
+        for index, column in enumerate(self.columns):
+            table.add_column(cell(column), style=self.first_style if index == 0 else None)
+        for row in self.rows:
+            table.add_row(*(cell(value) for value in row))
+        return table
+
+    def __rich_console__(self, console, options):
+        table = self.table()
+        unbounded = options.update(width=UNBOUNDED)   # a measure clamped to the width would always fit
+        if Measurement.get(console, unbounded, table).minimum <= options.max_width:
+            yield table
+            return
+        if self.title:
+            yield Wrapped(Text(self.title, style="bold"))
+        colon = "：" if any(cell_len(c) > len(c) for c in self.columns) else ": "
+        for row in self.rows:
+            yield Text("")
+            for column, value in zip(self.columns, row, strict=True):
+                yield Wrapped(Text.assemble((column + colon, "dim"), str(value)))
+
+
 def _table(block: Block, lang: str) -> RenderableType:
-    table = Table(title=block.data["title"] or None, box=box.SIMPLE_HEAVY, title_style="bold")
-    for column in block.data["columns"]:
-        table.add_column(cell(column))
-    for row in block.data["rows"]:
-        table.add_row(*(cell(table_value(value, lang)) for value in row))
-    return Padding(table, (0, 0, 0, 2))
+    rows = [[table_value(value, lang) for value in row] for row in block.data["rows"]]
+    return Padding(FittedTable(block.data["columns"], rows, block.data["title"] or None), (0, 0, 0, 2))
 
 
 def _check(block: Block, lang: str) -> RenderableType:
@@ -235,4 +208,4 @@ def render_summary(stories: list[Story], console: Console, lang: str) -> None:
         return
     console.print(Text(ui("summary_failed", lang, k=len(failed), n=total), style="bold red"))
     for claim in failed:
-        console.print(Text(f"  ✗ {claim}", style="red"))
+        console.print(Padding(Wrapped(Text(f"✗ {claim}", style="red")), (0, 0, 0, 2)))

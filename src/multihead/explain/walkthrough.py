@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import multihead as mh
+from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
 from multihead.explain.walk_attend import step_mask, step_scale, step_scores, step_softmax, step_weighted_sum
@@ -110,10 +111,15 @@ def default_setup() -> Setup:
         causal=True,
         input_code=doc001_input_code(),
         about=(
-            "The input is document 001's sentence \"Your journey starts with one step\": six tokens, "
-            "three numbers each; the weights are the ones its torch.manual_seed(123) creates.",
-            "输入是文档 001 里的句子“Your journey starts with one step”：6 个词元，每个 3 维；"
-            "权重就是它用 torch.manual_seed(123) 生成的那一组。",
+            "This walkthrough and the questions at its end come from five documents that teach multi-head "
+            "attention in Chinese: tutorials and question-and-answer threads, numbered 000 to 004 and "
+            "described in docs/textbook.md. The input is the sentence \"Your journey starts with one step\" "
+            f"from document 001 ({words.document('en', '001')['title']}): six tokens, three numbers each; "
+            "the weights are the ones its torch.manual_seed(123) creates.",
+            "这段逐步讲解和结尾的问题都来自五份用中文讲多头注意力的文档：几篇教程和问答，编号 000 到 004，"
+            "docs/textbook.md 里逐一介绍了它们。输入是文档 001（"
+            f"{words.document('zh', '001')['title']}）里的句子“Your journey starts with one step”："
+            "6 个词元，每个 3 维；权重就是它用 torch.manual_seed(123) 生成的那一组。",
         ),
         expected=torch.tensor(DOC001_OUTPUT)[None],
         expected_from=("the numbers document 001 printed", "文档 001 打印出的数字"),
@@ -174,4 +180,9 @@ def tell_closing(story: Story) -> None:
     )
     rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
     story.table([story.pick("doc", "文档"), story.pick("question", "问题"), story.pick("topic", "主题")], rows)
+    documents = words.words(story.lang)["documents"]
+    story.table([story.pick("doc", "文档"), story.pick("title", "标题")],
+                [[number, document["title"]] for number, document in documents.items()],
+                title=story.pick("The documents (docs/textbook.md describes each, with its public source)",
+                                 "这些文档（docs/textbook.md 逐一介绍了每份文档及其公开来源）"))
 

@@ -6,7 +6,9 @@
 
 What reaches mh.attention: the Mask that `hf_mask` built (causal, sliding window, padding), the
 module's `scaling`, `softcap` (Gemma 2's attn_logit_softcapping), sink logits (gpt-oss: the `s_aux`
-argument or `module.sinks`) and the dropout. Key/value heads stay grouped (no repeat_kv).
+argument or `module.sinks`), the keys a sparse-attention indexer selected (DeepSeek V3.2, GLM-MoE-DSA:
+`indices` (B, Lq, K), which HF folds into the mask only for its own eager and sdpa attention) and the
+dropout. Key/value heads stay grouped (no repeat_kv).
 
 The mask arrives in one of three forms:
 - a Mask from `hf_mask`: the whole truth, used as is;
@@ -48,6 +50,9 @@ def hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
             raise AttentionError(f"the 'multihead' attention does not take {unsupported}= (a T5-style bias or a "
                                  "paged cache); use attn_implementation='sdpa' or 'eager' for this model.")
     mask = as_mask(module, attention_mask, is_causal, sliding_window)
+    indices = kwargs.pop("indices", None)
+    if indices is not None:
+        mask = selected_keys(indices, key.shape[-2]) if mask is None else mask & selected_keys(indices, key.shape[-2])
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     weights = None
     if weights_requested(kwargs):
@@ -79,6 +84,17 @@ def as_mask(module, attention_mask, is_causal: bool | None, sliding_window: int 
         return None
     mask = Mask.causal("bottom_right")  # the last query sits at the last key: right for prefill and decoding
     return mask if not sliding_window else mask & Mask.window(int(sliding_window), "bottom_right")
+
+
+def selected_keys(indices: torch.Tensor, Lk: int) -> Mask:
+    """The keys an indexer selected, indices (B, Lq, K) with -1 for none, as a keep mask (B, 1, Lq, Lk)."""
+    if indices.dim() != 3 or indices.dtype.is_floating_point:
+        raise AttentionError(f"indices must be integer (B, Lq, K) key positions; got {indices.dtype} of shape "
+                             f"{shape_str(indices.shape)}.")
+    listed = indices >= 0
+    keep = torch.zeros(*indices.shape[:2], Lk + 1, dtype=torch.bool, device=indices.device)  # slot Lk takes -1
+    keep.scatter_(-1, torch.where(listed, indices.long(), Lk), True)
+    return Mask.keep(keep[:, None, :, :Lk])
 
 
 def _check_mask_function_registered(module) -> None:

@@ -1,7 +1,7 @@
-"""`use_latent_cache(model)`: a transformers DeepSeek V2/V3 model decodes with multihead's MLA and latent caches.
+"""`use_latent_cache(model)`: a transformers DeepSeek model decodes with multihead's MLA and latent caches.
 
     import multihead as mh, multihead.hf
-    mh.hf.use_latent_cache(model)            # every DeepseekV2/V3Attention -> MultiHeadLatentAttention
+    mh.hf.use_latent_cache(model)            # every DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention -> MLA
     model.generate(ids, max_new_tokens=32)   # same greedy tokens; each step reads the latents once
 
 transformers' own layer caches the latent too, but re-expands every cached token through kv_b_proj at
@@ -14,6 +14,10 @@ in that layer's slot: a cache layer that holds a multihead LatentCache (grown by
 come) and answers transformers' questions (sequence length, mask sizes, reset, beam reordering, batch
 repetition and selection). Positions are the model's `position_ids` and the mask is the model's own
 4-D mask (padding and causality), so left-padded batches work as in transformers.
+
+DeepSeek V3.2 and GLM-MoE-DSA layers keep their lightning indexer's keys in the same LatentCache, and
+attend to each query's top-k keys. GLM's decoder layers pass the keys a layer selected to the next one
+(`prev_topk_indices`): its swapped layers return theirs, and its "shared" layers attend to them.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 
+from multihead.convert.hf_config import hf_config
 from multihead.convert.hf_latent import MODEL_TYPES, is_deepseek_attention
 from multihead.errors import AttentionError
 from multihead.hf.attention import as_mask
@@ -82,23 +87,32 @@ class LatentLayer(DynamicLayer):
 
 
 class LatentAttention(nn.Module):
-    """Stands in for a DeepSeek attention layer: same call and return as transformers' layer."""
+    """Stands in for a DeepSeek attention layer: same call and return as transformers' layer.
 
-    def __init__(self, mla: MultiHeadLatentAttention, layer_idx: int) -> None:
+    passes_indices: the layer returns the keys it attended to as a third value, and a shared layer reads
+    the previous layer's from `prev_topk_indices` (GLM-MoE-DSA's decoder layers)."""
+
+    def __init__(self, mla: MultiHeadLatentAttention, layer_idx: int, passes_indices: bool = False) -> None:
         super().__init__()
-        self.mla, self.layer_idx = mla, layer_idx
+        self.mla, self.layer_idx, self.passes_indices = mla, layer_idx, passes_indices
         self.is_causal = True
 
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
-                cache: Cache | None = None, position_ids: torch.Tensor | None = None, **kwargs):
-        """hidden_states (B, Lq, E) -> ((B, Lq, E), None), at `position_ids` under the model's mask."""
+                cache: Cache | None = None, position_ids: torch.Tensor | None = None,
+                prev_topk_indices: torch.Tensor | None = None, **kwargs):
+        """hidden_states (B, Lq, E) -> ((B, Lq, E), None), at `position_ids` under the model's mask;
+        ((B, Lq, E), None, indices (B, Lq, K)) when the layer passes its indices on."""
         mask = as_mask(self, attention_mask, True, None)
         positions = None if position_ids is None else position_ids.to(hidden_states.device)
+        selection = {"indices": prev_topk_indices if self.mla.shared_selection else None,
+                     "return_indices": self.passes_indices}
         if cache is None:
-            return self.mla(hidden_states, mask=mask, positions=positions), None
-        B, Lq, _ = hidden_states.shape
-        latent = self._layer_of(cache).room_for(self.mla, B, Lq)
-        return self.mla.attend_cached(hidden_states, latent, positions, mask), None
+            out = self.mla(hidden_states, mask=mask, positions=positions, **selection)
+        else:
+            B, Lq, _ = hidden_states.shape
+            latent = self._layer_of(cache).room_for(self.mla, B, Lq)
+            out = self.mla.attend_cached(hidden_states, latent, positions, mask, **selection)
+        return (out[0], None, out[1]) if self.passes_indices else (out, None)
 
     def _layer_of(self, cache: Cache) -> LatentLayer:
         """This layer's LatentLayer in `cache`, put there on first use (the slot must still be empty)."""
@@ -115,7 +129,8 @@ class LatentAttention(nn.Module):
 
 
 def use_latent_cache(model: nn.Module) -> nn.Module:
-    """Swap every DeepSeek V2/V3 attention layer of `model` for multihead's MLA with a latent cache.
+    """Swap every DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer of `model` for multihead's MLA with a
+    latent cache.
 
     Returns the model (changed in place). Raises AttentionError when it has no such layer.
     """
@@ -124,9 +139,10 @@ def use_latent_cache(model: nn.Module) -> nn.Module:
         for name, child in list(parent.named_children()):
             if is_deepseek_attention(child):
                 ours = MultiHeadLatentAttention.from_module(child)
-                setattr(parent, name, LatentAttention(ours, child.layer_idx))
+                passes = hf_config(child).model_type == "glm_moe_dsa"  # its decoder layers pass top-k on
+                setattr(parent, name, LatentAttention(ours, child.layer_idx, passes))
                 swapped += 1
     if not swapped:
-        raise AttentionError(f"use_latent_cache expects a transformers DeepSeek V2/V3 model (model_type in "
+        raise AttentionError(f"use_latent_cache expects a transformers DeepSeek model (model_type in "
                              f"{list(MODEL_TYPES)}); found no such attention layer in {type(model).__name__}.")
     return model

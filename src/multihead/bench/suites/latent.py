@@ -1,16 +1,18 @@
 """Latent decode: one MLA decode step at DeepSeek-V2-Lite's dimensions, absorbed against naive and HF's.
 
 One layer, random weights: hidden E=2048, H=16 heads, latent C=512, Dn=128 (nope), R=64 (rope), Dv=128,
-no query compression; B=1, context N=4096, fp32 (bf16 too in the full run). Four steps, each appending
-one token to its own cache, all four caches holding the same context:
+no query compression; B=1, context N=4096, fp32 (bf16 too in the full run). Five steps, each appending
+one token to its own cache, all five caches holding the same context:
 
 - ours, absorbed: MultiHeadLatentAttention + LatentCache; the query takes W_UK, attention runs as
   multi-query attention over the cached [latent | rotary key] (C + R = 576 wide), then W_UV;
 - ours, naive: the same module and cache content with absorb=False: every cached latent is expanded
   through kv_b_proj into per-head keys and values at every step (what HF's layer does too);
 - HF: transformers' DeepseekV3Attention (SDPA attention) with its own DynamicCache, identical weights;
-- HF compiled: the same layer with a StaticCache, its step under torch.compile (default mode): the call a
-  user who wants HF's speed makes. The goal is taken against the faster of the two HF rows.
+- HF with a StaticCache, eager, and the same step under torch.compile (default mode): the call a user who
+  wants HF's speed makes. The goal is taken against HF at its best call, the fastest of its three rows.
+  (Every head has its own key here, so HF's SDPA call never repeats K and V: compiling fuses the
+  per-step expansion of the latents, and the compiled step is HF's fastest, one graph, no break.)
 
 Bytes read per step (a model of the traffic, not a counter): the weights (W), the latents
 N·(C + R), and for the expanding steps the per-head keys and values they write and attention reads
@@ -38,6 +40,8 @@ COLUMNS = ["case", "implementation", "ms", "MB read", "GB/s", "x ours", "max |di
 ABSORBED, NAIVE, HF = "ours: absorbed (MLA + LatentCache)", "ours: naive over the same cache", \
     "HF DeepseekV3Attention + DynamicCache (sdpa)"
 HF_STATIC = "HF DeepseekV3Attention + StaticCache, torch.compile (sdpa)"
+HF_STATIC_EAGER = "HF DeepseekV3Attention + StaticCache (sdpa), eager"
+HF_CALLS = (HF, HF_STATIC_EAGER, HF_STATIC)
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,12 @@ def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None
         position = torch.full((1, 1), hf_cache.get_seq_length(), dtype=torch.long)
         return hf(x, position_embeddings=rotary(x, position), attention_mask=None, cache=hf_cache)[0]
 
-    hf_static = static_cache(hf, hf_cache, s.context + headroom)
+    hf_static, hf_eager = (static_cache(hf, hf_cache, s.context + headroom) for _ in range(2))
     compiled = torch.compile(static_step)
     fns = {ABSORBED: lambda: mla(x, cache=absorbed_cache),
            NAIVE: lambda: mla(x, cache=naive_cache, absorb=False),
            HF: hf_step,
+           HF_STATIC_EAGER: lambda: static_step(hf, rotary, hf_eager, x),
            HF_STATIC: lambda: compiled(hf, rotary, hf_static, x)}
     first = {name: fn() for name, fn in fns.items()}  # one step each (HF compiled: it compiles), all at N + 1
     t = compare(fns, rounds=rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
@@ -170,7 +175,7 @@ def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None
     expanded = N * H * (s.qk_nope_head_dim + s.qk_rope_head_dim + s.v_head_dim) * es
     slots = (s.context + headroom) / N  # the StaticCache expands every slot, filled or not
     moved = {ABSORBED: weights + latents, NAIVE: weights + latents + expanded, HF: weights + latents + expanded,
-             HF_STATIC: weights + slots * (latents + expanded)}
+             HF_STATIC_EAGER: weights + slots * (latents + expanded), HF_STATIC: weights + slots * (latents + expanded)}
     case = f"decode step N={s.context} {dtype}"
     for name, timing in t.items():
         result.rows.append({
@@ -178,11 +183,12 @@ def decode_step(ctx: Context, s: Sizes, dtype: str, result: SuiteResult) -> None
             "GB/s": moved[name] / timing.median_s / 1e9, "x ours": ratio(timing, t[ABSORBED]),
             "max |diff|": None if name == ABSORBED else (first[name] - first[ABSORBED]).abs().max().item(),
         })
-    best = min((HF, HF_STATIC), key=lambda name: t[name].median_s)
+    best = min(HF_CALLS, key=lambda name: t[name].median_s)
     result.targets.append(Target(
         f"latent decode N={s.context} {dtype}: HF DeepseekV3Attention step at its best call / absorbed step",
         ratio(t[best], t[ABSORBED]), ">=", GOAL_HF,
-        note=(f"HF's best: {best}; with the DynamicCache {ratio(t[HF], t[ABSORBED]):.1f}x, StaticCache compiled "
+        note=(f"HF's best: {best}; with the DynamicCache {ratio(t[HF], t[ABSORBED]):.1f}x, StaticCache eager "
+              f"{ratio(t[HF_STATIC_EAGER], t[ABSORBED]):.1f}x, StaticCache compiled "
               f"{ratio(t[HF_STATIC], t[ABSORBED]):.1f}x; naive / absorbed {ratio(t[NAIVE], t[ABSORBED]):.1f}x; "
               "per step the absorbed one reads "
               f"{latents / 1e6:.1f} MB of latents and {weights / 1e6:.1f} MB of weights, the expanding ones "

@@ -138,23 +138,25 @@ def tell_memory_bound(story: Story, say: Say) -> None:
                  for N, (a, _) in steps.items()],
                 title=say("label.cost-setup", H=H, D=D))
     say.check("check.flops-formula", all(a.flops == 4 * H * N * D for N, (a, _) in steps.items()),
-              ", ".join(f"4 * {H} * {N} * {D} = {4 * H * N * D:,}" for N in steps))
+              story.pick("; ", "；").join(say("detail.flops-at", N=N, H=H, D=D, flops=f"{4 * H * N * D:,}")
+                                         for N in steps))
     say.check("check.one-flop-per-byte", all(abs(a.intensity - 1.0) < 1e-12 for a, _ in steps.values()),
-              ", ".join(f"{a.intensity:.2f}" for a, _ in steps.values()))
+              say("detail.per-byte-at", ns=story.pick(", ", "、").join(map(str, steps)),
+                  values=story.pick(", ", "、").join(f"{a.intensity:.2f}" for a, _ in steps.values())))
     attention, weights = steps[512]
     say.check("check.projections-too", abs(weights.intensity - 1.0) < 1e-12,
-              f"{weights.flops:,} FLOPs / {weights.bytes:,} bytes")
+              say("detail.flops-bytes", flops=f"{weights.flops:,}", bytes=f"{weights.bytes:,}"))
     gemm = gemm_cost(1024, dtype)
     reuse = all(cost.intensity == N / 2 for N, cost in prefills.items())     # bfloat16: 2 bytes a number
     say.check("check.prefill-and-gemm", reuse and gemm.intensity > 300, say("detail.gemm", intensity=gemm.intensity),
               n=1024)
     batched, batched_weights = decode_step_cost(mha, 512, batch=8)
     say.check("check.batch", abs(batched_weights.intensity - 8.0) < 1e-12 and abs(batched.intensity - 1.0) < 1e-12,
-              f"{batched_weights.intensity:.2f}, {batched.intensity:.2f}", B=8)
+              say("detail.batch", weights=batched_weights.intensity, attention=batched.intensity), B=8)
     mqa = mh.MultiHeadAttention(E, H, num_kv_heads=1, bias=False, backend="math", dtype=dtype)
     grouped, _ = decode_step_cost(mqa, 512)
     say.check("check.gqa", grouped.flops == attention.flops and abs(grouped.intensity - H) < 1e-12,
-              f"{grouped.intensity:.2f}", H=H)
+              say("detail.per-byte", value=grouped.intensity), H=H)
     say.text("text.memory-bound")
 
 

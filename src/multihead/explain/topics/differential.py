@@ -57,5 +57,5 @@ def differential_attention(story: Story, say: Say) -> None:
     cancelled = shared - 0.5 * common  # λ = 0.5 against a second map that is only the spread
     others = torch.cat([cancelled[:2], cancelled[3:]])
     say.check("check.cancel", float(others.abs().max()) < 1e-12 and float(shared[2]) < 0.6,
-              f"{shared[2]:.3f} -> {cancelled[2] / cancelled.sum():.3f}")
+              say("detail.share", before=float(shared[2]), after=float(cancelled[2] / cancelled.sum())))
     say.text("text.closing")

@@ -36,7 +36,8 @@ def gated_attention(story: Story, say: Say) -> None:
         by_hand = mod.out_proj(heads * gate)
         out = mod(x)
     say.check("check.by-hand", max_diff(out, by_hand) < 1e-12, diff_text(out, by_hand))
-    say.check("check.between", bool(((gate > 0) & (gate < 1)).all()), f"{gate.min():.3f} .. {gate.max():.3f}")
+    say.check("check.between", bool(((gate > 0) & (gate < 1)).all()),
+              say("detail.range", low=float(gate.min()), high=float(gate.max())))
     story.table([say("label.token"), say("label.gate")],
                 [[t, " ".join(f"{g:.2f}" for g in gate[0, t, :6])] for t in range(L)], title=say("label.gates"))
     say.heading("heading.off")
@@ -47,5 +48,5 @@ def gated_attention(story: Story, say: Say) -> None:
     say.check("check.shut", max_diff(silent, expected) < 1e-12, diff_text(silent, expected))
     extra = mod.gate_proj.weight.numel() + mod.gate_proj.bias.numel()
     query = mod.q_proj.weight.numel() + mod.q_proj.bias.numel()
-    say.check("check.cost", extra == query, f"{extra} = {query}", n=extra)
+    say.check("check.cost", extra == query, say("detail.parameters", extra=extra, query=query), n=extra)
     say.text("text.closing")

@@ -135,7 +135,7 @@ def linear_d_model(story: Story, say: Say) -> None:
     say.check("check.same-number-parameters-h", sum(param_count(s) for s in heads) == param_count(model.W_q))
     out = model(x, x, x)
     say.check("check.w-o-linear-d",
-              out.shape == x.shape and (x + out).shape == x.shape, str(tuple(out.shape)))
+              out.shape == x.shape and (x + out).shape == x.shape, f"{say('shape')} {tuple(out.shape)}")
     say.text("text.d-model-out-convention")
     other = mh.MultiHeadAttention(d_model, H, head_dim=3).double()
     say.check("check.mh-multiheadattention-8-2",
@@ -174,6 +174,13 @@ def stacked_vs_split(story: Story, say: Say) -> None:
                 title=f"B=4, L={big_L}, dim_in=32, H={big_H}, head_dim={big_d}")
 
 
+def counts_text(say: Say, counts: dict[int, int]) -> str:
+    """"parameters with 1, 2, 4, 8 heads: 1024, 1024, 1024, 1024" in the story's language."""
+    separator = say.story.pick(", ", "、")
+    return say("detail.counts", heads=separator.join(map(str, counts)),
+               counts=separator.join(map(str, counts.values())))
+
+
 @topic("param-count", "004")
 def param_count_topic(story: Story, say: Say) -> None:
     num_hiddens = 16
@@ -187,12 +194,12 @@ def param_count_topic(story: Story, say: Say) -> None:
                  "multihead", say("label.stacked-full-width-heads")],
                 [[H, counts[H], claimed[H], ours[H], full_width[H]] for H in HEAD_COUNTS])
     say.check("check.fixed-num-hiddens-d2l",
-              len(set(counts.values())) == 1 and counts[1] == 4 * num_hiddens * num_hiddens, str(counts))
+              len(set(counts.values())) == 1 and counts[1] == 4 * num_hiddens * num_hiddens, counts_text(say, counts))
     top = HEAD_COUNTS[-1]
     say.check("check.so-claim-does-not",
               all(counts[H] != claimed[H] for H in HEAD_COUNTS if H > 1),
               top=top, claimed=claimed[top], counts=counts[top])
-    say.check("check.same-holds-mh-multiheadattention", len(set(ours.values())) == 1, str(ours))
+    say.check("check.same-holds-mh-multiheadattention", len(set(ours.values())) == 1, counts_text(say, ours))
     say.check("check.what-does-grow-heads", all(full_width[H] == full_width[1] * H for H in HEAD_COUNTS))
     say.text("text.each-head-does-own")
 

@@ -78,7 +78,8 @@ def heads_in_batch(story: Story, say: Say) -> None:
     story.tensor("X (B, L, num_hiddens)", X)
     story.tensor("folded (B*H, L, d)", folded)
     say.check("check.element-count-unchanged-b",
-              X.numel() == folded.numel() == B * L * H * d, f"{X.numel()} = {folded.numel()}")
+              X.numel() == folded.numel() == B * L * H * d,
+              say("detail.elements", before=X.numel(), after=folded.numel()))
     say.check("check.row-r-folded-batch", folded_rows_ok(folded, H))
     say.check("check.transpose-output-undoes-exactly", torch.equal(transpose_output(folded, H), X))
     valid_lens = torch.tensor([3, 2])
@@ -89,7 +90,7 @@ def heads_in_batch(story: Story, say: Say) -> None:
     say.check("check.repeat-interleave-copies-each",
               all(inter[r] == valid_lens[r // H] for r in range(B * H)))
     say.check("check.while-plain-repeat-would",
-              not torch.equal(tiled, inter), f"{tiled.tolist()} vs {inter.tolist()}")
+              not torch.equal(tiled, inter), say("detail.repeats", tiled=tiled.tolist(), inter=inter.tolist()))
     model = d2l_model(2)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     lens = torch.tensor([3, 5])

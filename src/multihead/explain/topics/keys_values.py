@@ -85,7 +85,7 @@ def keys_vs_values(story: Story, say: Say) -> None:
     say.heading("heading.bug")
     say.code("code.bug")
     wrong = keys_as_values(q, k, v)
-    say.check("check.bug-same-shape", wrong.shape == out.shape, str(tuple(wrong.shape)))
+    say.check("check.bug-same-shape", wrong.shape == out.shape, f"{say('shape')} {tuple(wrong.shape)}")
     say.check("check.bug-changes-out", max_diff(wrong, out) > 0.1, diff_text(wrong, out))
     say.check("check.bug-equals-keys-passed-as-values", max_diff(wrong, mh.attention(q, k, k)) < 1e-12,
               diff_text(wrong, mh.attention(q, k, k)))

@@ -80,7 +80,8 @@ def gqa_memory(story: Story, say: Say) -> None:
     say.check("check.formula-matches-cache",
               all(measured[kv] == cache_bytes_per_token(n_layers, kv, D, torch.float16) for kv in measured))
     say.check("check.gqa-saves-by-groups", measured[H] == measured[Hkv] * (H // Hkv) == measured[1] * H,
-              f"{measured[H]:.0f} = {H // Hkv} x {measured[Hkv]:.0f} = {H} x {measured[1]:.0f}", H=H, Hkv=Hkv, g=H // Hkv)
+              say("detail.bytes", mha=f"{measured[H]:.0f}", gqa=f"{measured[Hkv]:.0f}", mqa=f"{measured[1]:.0f}",
+                  g=H // Hkv, H=H), H=H, Hkv=Hkv, g=H // Hkv)
     context = 4096
     story.table([say("label.config"), "layers", "H", "Hkv", "D", say("label.per-token"),
                  say("label.per-context", tokens=context)],

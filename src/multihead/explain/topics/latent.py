@@ -97,7 +97,7 @@ def mla_topic(story: Story, say: Say) -> None:
     mla.backend = "auto"
     expand = (N + 1) * C * H * (Dn + Dv)                                       # kv_b_proj over every cached latent
     say.check("check.naive-expands", work[False] > expand > work[True],
-              f"{work[False]} > {expand} > {work[True]}", N=N + 1, expand=expand)
+              say("detail.work", naive=work[False], expand=expand, absorbed=work[True]), N=N + 1, expand=expand)
 
     say.heading("heading.bytes")
     per_token = per_token_bytes()

@@ -121,7 +121,7 @@ def split_heads_transpose(story: Story, say: Say) -> None:
               and viewed.stride() == (12, 4, 2, 1), stride_text(story, viewed, turned))
     say.check("check.transpose-1-2-permutation", torch.equal(turned, viewed.permute(0, 2, 1, 3)))
     big = torch.empty(2, 10, 512).view(2, 10, 8, 64).transpose(1, 2)
-    say.check("check.document-s-example", tuple(big.shape) == (2, 8, 10, 64), str(tuple(big.shape)))
+    say.check("check.document-s-example", tuple(big.shape) == (2, 8, 10, 64), f"{say('shape')} {tuple(big.shape)}")
     say.text("text.heads-now-sit-axis")
 
 
@@ -151,6 +151,10 @@ def combine_heads_topic(story: Story, say: Say) -> None:
     story.tensor("combined (B, L, d_model)", merged, layout=True)
     say.check("check.combine-heads-exactly-undoes", torch.equal(merged, x))
     say.check("check.transpose-1-2-reshape", torch.equal(heads.transpose(1, 2).reshape(1, 3, 4), merged))
+    skipped = heads.reshape(1, 3, 4)             # the transpose forgotten: (B, H, L, d_k) read in memory order
+    say.check("check.reshape-without-transpose-mixes", not torch.equal(skipped, merged)
+              and not torch.equal(skipped[0, 0], x[0, 0]),
+              say("detail.row-0", row=", ".join(str(int(n)) for n in skipped[0, 0].tolist())))
     say.text("text.reshape-view-when-strides")
 
 

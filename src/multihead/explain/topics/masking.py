@@ -65,10 +65,23 @@ def masked_fill_topic(story: Story, say: Say) -> None:
               say("detail.future-weight", zero=zero[0, 1].item()))
     say.check("check.multiplying-scores-mask-same", torch.equal((scores * keep).softmax(-1), zero))
     say.check("check.inf-gives-same-weights", torch.equal(masked_weights(scores, keep, float("-inf")), w))
-    inplace = scores.clone()
+    after = scores.softmax(dim=-1).masked_fill(keep == 0, 0.0)     # the mask applied to the weights instead
+    say.check("check.mask-after-softmax-loses", bool((after.sum(-1)[:2] < 1 - 1e-3).all()),
+              say("detail.row-sums", sums=story.pick(", ", "、").join(f"{s:.3f}" for s in after.sum(-1).tolist())))
+    hides_self = masked_weights(scores, torch.tril(torch.ones_like(keep), -1), -1e9)
+    sees_next = masked_weights(scores, torch.tril(torch.ones_like(keep), 1), -1e9)
+    say.check("check.causal-keeps-diagonal",
+              bool((w.diagonal() > 0).all()) and hides_self[0, 2].item() > 0.1 and sees_next[0, 1].item() > 0.01,
+              say("detail.off-by-one", leak=hides_self[0, 2].item(), peek=sees_next[0, 1].item()))
+    flipped = (scores + (1 - keep) * 1e9).softmax(dim=-1)           # a 1 = blocked mask, added with the wrong sign
+    say.check("check.sign-flipped", bool((flipped[:2][keep[:2] == 1] < 1e-12).all()),
+              say("detail.blocked-weight", weight=flipped[0][keep[0] == 0].sum().item()))
+    inplace, dropped = scores.clone(), scores.clone()
     returned = inplace.masked_fill_(keep == 0, -1e9)
+    dropped.masked_fill(keep == 0, -1e9)                           # the result thrown away: nothing masked
     say.check("check.masked-fill-document-001",
-              returned is inplace and torch.equal(inplace, scores.masked_fill(keep == 0, -1e9)))
+              returned is inplace and torch.equal(inplace, scores.masked_fill(keep == 0, -1e9))
+              and torch.equal(dropped, scores))
     model = ClassicTransformerHeads(d_model=8, num_heads=2).double()
     ours = mh.attention(q, k, v, mask=mh.Mask.keep(keep))
     say.code("code.mh-attention-q-k")

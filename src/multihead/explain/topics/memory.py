@@ -43,7 +43,8 @@ def memory_order_topic(story: Story, say: Say) -> None:
               stride_text(story, x, t))
     rt = t.reshape(6)
     say.check("check.reshape-follows-logical-order",
-              rt.tolist() == [0, 3, 1, 4, 2, 5] and not shares_memory(rt, x), str(rt.tolist()))
+              rt.tolist() == [0, 3, 1, 4, 2, 5] and not shares_memory(rt, x),
+              say("detail.reshape-order", order=rt.tolist()))
     say.text("text.so-precise-rule-reshape")
 
     say.heading("heading.back-split-head-memory")

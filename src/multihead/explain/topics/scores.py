@@ -30,8 +30,10 @@ def einsum_as_matmul(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return (q @ k).permute(2, 3, 0, 1)           # (B, H, Lq, Lk) -> (Lq, Lk, B, H)
 
 
-def saturation(d_k: int, scaled: bool, rows: int = 128, keys: int = 16, seed: int = 0) -> dict[str, float]:
-    """Softmax over `keys` random scores q.k with unit-variance q, k of size d_k, with or without 1/sqrt(d_k).
+def saturation(d_k: int, scaled: bool, rows: int = 128, keys: int = 16, seed: int = 0,
+               factor: float | None = None) -> dict[str, float]:
+    """Softmax over `keys` random scores q.k with unit-variance q, k of size d_k, with or without 1/sqrt(d_k)
+    (or times `factor`, when given: a mistaken scale).
 
     Returns the scores' std, the mean largest weight, the mean entropy (nats) and the mean |gradient|
     that reaches the scores through the softmax (for a random upstream gradient).
@@ -40,13 +42,29 @@ def saturation(d_k: int, scaled: bool, rows: int = 128, keys: int = 16, seed: in
     q = torch.randn(rows, d_k, generator=g)
     k = torch.randn(rows, keys, d_k, generator=g)
     upstream = torch.randn(rows, keys, generator=g)
-    scores = torch.einsum("rd,rkd->rk", q, k) / (math.sqrt(d_k) if scaled else 1.0)   # (rows, keys)
+    if factor is None:
+        factor = 1 / math.sqrt(d_k) if scaled else 1.0
+    scores = torch.einsum("rd,rkd->rk", q, k) * factor   # (rows, keys)
     scores.requires_grad_(True)
     weights = scores.softmax(dim=-1)
     (weights * upstream).sum().backward()
     entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean()
     return {"std": scores.std().item(), "max_weight": weights.max(-1).values.mean().item(),
             "entropy": entropy.item(), "grad": scores.grad.abs().mean().item()}
+
+
+# d_k = 64 in a model of 8 heads (d_model = 512): the factors of the usual wrong scales
+WRONG_FACTORS = {"1/sqrt(d_model)": 1 / math.sqrt(512), "1/d_k": 1 / 64, "1/(2 sqrt(d_k))": 1 / 16}
+
+
+def scaled_after_softmax(d_k: int, rows: int = 128, keys: int = 16, seed: int = 0) -> dict[str, float]:
+    """The mistake softmax(q.k) / sqrt(d_k), on saturation()'s scores: the mean row sum, and the mean largest
+    weight as a share of its row (the shape of the weights, which the division leaves unscaled)."""
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(rows, d_k, generator=g), torch.randn(rows, keys, d_k, generator=g)
+    weights = torch.einsum("rd,rkd->rk", q, k).softmax(dim=-1) / math.sqrt(d_k)   # (rows, keys)
+    sums = weights.sum(-1)
+    return {"sum": sums.mean().item(), "max_weight": (weights.max(-1).values / sums).mean().item()}
 
 
 @topic("k-transpose", "002")
@@ -80,10 +98,11 @@ def einsum_scores(story: Story, say: Say) -> None:
     scores = model.get_score(query, key)         # (i, j, b, h)
     say.heading("heading.document-s-example-i")
     story.code("# query (2, 1, 2, 4), key (3, 1, 2, 4)\nscores = torch.einsum('ibhd,jbhd->ijbh', query, key)")
-    say.check("check.result-has-shape-i", tuple(scores.shape) == (2, 3, 1, 2), str(tuple(scores.shape)))
+    say.check("check.result-has-shape-i", tuple(scores.shape) == (2, 3, 1, 2), f"{say('shape')} {tuple(scores.shape)}")
     by_hand = sum(query[1, 0, 1, d] * key[2, 0, 1, d] for d in range(4))
     say.check("check.scores-i-j-b",
-              abs(scores[1, 2, 0, 1].item() - by_hand.item()) < 1e-12, f"{scores[1, 2, 0, 1].item():.6f}")
+              abs(scores[1, 2, 0, 1].item() - by_hand.item()) < 1e-12,
+              say("detail.entry", einsum=scores[1, 2, 0, 1].item(), hand=by_hand.item()))
     say.heading("heading.rule-letters-missing-from")
     say.text("text.b-h-appear-both")
     kept_d = torch.einsum("ibhd,jbhd->ijbhd", query, key)
@@ -118,10 +137,19 @@ def scale_sqrt_dk(story: Story, say: Say) -> None:
     say.check("check.scaled-1-sqrt-d", all(abs(scaled[d]["std"] - 1) < 0.15 for d in sizes))
     say.check("check.unscaled-softmax-saturates-at",
               raw[1024]["max_weight"] > 0.9 and raw[1024]["max_weight"] > raw[4]["max_weight"],
-              f"{raw[1024]['max_weight']:.3f}")
+              f"{say('label.largest-weight')} {raw[1024]['max_weight']:.3f}")
     say.check("check.scaled-weights-look-same", all(0.15 < scaled[d]["max_weight"] < 0.35 for d in sizes))
     ratio = raw[1024]["grad"] / scaled[1024]["grad"]
     say.check("check.saturated-softmax-passes-back", ratio < 0.25, say("detail.ratio", ratio=ratio))
+    wrong = [saturation(64, True, factor=f) for f in WRONG_FACTORS.values()]
+    say.check("check.wrong-factors-flatten", all(w["std"] < 0.6 and w["max_weight"] < scaled[64]["max_weight"]
+                                                 for w in wrong),
+              say("detail.wrong-factors", std=" / ".join(f"{w['std']:.2f}" for w in wrong),
+                  top=" / ".join(f"{w['max_weight']:.3f}" for w in wrong)))
+    after = scaled_after_softmax(64)
+    say.check("check.scaling-after-softmax", abs(after["sum"] - 1 / 8) < 1e-6
+              and abs(after["max_weight"] - raw[64]["max_weight"]) < 1e-5,
+              say("detail.after-softmax", sum=after["sum"], top=after["max_weight"]))
     say.text("text.this-what-document-003")
 
 

@@ -129,14 +129,15 @@ def tell_banded(story: Story, say: Say, g: torch.Generator) -> None:
                  ["sdpa", dense.calls, f"{dense.entries:,}", "100%"]],
                 title=say("label.work", L=L, W=W, H=H))
     skipped = f"{1 - banded.entries / dense.entries:.0%}"
-    say.check("check.dispatch-banded", decision.backend == "banded" and skipped in decision.detail, skipped)
-    say.check("check.dense-computes-all", dense.entries == H * L * L, f"{H} * {L} * {L} = {H * L * L:,}")
+    say.check("check.dispatch-banded", decision.backend == "banded" and skipped in decision.detail,
+              say("detail.skipped", share=skipped))
+    say.check("check.dense-computes-all", dense.entries == H * L * L, f"H * Lq * Lk = {H} * {L} * {L} = {H * L * L:,}")
     say.check("check.banded-same-output", max_diff(out, dense_out) < 1e-5, diff_text(out, dense_out))
     q2, k2, v2 = (torch.randn(1, H, 2 * L, 16, generator=g) for _ in range(3))
     _, longer = counted_attention(q2, k2, v2, mask)
     growth = longer.entries / banded.entries
     say.check("check.work-follows-window", 1.9 < growth < 2.1,
-              f"{longer.entries:,} / {banded.entries:,} = {growth:.2f}")
+              say("detail.growth", long=f"{longer.entries:,}", short=f"{banded.entries:,}", growth=growth))
 
 
 def tell_sinks(story: Story, say: Say, g: torch.Generator) -> None:
@@ -162,7 +163,7 @@ def tell_sinks(story: Story, say: Say, g: torch.Generator) -> None:
               diff_text(rest, sink_part))
     say.check("check.plain-sums-to-one", max_diff(sink_weights(q, k, None).sum(-1), torch.ones(1, H, Lq)) < 1e-12)
     say.check("check.nowhere", float(out[0, 3].norm() / plain[0, 3].norm()) < 0.01,
-              f"{out[0, 3].norm():.2e} vs {plain[0, 3].norm():.2e}", sink=f"{sinks[3]:g}")
+              say("detail.norms", sunk=float(out[0, 3].norm()), plain=float(plain[0, 3].norm())), sink=f"{sinks[3]:g}")
     as_key = sink_as_zero_value_key(q, k, v, sinks)
     say.check("check.zero-value-key", max_diff(as_key, out) < 1e-12, diff_text(as_key, out))
     unsunk = mh.attention(q, k, v, sinks=torch.full((H,), NO_SINK, dtype=torch.float64))

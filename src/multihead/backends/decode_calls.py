@@ -1,0 +1,85 @@
+"""The compiled decode module's entry points with tensors in and out.
+
+The C++ side (decode_kernel.cpp) takes addresses, sizes and strides, so that it builds without torch's
+headers; `Kernel` checks the tensors, lays them out, allocates the output and passes them on:
+
+    kernel.decode_step(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap) -> (B, H, Lq, Dv) in q's dtype
+        q (B, H, Lq, D) float32 or bfloat16, contiguous (a bf16 query meets bf16 keys as it is);
+        k (B, Hkv, M, D), v (B, Hkv, M, Dv) float32 or bfloat16 (one dtype), last dim contiguous;
+        lo, hi (B, Lq) int64 and qpos (B, Lq) float32, contiguous; slopes and sinks (H,) float32 or
+        empty; softcap 0: none.
+    kernel.latent_product(w, x, fold) -> (H, M, N) float32
+        x (H, M, K) float32, w bfloat16 (H, K, N) to fold or (H, N, K) to unfold, both contiguous.
+    kernel.isa() -> the path the build runs: "avx512-bf16", "avx512", "avx2", "portable-neon", ...
+
+Wrong layouts raise ValueError: the callers (decode_step.py, latent_products.py) make them right.
+"""
+from __future__ import annotations
+
+import torch
+
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _address(t: torch.Tensor) -> int:
+    """t's data address, 0 for an empty tensor (the C++ side's "none")."""
+    return t.data_ptr() if t.numel() else 0
+
+
+class Kernel:
+    """One build of the decode module (decode_build.variant), called with tensors."""
+
+    def __init__(self, module):
+        self.module = module
+        self.path = module.isa()  # read once: decode_step asks at every call
+
+    def isa(self) -> str:
+        return self.path
+
+    def decode_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+                    qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
+                    softcap: float) -> torch.Tensor:
+        # every check reads metadata only (a few microseconds a call)
+        q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+        if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
+            raise ValueError("decode kernel: q, k and v must be 4-D")
+        B, H, Lq, D = q_shape
+        Bk, Hkv, M, Dk = k_shape
+        dtype = k.dtype
+        if q.dtype not in DTYPES or dtype not in DTYPES or v.dtype is not dtype:
+            raise ValueError("decode kernel: q, k and v must be float32 or bfloat16 (k and v alike)")
+        if not q.is_contiguous() or k.stride(3) != 1 or v.stride(3) != 1:
+            raise ValueError("decode kernel: q must be contiguous, and k and v contiguous in their last dim")
+        if not Hkv or H % Hkv or Dk != D or Bk != B or v_shape[:3] != k_shape[:3]:
+            raise ValueError(f"decode kernel: q {tuple(q_shape)} does not fit k {tuple(k_shape)}, v {tuple(v_shape)}")
+        rows = B * Lq
+        if lo.dtype is not torch.int64 or hi.dtype is not torch.int64 or qpos.dtype is not torch.float32 \
+                or lo.numel() != rows or hi.numel() != rows or qpos.numel() != rows \
+                or not (lo.is_contiguous() and hi.is_contiguous() and qpos.is_contiguous()):
+            raise ValueError(f"decode kernel: lo, hi (int64) and qpos (float32) must be contiguous ({B}, {Lq})")
+        for t in (slopes, sinks):
+            if t.numel() and (t.dtype is not torch.float32 or t.numel() != H or not t.is_contiguous()):
+                raise ValueError(f"decode kernel: slopes and sinks must be empty or contiguous ({H},) float32")
+        bf16_query = q.dtype is torch.bfloat16
+        qf = q.float() if bf16_query else q
+        Dv = v_shape[3]
+        out = torch.empty(B, H, Lq, Dv, dtype=torch.float32)
+        ks, vs = k.stride(), v.stride()
+        self.module.decode_step(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
+                                lo.data_ptr(), hi.data_ptr(), qpos.data_ptr(), _address(slopes), _address(sinks),
+                                out.data_ptr(), dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
+                                (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
+        return out.to(torch.bfloat16) if bf16_query else out
+
+    def latent_product(self, w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
+        if w.dim() != 3 or x.dim() != 3 or w.shape[0] != x.shape[0]:
+            raise ValueError("latent product: w (H, ., .) and x (H, M, K)")
+        if w.dtype != torch.bfloat16 or not w.is_contiguous() or x.dtype != torch.float32 or not x.is_contiguous():
+            raise ValueError("latent product: w must be contiguous bfloat16 and x contiguous float32")
+        H, M, K = x.shape
+        N = w.shape[2] if fold else w.shape[1]
+        if (w.shape[1] if fold else w.shape[2]) != K:
+            raise ValueError(f"latent product: w {tuple(w.shape)} and x {tuple(x.shape)} must share K")
+        y = torch.empty(H, M, N, dtype=torch.float32)
+        self.module.latent_product(w.data_ptr(), x.data_ptr(), y.data_ptr(), (H, M, K, N), fold)
+        return y
