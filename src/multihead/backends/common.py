@@ -21,13 +21,11 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.decode_build import kernel
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
 from multihead.masks import Index, NormalForm
 from multihead.masks.part import part_tensors
 
-NAN_PASS_DTYPES = (torch.float32, torch.bfloat16)  # what the compiled NaN-row pass reads
 # Devices whose fused kernels return a NaN query row as zeros (they read a row whose scores are all NaN
 # as a fully masked one): torch 2.13's CPU flash kernel given no mask, and its compiled CPU flex kernel.
 # (sdpa_args.run_sdpa asks `q.is_cpu`, the cheap form of this question, on its hot path.)
@@ -122,33 +120,15 @@ def keep_nan_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """`out` (.., Lq, Dv) with NaN in every row whose query (.., Lq, D) holds NaN or inf, as torch's math gives
     (for kernels that return such a row as zeros).
 
-    Eager on the CPU, where no gradient is recorded: one pass of the compiled extension over q
-    (nan_rows.h), writing only the rows that hold NaN (well under a microsecond at B=1, H=12, L=8, D=64);
-    for other dtypes or layouts, or without the extension, one sum of q read on the host tells whether
-    any row does. Under torch.compile, or where autograd records, each row's sum times 0 is added (NaN
-    where the row holds NaN or inf)."""
-    if not torch.compiler.is_compiling() and q.is_cpu and not out.requires_grad:
-        built = kernel()
-        if built is not None and _nan_pass(built, out, q):
-            return out
-        if math.isfinite(q.sum()):
-            return out
+    Eager on the CPU, where no gradient is recorded, one sum of q read on the host tells whether any row
+    does; the common answer, no, costs that one reduction (about 2.4 µs at B=1, H=12, L=8, D=64, a tenth of
+    the kernel's time; the cheapest correct form measured: a pass in the compiled decode extension, called
+    by address, costs more in the Python that checks and lays out its arguments). Otherwise, and under
+    torch.compile or where autograd records, each row's sum times 0 is added (NaN where it holds NaN or inf)."""
+    if not torch.compiler.is_compiling() and q.is_cpu and not out.requires_grad and math.isfinite(q.sum()):
+        return out
     rows = q.sum(-1, keepdim=True)  # (.., Lq, 1)
     return out.add_(rows, alpha=0) if not out.requires_grad else torch.add(out, rows, alpha=0)
-
-
-def _nan_pass(built, out: torch.Tensor, q: torch.Tensor) -> bool:
-    """The compiled pass over q's rows (addresses, sizes), where it takes them: one dtype of float32 or bfloat16,
-    contiguous, as many rows in both; False, touching nothing, elsewhere."""
-    dtype = q.dtype
-    if out.dtype is not dtype or dtype not in NAN_PASS_DTYPES or not (q.is_contiguous() and out.is_contiguous()):
-        return False
-    D, Dv = q.shape[-1], out.shape[-1]
-    rows = q.numel() // D if D else 0
-    if not rows or not Dv or out.numel() != rows * Dv:
-        return rows == 0 or Dv == 0
-    built.module.keep_nan_rows(q.data_ptr(), out.data_ptr(), rows, D, Dv, dtype is torch.bfloat16)
-    return True
 
 
 def needs_grad(p: Problem) -> bool:

@@ -1,5 +1,4 @@
-// Python binding of the decode kernel (decode_head.h), the MLA products (latent_products.h) and the NaN-row
-// pass (nan_rows.h). The
+// Python binding of the decode kernel (decode_head.h) and the MLA products (latent_products.h). The
 // tensors are checked and laid out on the Python side (decode_calls.py), which passes their addresses,
 // sizes and strides: the build then needs pybind11 and ATen's parallel_for only, not torch's full
 // headers (about 4 s of compiling instead of 25 s), so that each build the tests make stays cheap.
@@ -23,7 +22,6 @@
 
 #include "decode_head.h"
 #include "latent_products.h"
-#include "nan_rows.h"
 
 namespace {
 
@@ -85,5 +83,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step (addresses, sizes and strides)");
   m.def("latent_product", &latent_product, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");
   m.def("isa", &isa, "the path this build runs: avx512-bf16, avx512, avx2 or portable-<vector ISA>");
-  m.def("keep_nan_rows", &nan_rows::keep_nan_rows, "out rows NaN where the query row holds NaN or inf, in place");
 }

@@ -27,8 +27,8 @@ ROUND_FACTOR = 4
 ATTENTION_GOALS = {"causal": 1.15, "key padding": 1.5}
 # what the time outside the kernel is, per mask (said with each target, met or not)
 BOUNDED_BY = {
-    "causal": "outside the kernel: the plan cache's lookup (Python), and on CPU one pass of the compiled extension "
-              "that keeps a NaN query row NaN (the CPU flash kernel returns it as zeros)",
+    "causal": "outside the kernel: the plan cache's lookup (Python), and on CPU one sum of q read on the host that "
+              "keeps a NaN query row NaN (the CPU flash kernel returns it as zeros)",
     "key padding": "outside the kernel: the plan cache's lookup (Python); the one row's padding is read once per "
                    "plan and only its kept keys are passed, with no mask, then the NaN-row pass",
 }
