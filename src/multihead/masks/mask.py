@@ -38,12 +38,13 @@ class Mask:
     Each constructor states its convention once; nothing is guessed from a dtype.
     """
 
-    __slots__ = ("parts", "_tensors", "_static")
+    __slots__ = ("parts", "_tensors", "_static", "_form")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
         self._tensors = None  # the parts' tensors, found on first use
         self._static = None  # the parts' kinds and static fields, for the plan cache's key
+        self._form = None  # (value_key, its normal form), eager only
 
     # ---------------------------------------------------------------- constructors
     @classmethod
@@ -136,8 +137,16 @@ class Mask:
             part.check(B, H, Lq, Lk, device)
 
     def normal_form(self) -> NormalForm:
-        """The mask in the terms kernels take (see normal_form.py)."""
-        return normal_form(self.parts)
+        """The mask in the terms kernels take (see normal_form.py); folded again only when its value changed
+        (eager: a tensor edited in place is a new value; under torch.compile it is folded afresh)."""
+        if torch.compiler.is_compiling():
+            return normal_form(self.parts)
+        key, kept = self.value_key(), self._form
+        if key is None or kept is None or kept[0] != key:
+            kept = (key, normal_form(self.parts))
+            if key is not None:
+                self._form = kept
+        return kept[1]
 
     def materialize(self, B: int, H: int, Lq: int, Lk: int, *, device=None, dtype=torch.float32):
         """Dense form, checked: (keep, bias), each broadcastable to (B, H, Lq, Lk) or None.
