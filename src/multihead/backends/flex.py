@@ -88,22 +88,26 @@ def make_mask_mod(form: NormalForm, Lq: int, Lk: int):
     return mask_mod
 
 
-def make_score_mod(form: NormalForm | None, softcap: torch.Tensor | None, Lq: int, Lk: int, nan_as_inf: bool = False):
+def make_score_mod(form: NormalForm | None, softcap: torch.Tensor | None, Lq: int, Lk: int, nan_as_inf: bool = False,
+                   exact: bool = False):
     """score_mod(score, b, h, q_idx, kv_idx) -> softcap(score) + every part's bias at that entry.
 
     softcap is a 0-dim tensor on the inputs' device: a Python float captured here would become a
     symbolic number once its value changes between calls, which flex's backward cannot trace.
     nan_as_inf: a NaN score becomes +inf, so the row's softmax is NaN (inf - inf) as in torch's math; the
     compiled CPU kernel otherwise reads a NaN row as fully masked (zeros) and drops a NaN key's score.
+    exact: the terms are summed in float64 and rounded once (eager flex, which is unfused anyway): a large
+    bias (ALiBi far from its keys) then costs one rounding, as in the reference math, not two.
     """
     def score_mod(score, b, h, q_idx, kv_idx):
         if softcap is not None:
             score = softcap * torch.tanh(score / softcap)
+        work = torch.float64 if exact else score.dtype
         if form is not None and form.scored:  # Mask.score_mod: every term in part order
-            score = form.scores(score, point_index(form, b, h, q_idx, kv_idx, Lq, Lk))
+            score = form.scores(score.to(work), point_index(form, b, h, q_idx, kv_idx, Lq, Lk)).to(score.dtype)
         elif form is not None:
-            _, bias = form.dense(point_index(form, b, h, q_idx, kv_idx, Lq, Lk), score.dtype)
-            score = score + bias
+            _, bias = form.dense(point_index(form, b, h, q_idx, kv_idx, Lq, Lk), work)
+            score = (score.to(work) + bias).to(score.dtype)
         if nan_as_inf:
             score = torch.where(torch.isnan(score), float("inf"), score)
         return score
@@ -255,7 +259,8 @@ class FlexBackend:
         if p.softcap is not None or forms.adds_bias or nan_as_inf:
             softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,
                                                                       device=p.q.device)
-            score_mod = make_score_mod(p.form if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf)
+            score_mod = make_score_mod(p.form if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf,
+                                       exact=not torch.compiler.is_compiling())
         q = p.q
         if torch.compiler.is_compiling():
             result = _flex(q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
