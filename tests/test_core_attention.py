@@ -192,12 +192,20 @@ def test_large_finite_offsets_never_become_inf_in_half_precision(dtype):
         assert torch.allclose(out[:, :, 2].float(), v[:, :, 0].float(), atol=1e-2), backend
 
 
+@pytest.mark.parametrize("extension", [True, False], ids=["compiled extension", "torch ops"])
+@pytest.mark.parametrize("layout", ["contiguous", "a module's transposed view"])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
-def test_a_nan_or_inf_query_row_stays_nan_and_only_that_row(dtype):
-    """The CPU flash kernel returns such a row as zeros when it has no mask; the NaN-row rule (one host-read
-    sum of q, then the rows' sums times 0 where it is not finite) makes it NaN again, in no-grad calls and in
-    calls that record autograd alike."""
+def test_a_nan_or_inf_query_row_stays_nan_and_only_that_row(extension, layout, dtype, monkeypatch):
+    """The CPU flash kernel returns such a row as zeros when it has no mask; the NaN-row rule (the compiled
+    extension's pass over q's rows, or torch ops where it is switched off: MULTIHEAD_DECODE_KERNEL=0, or for
+    fp16) makes it NaN again, in no-grad calls and in calls that record autograd alike."""
+    from multihead.backends import decode_build
+
+    if not extension:
+        monkeypatch.setattr(decode_build, "_state", {"module": None, "why": "switched off"})
     q, k, v = (t.to(dtype) for t in _inputs((2, 4, 4, 6, 6, 8, 8)))
+    if layout != "contiguous":
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)  # (B, H, L, D) over (B, L, H, D) memory
     q[0, 1, 2, 3], q[1, 3, 5, 0] = float("nan"), float("inf")
     for grad in (False, True):
         leaf = q.clone().requires_grad_(grad)
