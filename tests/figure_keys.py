@@ -1,7 +1,7 @@
 """Keys into the committed benchmark results: what a number quoted in a doc is tied to.
 
 A key names one place in benchmarks/<file> (results.json, decode.json, latent.json, parallel.json,
-gpu-results.json) that a quoted number comes from:
+gpu-results.json, check_zoo.json) that a quoted number comes from:
 
     <file>#<suite>|target|<target name>|value          (or |goal)
     <file>#<suite>|target-note|<target name>|<label>    the first number after <label> in that target's note
@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json")
+RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json", "check_zoo.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5

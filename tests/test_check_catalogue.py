@@ -43,7 +43,9 @@ def test_every_topic_exists_in_explain(bug):
 
 @pytest.mark.parametrize("bug_id", sorted(BUG_BY_ID))
 def test_every_bug_is_explained_in_english_and_chinese(bug_id):
-    english, chinese = (say(bug_id, lang, method="farward", param="mask") for lang in ("en", "zh"))
+    values = {"method": "farward", "param": "mask", "blocked": "1", "wanted": "0", "claim": "keep", "got": 5,
+              "want": 4, "name": "window", "turned": "2-3", "dim": 4}  # what each text's placeholders take
+    english, chinese = (say(bug_id, lang, **values) for lang in ("en", "zh"))
     assert english != chinese and len(english) > 30
     assert any("\u4e00" <= ch <= "\u9fff" for ch in chinese)
     assert set(BUG_TEXT) == set(BUG_BY_ID)

@@ -49,7 +49,7 @@ def test_the_mask_convention_described_is_the_one_found(tmp_path, edit, bug):
 def test_a_sign_flipped_mask_fails_and_says_what_a_caller_would_pass():
     report = check(str(ZOO / "mask_sign_flipped.py:FlippedSignAttention"))
     assert report.bug == "mask-sign-flipped" and report.exit_code == 1
-    assert "1 = may attend (e.g. 1 - padding)" in report.explanation()
+    assert "only come out right when the caller passes the reverse mask" in report.explanation()
     assert any("fits only as 1 = may attend, added to the scores times +1e9" in line
                for line in report.convention_lines())
 

@@ -39,7 +39,7 @@ def test_checking_an_instance_leaves_it_as_it_was():
     ("import torch\nclass A(:\n", "A", ["importing", "SyntaxError"]),
     ("import no_such_package_xyz\n", "A", ["importing", "ModuleNotFoundError"]),
     ("from torch import nn\nclass Attention(nn.Module):\n    pass\n", "Atention", ["not found", "did you mean 'Attention'"]),
-    ("VALUE = 3\n", "VALUE", ["not an nn.Module subclass"]),
+    ("VALUE = 3\n", "VALUE", ["neither an nn.Module subclass nor a function"]),
     ("from torch import nn\nclass A(nn.Module):\n    def __init__(self, weird_knob):\n        super().__init__()\n",
      "A", ["weird_knob", "--init"]),
     ("from torch import nn\nclass A(nn.Module):\n    def __init__(self, d_model, num_heads):\n        raise ValueError('no')\n",

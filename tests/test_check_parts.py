@@ -53,12 +53,13 @@ def test_read_signature(signature, inputs, args, mask, kind):
 
 
 def test_hints_parse_and_apply():
-    hints = parse_hints("heads=2, layout=seq, causal=no, inputs=qkv")
-    assert hints == Hints(heads=2, layout="seq", causal=False, inputs="qkv")
+    hints = parse_hints("heads=2, layout=seq, causal=no, inputs=qkv, mask=key_padding")
+    assert hints == Hints(heads=2, layout="seq", causal=False, inputs="qkv", mask="key_padding")
     spec = apply_hints(CallSpec(args=["x"], inputs="x", causal=True), hints)
-    assert (spec.inputs, spec.layout, spec.causal) == ("qkv", "seq", False)
+    assert (spec.inputs, spec.layout, spec.causal, spec.mask_claim) == ("qkv", "seq", False, "key_padding")
     assert parse_hints(None) == Hints()
-    for bad, words in [("heads=0", "positive"), ("color=red", "unknown"), ("layout", "key=value")]:
+    for bad, words in [("heads=0", "positive"), ("color=red", "unknown"), ("layout", "key=value"),
+                       ("mask=ones", "keep, block, additive, lengths, key_padding")]:
         with pytest.raises(LoadError, match=words):
             parse_hints(bad)
 
@@ -136,7 +137,7 @@ _READ_BACK = {"keep": lambda t: t != 0, "block": lambda t: t == 0, "block01": la
               "additive": lambda t: t == 0, "multihead-mask": lambda m: m.materialize(2, 1, 3, 4)[0]}
 _TO_B_LQ_LK = {"(B, 1, Lq, Lk)": lambda t: t[:, 0], "(B, Lq, Lk)": lambda t: t, "(Lq, Lk)": lambda t: t[None],
                "(B, 1, 1, Lk)": lambda t: t[:, 0], "(B, 1, Lk)": lambda t: t, "(B, Lk)": lambda t: t[:, None],
-               "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1), "Mask.keep((B, 1, Lq, Lk))": lambda t: t[:, 0]}
+               "(Lq, Lk, B)": lambda t: t.permute(2, 0, 1)}
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS, ids=lambda e: f"{e.kind} {e.shape}")

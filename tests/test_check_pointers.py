@@ -40,6 +40,10 @@ POINTERS = {
     "cache-positions-not-offset": ("kv-cache", "check.cache-holds-turned-keys"),
     "cache-causal-top-left": ("kv-cache", "check.top-left-sees-key-0"),
     "mla-absorbed-wuk-transposed": ("mla", "check.scores-absorbed"),
+    "mask-inverted": ("masked-fill", "check.blocked-positions-get-exactly"),
+    "window-off-by-one": ("window-and-sinks", "check.last-w-keys"),
+    "qk-norm-wrong-axis": ("where-heads-live", "check.each-head-has-own"),
+    "rope-partial-wrong-features": ("rope", "check.layout-matters"),
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import BUGS, check
-from zoo_mutants import BUGGY, CORRECT, target_path
+from zoo_mutants import BUGGY, BUGGY_OPTIONS, CORRECT, target_path
 from multihead.checker.load import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
@@ -21,7 +21,7 @@ EXPECTED = {**{target: bug for target, bug in BUGGY.items() if bug},
 
 @pytest.mark.parametrize("target", sorted(EXPECTED))
 def test_zoo_module_gets_its_verdict(target):
-    report = check(str(ZOO / target), **CORRECT.get(target, {}))
+    report = check(str(ZOO / target), **CORRECT.get(target, BUGGY_OPTIONS.get(target, {})))
     expected = EXPECTED[target]
     assert report.bug == expected, str(report)
     assert report.verdict == ("pass" if expected is None else "fail"), str(report)
@@ -30,7 +30,7 @@ def test_zoo_module_gets_its_verdict(target):
 
 @pytest.mark.parametrize("target", [target for target, bug in BUGGY.items() if not bug])
 def test_zoo_module_without_a_catalogue_id_fails(target):
-    report = check(str(ZOO / target))
+    report = check(str(ZOO / target), **BUGGY_OPTIONS.get(target, {}))
     assert report.verdict == "fail" and report.bug is None and report.exit_code == 1, str(report)
 
 
@@ -44,14 +44,18 @@ def test_every_catalogue_id_has_a_buggy_zoo_module():
 
 
 def test_zoo_modules_are_written_in_varied_styles():
-    """No two zoo files share a class name, constructor and forward signature: they are not copies of one module."""
+    """No two zoo files share a class name, constructor and forward signature (or a function name and
+    signature): they are not copies of one module."""
     seen = set()
     for target in EXPECTED:
-        file_name, class_name = target.split(":")
+        file_name, name = target.split(":")
         tree = ast.parse((ZOO / file_name).read_text())
-        cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
-        methods = {node.name.lower(): ast.unparse(node.args) for node in cls.body if isinstance(node, ast.FunctionDef)}
-        key = (class_name, methods.get("__init__"), next(a for n, a in methods.items() if "forward" in n))
+        node = next(node for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name)
+        if isinstance(node, ast.FunctionDef):  # an attention function
+            key = (name, None, ast.unparse(node.args))
+        else:
+            methods = {n.name.lower(): ast.unparse(n.args) for n in node.body if isinstance(n, ast.FunctionDef)}
+            key = (name, methods.get("__init__"), next(a for n, a in methods.items() if "forward" in n))
         assert key not in seen, target
         seen.add(key)
 

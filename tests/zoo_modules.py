@@ -56,6 +56,20 @@ CORRECT = {
     "ok_sdpa_mqa_cache.py:MultiQueryAttention": {},
     "ok_mla_absorbed.py:LatentAttention": {},
     "ok_mla_low_rank_queries.py:LowRankQueryMLA": {},
+    "ok_hf_complete_mask.py:DecoderSelfAttention": {},
+    "mask_one_means_keep.py:PaddingAwareAttention as written": {},  # valid for a caller passing 1 = blocked
+    "ok_qwen3_qk_norm.py:Qwen3Attention": {},
+    "ok_qk_norm_after_rotary.py:CausalSelfAttention": {},
+    "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention": {},
+    "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention without weights": {"init": {"norm_weight": False}},
+    "ok_sliding_window.py:SlidingWindowAttention": {},
+    "ok_partial_rotary.py:GPTNeoXAttention": {},
+    "ok_complex_rotary.py:Attention": {},
+    "ok_attention_sinks.py:SinkAttention": {},
+    "ok_softcap.py:Gemma2StyleAttention": {},
+    "ok_function_sdpa_style.py:scaled_dot_product_attention": {},
+    "ok_function_assignment.py:attention": {},
+    "ok_function_weights.py:multi_head_attention": {},
     "ok_fused_gqa_wqkv.py:FusedGQA": {},
     "ok_phi3_partial_rotary.py:PartialRotaryAttention": {},
     "ok_raw_param_einsum.py:EinsumParamAttention": {},
@@ -101,4 +115,14 @@ BUGGY = {
     "mla_wuk_transposed.py:CompressedKVAttention": "mla-absorbed-wuk-transposed",
     "raises_mask_fill_typo.py:TypoMaskAttention": "",
     "short_range_only.py:LocalWhenLongAttention": "",
+    "mask_keep_sign_flipped.py:PaddedSelfAttention": "mask-sign-flipped",
+    "mask_one_means_keep.py:PaddingAwareAttention": "mask-inverted",
+    "qk_norm_over_width.py:NormedQKAttention": "qk-norm-wrong-axis",
+    "window_off_by_one.py:LocalAttention": "window-off-by-one",
+    "rope_partial_last_features.py:PartialRotaryAttention": "rope-partial-wrong-features",
+}
+
+# file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)
+BUGGY_OPTIONS = {
+    "mask_one_means_keep.py:PaddingAwareAttention": {"call": "mask=keep"},
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo_modules import BUGGY, CORRECT, ZOO  # noqa: F401 (the zoo's modules, re-exported for the check tests)
+from zoo_modules import BUGGY, BUGGY_OPTIONS, CORRECT, ZOO  # noqa: F401 (the zoo's modules, re-exported for the check tests)
 
 @dataclass(frozen=True)
 class Mutant:
@@ -64,6 +64,19 @@ _GPTJ_CACHE = "ok_gptj_rope_cache_object.py:GPTJAttention"
 _MQA_CACHE = "ok_sdpa_mqa_cache.py:MultiQueryAttention"
 _MLA = "ok_mla_absorbed.py:LatentAttention"
 _MLA_LOW_RANK_Q = "ok_mla_low_rank_queries.py:LowRankQueryMLA"
+_HF_MASK = "ok_hf_complete_mask.py:DecoderSelfAttention"
+_KEEP_COMMENT = "mask_one_means_keep.py:PaddingAwareAttention as written"
+_QWEN3 = "ok_qwen3_qk_norm.py:Qwen3Attention"
+_NANOCHAT = "ok_qk_norm_after_rotary.py:CausalSelfAttention"
+_NORM_AFTER = "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention"
+_WINDOW = "ok_sliding_window.py:SlidingWindowAttention"
+_NEOX = "ok_partial_rotary.py:GPTNeoXAttention"
+_COMPLEX = "ok_complex_rotary.py:Attention"
+_SINKS = "ok_attention_sinks.py:SinkAttention"
+_SOFTCAP = "ok_softcap.py:Gemma2StyleAttention"
+_SDPA_FN = "ok_function_sdpa_style.py:scaled_dot_product_attention"
+_ASSIGNMENT_FN = "ok_function_assignment.py:attention"
+
 _FUSED_GQA = "ok_fused_gqa_wqkv.py:FusedGQA"
 _PARTIAL_ROTARY = "ok_phi3_partial_rotary.py:PartialRotaryAttention"
 _EINSUM_PARAMS = "ok_raw_param_einsum.py:EinsumParamAttention"
@@ -72,6 +85,36 @@ _OWN_LINEAR = "ok_custom_linear_class.py:CustomLinearAttention"
 _MLA_OWN_LINEAR = "ok_mla_deepseek_linear.py:MLA"
 
 MUTANTS = [
+    _m(_SDPA_FN, "softmax-wrong-axis", ("torch.softmax(attn_weight, dim=-1)", "torch.softmax(attn_weight, dim=-2)")),
+    _m(_SDPA_FN, "missing-scale", ("attn_weight = query @ key.transpose(-2, -1) * scale_factor",
+                                   "attn_weight = query @ key.transpose(-2, -1)")),
+    _m(_SDPA_FN, "mask-after-softmax",
+       ("    attn_weight = attn_weight + attn_bias\n    attn_weight = torch.softmax(attn_weight, dim=-1)\n",
+        "    attn_weight = torch.softmax(attn_weight, dim=-1)\n    attn_weight = attn_weight * (attn_bias == 0)\n")),
+    _m(_ASSIGNMENT_FN, "scale-by-head-dim", ("/ np.sqrt(d_k)", "/ d_k")),
+    _m(_ASSIGNMENT_FN, "keys-used-as-values", ("torch.matmul(p_attn, V)", "torch.matmul(p_attn, K)")),
+    _m(_HF_MASK, "mask-ignored", ("attn_weights = attn_weights + causal_mask", "attn_weights + causal_mask")),
+    _m(_HF_MASK, "missing-scale", ("* scaling", "")),
+    _m(_KEEP_COMMENT, "mask-filled-with-zero", ("== 1, -1e9)", "== 1, 0.0)")),
+    _m(_KEEP_COMMENT, "keys-used-as-values", ("(attn @ v)", "(attn @ k)")),
+    _m(_QWEN3, "missing-scale", ("is_causal=True)", "is_causal=True, scale=1.0)")),
+    _m(_QWEN3, "kv-heads-tiled", ("k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)",
+                                  "k = k.repeat(1, self.num_heads // self.num_kv_heads, 1, 1)"),
+       ("v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)",
+        "v = v.repeat(1, self.num_heads // self.num_kv_heads, 1, 1)")),
+    _m(_NANOCHAT, "merge-without-transpose", ("y.transpose(1, 2).contiguous().view(B, T, -1)", "y.contiguous().view(B, T, -1)")),
+    _m(_NORM_AFTER, "causal-off-by-one", ("torch.ones(t, t, dtype=torch.bool, device=x.device), 1)",
+                                           "torch.ones(t, t, dtype=torch.bool, device=x.device), 2)")),
+    _m(_NORM_AFTER, "scale-by-embed-dim", ("/ self.dh ** 0.5", "/ (self.h * self.dh) ** 0.5")),
+    _m(_WINDOW, "window-off-by-one", ("i - j < self.window_size", "i - j <= self.window_size")),
+    _m(_WINDOW, "scale-by-embed-dim", ("/ math.sqrt(self.head_dim)", "/ math.sqrt(self.n_heads * self.head_dim)")),
+    _m(_NEOX, "rope-partial-wrong-features", ("self.rotary_ndims = int(self.head_size * rotary_pct)",
+                                               "self.rotary_ndims = self.head_size"), note="all-features"),
+    _m(_NEOX, "merge-without-transpose", ("out = torch.matmul(attn, value).permute(0, 2, 1, 3).reshape(b, t, -1)",
+                                           "out = torch.matmul(attn, value).reshape(b, t, -1)")),
+    _m(_COMPLEX, "missing-scale", (" / math.sqrt(self.head_dim)", "")),
+    _m(_SINKS, "keys-used-as-values", ("torch.matmul(scores, v)", "torch.matmul(scores, k)")),
+    _m(_SOFTCAP, "causal-off-by-one", ("device=q.device).triu(1)", "device=q.device).triu(2)")),
     # the idioms the dataflow reads: uneven fused GQA, partial rotary, raw parameters, a Linear of one's own
     _m(_FUSED_GQA, "kv-heads-tiled",
        ("k = k.repeat_interleave(self.n_head // self.n_local_heads, dim=1)",

@@ -12,7 +12,10 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
 1. Build it (``load.py``, ``names.py``, ``config.py``): import the file without writing bytecode; fill
    the constructor by parameter name (d_model, hid_dim, n_state, heads, d_k...), or pass a config
    object whose attributes are given (``--config``) or guessed by name and recorded. Eval mode, dropout
-   off, fresh random projection weights (``probes.randomise_projections``), float64 when it runs so.
+   off, fresh random projection weights (``probes.randomise_projections``) and 1-D parameters (norm
+   weights, sinks: ``option_search.randomise_extras``), float64 when it runs so. A plain function
+   (``FILE.py:function``) becomes a module class first (``functions.py``): an attention core inside
+   projections the checker supplies, or a module whose parameters are its weight arguments.
 2. Read ``forward``'s signature (``calling.py``): how many tensor inputs, which parameter is the mask.
    A mask the module requires (it raises on None) is given an all-keep mask in its own convention
    wherever the checker calls without one (``masks.all_keep_encoding``).
@@ -23,7 +26,9 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
 6. Mask convention (``masks.py``): every encoding (keep/block, bool/0-1/additive, each shape, valid
    lengths) is tried with a different mask per batch row; the right one makes blocked keys inert. A
    mask whose mere presence makes the module causal (values unread) is recognised first. A module that
-   raises under every convention is reported by that exception (run.py).
+   raises under every convention is reported by that exception (run.py). A causal module that drops its
+   own causal masking when given a mask takes the complete mask (``mask_meaning.py``, Hugging Face's 4-D
+   additive one); a sliding window is read from the outputs token 0 moves (``option_search.find_window``).
 7. Roles (``projections.py``, ``roles.py``): hooks record which projection (nn.Linear, a GPT-2 Conv1D,
    an inner nn.MultiheadAttention's in-projection, one Linear shared by all heads) sees the query, key
    or value input, or the output of a layer applied to it first (a LayerNorm inside the module), or
@@ -39,9 +44,15 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    under that bug. A mask that could not be verified never passes. A module with an absorbed path
    (``forward(x, absorb=True)``...) whose Linears fit multi-head latent attention's roles
    (``latent_roles.py``) is judged as MLA instead (``latent.py``): its naive forward against MLA on its
-   own weights, then its absorbed path against its naive forward.
-9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, the bug in words with its id, its
-   explain topic, the conventions and roles found, in English or Chinese. An exception is matched
+   own weights, then its absorbed path against its naive forward. When neither plain maths nor plain
+   RoPE fits, the options the module shows by behaviour (QK-norm, partial or reversed RoPE, sinks, a named
+   softcap: ``options.py``) are searched (``option_search.py``); a mistake inside them (QK-norm over the
+   whole width, a window or a rotary size other than the constructor's) is named. Then the mask as
+   callers pass it (``mask_meaning.py``): a mask added with the wrong sign, a convention that breaks the
+   caller's ``--call mask=...`` claim.
+9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, for a PASS what its mask means to a
+   caller, the bug in words with its id, its explain topic, the conventions and roles found, in English
+   or Chinese. An exception is matched
    against the catalogue and shown with the learner's line (``run.py`` retries once with
    Lq = Lk = head_dim, where ``q @ k`` still runs).
 """

@@ -36,6 +36,10 @@ BUG_TITLE = {
     "cache-causal-top-left": ("causal mask aligned top-left in a cached step", "缓存解码时因果掩码按左上角对齐"),
     "mla-absorbed-wuk-transposed": ("W_UK transposed when absorbed into the query",
                                     "把 W_UK 吸收进查询时用成了它的转置"),
+    "mask-inverted": ("mask read the wrong way round", "掩码的含义读反了"),
+    "window-off-by-one": ("sliding window off by one", "滑动窗口差了一位"),
+    "qk-norm-wrong-axis": ("QK-norm over the whole width, not each head", "QK-norm 在整个宽度上归一化，而不是在每个头内"),
+    "rope-partial-wrong-features": ("partial RoPE turns the wrong features", "部分 RoPE 旋转了不该旋转的特征"),
 }
 
 
@@ -43,11 +47,6 @@ def bug_name(bug_id: str, lang: str) -> str:
     """The bug's short name with its id: ``heads split without a transpose (reshape-without-transpose)``."""
     title = BUG_TITLE[bug_id][LANGS.index(lang)]
     return f"{title}（{bug_id}）" if lang == "zh" else f"{title} ({bug_id})"
-
-
-def bug_names(bug_ids, lang: str) -> str:
-    """Several bugs' names, joined in the language's way."""
-    return ("、" if lang == "zh" else ", ").join(bug_name(bug_id, lang) for bug_id in bug_ids)
 
 
 # bug id -> (English, Chinese): one line saying what the code does wrong and what it should do
@@ -130,15 +129,45 @@ BUG_TEXT = {
         "of it.",
         "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
     "mask-sign-flipped": (
-        "The mask is added to the scores times a large positive number (scores += {param} * 1e9): a mask "
-        "multiplied by a large number conventionally marks 1 = blocked, and that mask would give the blocked "
-        "keys all the weight. It only works if a caller passes the reverse, 1 = may attend (e.g. 1 - padding), "
-        "and even then every kept score is shifted by 1e9, which float32 rounds away. Use "
-        "scores += {param} * -1e9 (1 = blocked) or masked_fill.",
-        "掩码乘以一个很大的正数后加到了分数上（scores += {param} * 1e9）：按惯例，乘以大数的掩码用 1 表示屏蔽，"
-        "可这样写会让被屏蔽的键拿走全部权重。只有调用者反过来传 1 = 可以关注（例如 1 - padding）时结果才对，"
-        "而且即便如此，每个保留的分数都被加上了 1e9，在 float32 下分数之间的差别会被舍入掉。"
-        "应写成 scores += {param} * -1e9（1 = 屏蔽），或者用 masked_fill。"),
+        "The mask is added to the scores with the wrong sign: a large positive number (such as {param} * 1e9, or "
+        "(1 - {param}) * 1e4) lifts the keys it marks instead of pushing the blocked ones down. The outputs only come "
+        "out right when the caller passes the reverse mask, so that the lifted keys are the kept ones, and even then "
+        "every kept score is shifted by that number, which float32 rounds away. Add a large negative number to the "
+        "blocked scores: scores + {param} * -1e9 when 1 = blocked, scores + (1 - {param}) * -1e9 when 1 = keep; "
+        "or use masked_fill.",
+        "掩码加到分数上时符号反了：加上的是一个很大的正数（比如 {param} * 1e9，或 (1 - {param}) * 1e4），"
+        "它把掩码标出的键抬高了，而不是把被屏蔽的键压低。只有调用者反过来传掩码、让被抬高的恰好是要保留的键时，"
+        "输出才是对的；即便如此，每个保留的分数都被加上了这个大数，在 float32 下分数本身的差别会被舍入掉。"
+        "应该给被屏蔽的分数加一个很大的负数：1 表示屏蔽时写 scores + {param} * -1e9，"
+        "1 表示保留时写 scores + (1 - {param}) * -1e9；或者直接用 masked_fill。"),
+    "mask-inverted": (
+        "The mask is read the wrong way round: the code blocks the keys where '{param}' is {blocked}, but the caller's "
+        "mask (--call mask={claim}) marks the keys to block with {wanted}. Block where it is {wanted}: "
+        "masked_fill({param} == {wanted}, float('-inf')).",
+        "掩码的含义读反了：代码屏蔽的是 '{param}' 为 {blocked} 的键，而调用者传入的掩码（--call mask={claim}）"
+        "用 {wanted} 标出要屏蔽的键。应该屏蔽值为 {wanted} 的位置：masked_fill({param} == {wanted}, float('-inf'))。"),
+    "window-off-by-one": (
+        "The sliding window lets each query see {got} keys, not the {want} it was built with ({name}={want}): query i "
+        "must see keys i - {want} + 1 to i, itself included. Keep key j when 0 <= i - j < {name}, and block it when "
+        "i - j >= {name}.",
+        "滑动窗口让每个查询看到 {got} 个键，而不是构造时给定的 {want} 个（{name}={want}）：第 i 个查询应该看到"
+        "第 i - {want} + 1 到第 i 个键，包括它自己。满足 0 <= i - j < {name} 的键 j 保留，i - j >= {name} 的屏蔽。"),
+    "qk-norm-wrong-axis": (
+        "q and k are normalised (RMSNorm) over all heads together, the full width H*D, before the heads are split: "
+        "each head's scale then depends on the other heads. QK-norm normalises each head's q and k over its own "
+        "head_dim features (Qwen3, Gemma 3): split the heads first, then apply RMSNorm(head_dim). (OLMo 2 normalises "
+        "the full width on purpose: if that is the model you are porting, this is its design, not a bug.)",
+        "q 和 k 是在拆分多头之前、在整个宽度 H*D 上一起做的归一化（RMSNorm），这样每个头的尺度都会受其他头影响。"
+        "QK-norm 应该让每个头的 q 和 k 各自在自己的 head_dim 个特征上归一化（Qwen3、Gemma 3 都是这样）："
+        "先拆分多头，再用 RMSNorm(head_dim)。（OLMo 2 是有意在整个宽度上归一化的；如果你移植的正是 OLMo 2，"
+        "这是它的设计，不是错误。）"),
+    "rope-partial-wrong-features": (
+        "Under partial RoPE only the first rotary_dim = {want} features of each head turn (GPT-NeoX, Phi), "
+        "and the rest pass through unchanged; this module turns features {turned} of each head of {dim}. Turn "
+        "x[..., :rotary_dim] and concatenate x[..., rotary_dim:] back unchanged.",
+        "部分 RoPE 只旋转每个头的前 rotary_dim = {want} 个特征（GPT-NeoX、Phi），其余特征原样保留；"
+        "而这个模块旋转的是每个头（共 {dim} 个特征）的第 {turned} 个特征。应只旋转 x[..., :rotary_dim]，"
+        "再把 x[..., rotary_dim:] 原样拼接回去。"),
     "kv-heads-tiled": (
         "The key/value heads are copied with repeat (kv head j serves query heads j, j + Hkv, ...); each kv head "
         "belongs to a group of neighbouring query heads: repeat_interleave(H // Hkv, dim=1), so query head h "

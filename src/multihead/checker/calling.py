@@ -49,10 +49,17 @@ class CallSpec:
     encoding: object = None  # masks.Encoding once detected
     none_mask: object = None  # a required mask: the masks.Encoding whose all-keep mask stands for "no mask"
     mask_ignored: bool = False  # the mask argument changes nothing
+    mask_complete: bool = False  # given a mask, a causal module drops its own causal masking (mask_meaning.py)
+    mask_claim: str | None = None  # the caller's convention from --call mask=... (mask_meaning.CLAIMS)
+    options: object = None  # options.Options found (QK-norm, a window, sinks, a softcap), or None
     cross_lengths: bool = True  # accepts Lq != Lk
     order: tuple[int, ...] | None = None  # role (0 query, 1 key, 2 value) of each tensor argument; None = in order
     order_found: bool = False  # the order was found by behaviour (order.find_order), not assumed
     pre: dict = field(default_factory=dict)  # input tag ("x", "q", "k", "v") -> (name, layer) applied before
+
+    def causal_with(self, keep) -> bool:
+        """Is a call with this keep pattern (or None) causal? A complete mask replaces the causal part."""
+        return self.causal and not (keep is not None and self.mask_complete)
 
 
 def read_signature(forward) -> CallSpec:

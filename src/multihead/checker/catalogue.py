@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from multihead.checker.options import Options
 from multihead.checker.roles import Weights
 
 
@@ -58,8 +59,15 @@ BUGS: tuple[Bug, ...] = (
     Bug("cache-positions-not-offset", "kv-cache", ()),
     Bug("cache-causal-top-left", "kv-cache", ()),
     Bug("mla-absorbed-wuk-transposed", "mla", ()),
+    # judged against what the caller or the constructor says (mask_meaning.py, options.py)
+    Bug("mask-inverted", "masked-fill", ()),
+    Bug("window-off-by-one", "window-and-sinks", ()),
+    Bug("qk-norm-wrong-axis", "where-heads-live", ()),
+    Bug("rope-partial-wrong-features", "rope", ()),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
+MASK_BUGS = {"mask-after-softmax", "mask-filled-with-zero", "mask-wrong-rows", "mask-ignored", "mask-sign-flipped",
+             "mask-inverted"}  # bugs in how the caller's mask is used: the report then discusses the mask
 BUG_OF_FORM = {form: bug for bug in BUGS for form in bug.forms}
 # Forms that only differ from the correct maths when some key is masked (by a mask or causally),
 # or only when the caller passes a mask.
@@ -73,6 +81,7 @@ SCALE_FORMS = {"no-scale": lambda H, D: 1.0, "scale-by-embed": lambda H, D: (H *
 NEEDS_CAUSAL = {"causal-blocks-diagonal", "causal-sees-next-token"}
 
 BLOCKED_FILL = -1e9  # the finite fill learners use; the correct maths uses -inf
+NO_OPTIONS = Options()
 
 
 def _project(x: torch.Tensor, proj) -> torch.Tensor:
@@ -115,19 +124,24 @@ def _tiled_rows(keep: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = False,
                       mistake: str | None = None, fill: float = -math.inf,
-                      scale: float | None = None, positions: tuple | None = None) -> torch.Tensor:
+                      scale: float | None = None, positions: tuple | None = None,
+                      options: Options | None = None) -> torch.Tensor:
     """Multi-head attention with at most one known mistake; ``fill`` is what blocked scores become;
     ``scale`` (default 1/sqrt(D)) multiplies the scores; ``weights.rope`` (if set) turns q and k to
-    ``positions`` = (q positions (Lq,), k positions (Lk,)), default 0 ... L-1."""
+    ``positions`` = (q positions (Lq,), k positions (Lk,)), default 0 ... L-1; ``options`` (QK-norm, a
+    window, sinks, a softcap: ``options.py``) as the module was found to use them."""
+    opts = options or NO_OPTIONS
     if mistake == "ignore-mask":
         keep = None  # e.g. `scores.masked_fill(...)` whose result is thrown away
     num_heads, kv_heads = weights.num_heads, weights.num_kv_heads
-    q = _split(_project(xq, weights.q), num_heads, mistake)  # (B, H, Lq, D)
-    k = _split(_project(xk, weights.k), kv_heads, mistake)  # (B, Hkv, Lk, D)
+    q = _split(opts.norm_width(_project(xq, weights.q), "q"), num_heads, mistake)  # (B, H, Lq, D)
+    k = _split(opts.norm_width(_project(xk, weights.k), "k"), kv_heads, mistake)  # (B, Hkv, Lk, D)
     v = _split(_project(xv, weights.v), kv_heads, mistake)  # (B, Hkv, Lk, D)
+    q, k = opts.norm_q_k(q, k, after_rope=False)
+    q_at, k_at = positions or (torch.arange(q.shape[-2]), torch.arange(k.shape[-2]))
     if weights.rope is not None:
-        q_at, k_at = positions or (torch.arange(q.shape[-2]), torch.arange(k.shape[-2]))
         q, k = weights.rope.turn(q, q_at), weights.rope.turn(k, k_at)
+    q, k = opts.norm_q_k(q, k, after_rope=True)
     if kv_heads != num_heads and mistake == "kv-heads-tiled":  # query head h reads kv head h % Hkv
         k, v = (t.repeat(1, num_heads // kv_heads, 1, 1) for t in (k, v))  # (B, H, Lk, D)
     elif kv_heads != num_heads:  # query head h reads kv head h // (H / Hkv)
@@ -139,17 +153,21 @@ def reference_variant(xq, xk, xv, weights: Weights, keep, *, causal: bool = Fals
         scale = SCALE_FORMS[mistake](num_heads, D)
     if mistake != "scale-after-softmax":
         scores = scores * (D ** -0.5 if scale is None else scale)
+    scores = opts.cap(scores)
     if keep is not None and mistake == "mask-rows-tiled":
         keep = _tiled_rows(keep.expand(keep.shape[0], 1, Lq, Lk), num_heads)
 
     if causal:
         causal_keep = _causal_keep(Lq, Lk, mistake, scores.device)
         keep = causal_keep if keep is None else keep & causal_keep
+    window = opts.window_keep(q_at, k_at)  # (Lq, Lk) or None
+    if window is not None:
+        keep = window if keep is None else keep & window
     if keep is not None and mistake not in NEEDS_MASK:
         scores = scores.masked_fill(~keep, FILLS_BLOCKED.get(mistake, fill))
 
     axis = {"softmax-over-queries": -2, "softmax-over-heads": 1, "softmax-over-batch": 0}.get(mistake, -1)
-    attn = torch.softmax(scores, dim=axis)  # (B, H, Lq, Lk)
+    attn = opts.softmax(scores, axis)  # (B, H, Lq, Lk)
     if mistake == "scale-after-softmax":
         attn = attn / math.sqrt(D)
     if keep is not None and mistake in NEEDS_MASK:

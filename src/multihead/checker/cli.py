@@ -26,8 +26,10 @@ TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("E
 
 
 HELP = {  # option -> (English, Chinese)
-    "target": ("your module's file and class name, e.g. my_attention.py:MultiHeadAttention",
-               "你的模块所在的文件和类名，例如 my_attention.py:MultiHeadAttention"),
+    "target": ("your module's file and class name, e.g. my_attention.py:MultiHeadAttention, or an attention "
+               "function's, e.g. my_attention.py:scaled_dot_product",
+               "你的模块所在的文件和类名，例如 my_attention.py:MultiHeadAttention；也可以是注意力函数，"
+               "例如 my_attention.py:scaled_dot_product"),
     "init": ("constructor keyword arguments as JSON, e.g. '{\"d_model\": 16, \"num_heads\": 4}' "
              "(default: guessed from the parameter names)",
              "构造函数的关键字参数，用 JSON 写，例如 '{\"d_model\": 16, \"num_heads\": 4}'"
@@ -38,9 +40,11 @@ HELP = {  # option -> (English, Chinese)
                "构造函数只收一个配置对象时（__init__(self, config)，minGPT、nanoGPT、GPT-2、BERT 都是这种写法），"
                "用 JSON 给出它的属性，例如 '{\"n_embd\": 16, \"n_head\": 4}'；没给的属性按名字猜"),
     "call": ("what to take as given instead of detecting it: heads=N, layout=batch|seq, causal=yes|no, "
-             "inputs=x|qkv|q_kv (comma separated)",
+             "inputs=x|qkv|q_kv; and how callers pass the mask, a claim the module must keep: "
+             "mask=keep|block|additive|lengths|key_padding (comma separated)",
              "直接告诉检查器、不用它去探测的事项，用逗号隔开：heads=N（头数）、layout=batch|seq（批量维在前还是"
-             "序列维在前）、causal=yes|no（是否因果）、inputs=x|qkv|q_kv（forward 收几个输入）"),
+             "序列维在前）、causal=yes|no（是否因果）、inputs=x|qkv|q_kv（forward 收几个输入）；还有调用者怎样传掩码，"
+             "这是模块必须遵守的约定：mask=keep|block|additive|lengths|key_padding"),
     "lang": ("language of the report (default: from LANGUAGE/LC_ALL/LC_MESSAGES/LANG, else en)",
              "报告用的语言（默认按 LANGUAGE、LC_ALL、LC_MESSAGES、LANG 判断，都没设就用英文）"),
 }

@@ -12,6 +12,7 @@ import torch
 from torch.func import functional_call
 
 from multihead.checker.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
+from multihead.checker.options import Options
 from multihead.checker.roles import RoleAssignment, Weights
 from multihead.convert import linears_to_module
 from multihead.masks import Mask
@@ -36,11 +37,13 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).abs().max()) / max(scale, 1e-6) if got.numel() else 0.0
 
 
-def reference_parameters(weights: Weights) -> tuple[MultiHeadAttention, dict]:
-    """A MultiHeadAttention shaped like ``weights`` and the parameter dict to call it with: the
-    learner's own tensors, so that gradients reach them (no output projection: its identity stays)."""
+def reference_parameters(weights: Weights, options: Options | None = None) -> tuple[MultiHeadAttention, dict]:
+    """A MultiHeadAttention shaped like ``weights`` (with the ``options`` found) and the parameter dict to
+    call it with: the learner's own tensors, so that gradients reach them (no output projection: its
+    identity stays)."""
     pairs = {"q_proj": weights.q, "k_proj": weights.k, "v_proj": weights.v, "out_proj": weights.o}
-    reference = linears_to_module(*pairs.values(), num_heads=weights.num_heads)
+    reference = linears_to_module(*pairs.values(), num_heads=weights.num_heads,
+                                  **(options.reference_kwargs() if options else {}))
     if weights.rope is not None:  # q and k turned by mh.RoPE in the layout the learner's module uses
         reference.rope = weights.rope.module(weights.head_dim)
     params = {}
@@ -49,15 +52,17 @@ def reference_parameters(weights: Weights) -> tuple[MultiHeadAttention, dict]:
             params[f"{name}.weight"], bias = pair
             if bias is not None:
                 params[f"{name}.bias"] = bias
+    if options is not None:
+        options.reference_layers(reference, weights.head_dim, params)
     return reference.eval(), params
 
 
 def reference_output(weights: Weights, spec: CallSpec, xq, xk, xv, keep) -> torch.Tensor:
     """multihead's output for batch-first inputs and a keep pattern (B, Lq, Lk) or None."""
-    reference, params = reference_parameters(weights)
+    reference, params = reference_parameters(weights, spec.options)
     mask = None if keep is None else Mask.keep(keep[:, None])  # (B, 1, Lq, Lk)
     args = attention_inputs(spec, xq, xk, xv)
-    return functional_call(reference, params, args, {"mask": mask, "causal": spec.causal})
+    return functional_call(reference, params, args, {"mask": mask, "causal": spec.causal_with(keep)})
 
 
 def compare_with_reference(module, spec: CallSpec, roles: RoleAssignment, cases):

@@ -22,12 +22,14 @@ from multihead.checker.roles import RoleAssignment, Weights
 
 @dataclass
 class Match:
-    """The closest variant: its form (None = the correct maths), roles, fill and error."""
+    """The closest variant: its form (None = the correct maths), roles, fill and error; ``scale`` the
+    measured factor on the scores it was found with (None: 1/sqrt(D))."""
 
     form: str | None
     roles: RoleAssignment | None
     fill: float
     error: float
+    scale: float | None = None
 
     @property
     def bug_id(self) -> str | None:
@@ -40,32 +42,41 @@ def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill, scal
     outputs = []
     for *tensors, keep in cases:
         keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)
-        outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, causal=spec.causal,
-                                         mistake=form, fill=fill, scale=scale))
+        outputs.append(reference_variant(*attention_inputs(spec, *tensors), weights, keep4, causal=spec.causal_with(keep),
+                                         mistake=form, fill=fill, scale=scale, options=spec.options))
     return outputs
 
 
-def _error(module, spec, roles, cases, wanted, form, fill) -> float:
+def _error(module, spec, roles, cases, wanted, form, fill, scale=None) -> float:
     try:
         with torch.no_grad():
-            got = variant_outputs(module, spec, roles, cases, form, fill)
+            got = variant_outputs(module, spec, roles, cases, form, fill, scale)
     except RuntimeError:  # e.g. q @ k needs Lk == D: this form cannot produce these outputs
         return math.inf
     return max(relative_error(g, w) for g, w in zip(got, wanted))
 
 
-def closest(module, spec, assignments, cases, wanted, forms) -> Match:
-    """The (form, roles, fill) whose outputs are closest to ``wanted`` (the learner's outputs)."""
+def closest(module, spec, assignments, cases, wanted, forms, scale: float | None = None) -> Match:
+    """The (form, roles, fill) whose outputs are closest to ``wanted`` (the learner's outputs), with the
+    scores scaled by ``scale`` (default 1/sqrt(D))."""
     best = Match(None, None, -math.inf, math.inf)
     fills = (-math.inf, BLOCKED_FILL) if (spec.causal or any(c[3] is not None for c in cases)) \
         else (-math.inf,)
     for form in forms:
         for roles in assignments:
+            if form == "kv-heads-tiled" and _kv_heads(roles) == roles.num_heads:
+                continue  # without grouped kv heads, tiling them is the correct maths: it names nothing
             for fill in fills:
-                error = _error(module, spec, roles, cases, wanted, form, fill)
+                error = _error(module, spec, roles, cases, wanted, form, fill, scale)
                 if error < best.error or best.roles is None:  # the first candidate stands until one is closer
-                    best = Match(form, roles, fill, error)
+                    best = Match(form, roles, fill, error, scale)
     return best
+
+
+def _kv_heads(roles: RoleAssignment) -> int:
+    """The number of key/value heads of an assignment (its key rows over the head size)."""
+    weights = roles.weights()
+    return weights.num_kv_heads
 
 
 def exception_signature(error: BaseException) -> str:

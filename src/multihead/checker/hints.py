@@ -1,7 +1,10 @@
 """``--call`` hints: what to take as given instead of detecting it.
 
-Format: comma-separated ``key=value`` pairs, e.g. ``"heads=4,layout=seq,causal=no,inputs=qkv"``.
-heads: number of heads; layout: batch | seq; causal: yes | no; inputs: x | qkv | q_kv.
+Format: comma-separated ``key=value`` pairs, e.g. ``"heads=4,layout=seq,causal=no,inputs=qkv,mask=keep"``.
+heads: number of heads; layout: batch | seq; causal: yes | no; inputs: x | qkv | q_kv; mask: the
+caller's mask convention, a claim the module must keep (``mask_meaning.CLAIMS``): keep (True/1 = may
+attend), block (True/1 = blocked), additive (added to the scores), lengths (valid lengths), key_padding
+((B, Lk), True = padding).
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from dataclasses import dataclass
 from multihead.checker.calling import CallSpec
 from multihead.checker.load import LoadError
 
-_CHOICES = {"layout": ("batch", "seq"), "causal": ("yes", "no"), "inputs": ("x", "qkv", "q_kv")}
+_CHOICES = {"layout": ("batch", "seq"), "causal": ("yes", "no"), "inputs": ("x", "qkv", "q_kv"),
+            "mask": ("keep", "block", "additive", "lengths", "key_padding")}
 
 
 @dataclass
@@ -20,6 +24,7 @@ class Hints:
     layout: str | None = None
     causal: bool | None = None
     inputs: str | None = None
+    mask: str | None = None  # the caller's mask convention (a claim), one of _CHOICES["mask"]
 
 
 def parse_hints(text: str | None) -> Hints:
@@ -60,4 +65,5 @@ def apply_hints(spec: CallSpec, hints: Hints) -> CallSpec:
         spec.layout = hints.layout
     if hints.causal is not None:
         spec.causal = hints.causal
+    spec.mask_claim = hints.mask
     return spec

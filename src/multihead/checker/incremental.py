@@ -104,11 +104,13 @@ def _chunks(x: torch.Tensor, prompt: int) -> list[torch.Tensor]:
     return [x[:, :prompt].contiguous()] + [x[:, t:t + 1].contiguous() for t in range(prompt, x.shape[1])]
 
 
-def cached_variant(weights, x: torch.Tensor, prompt: int, mistake: str | None) -> torch.Tensor:
+def cached_variant(weights, x: torch.Tensor, prompt: int, mistake: str | None, options=None) -> torch.Tensor:
     """The reference's rows for a prompt then single steps, with one cached mistake (or None): the step's
     positions restarting at 0 (``cache-positions-not-offset``), or a top-left causal mask in a step
-    (``cache-causal-top-left``). x (B, L, E) -> (B, L, O)."""
-    rows = [reference_variant(x[:, :prompt], x[:, :prompt], x[:, :prompt], weights, None, causal=True)]
+    (``cache-causal-top-left``); ``options``: what the module was found to use (options.py).
+    x (B, L, E) -> (B, L, O)."""
+    rows = [reference_variant(x[:, :prompt], x[:, :prompt], x[:, :prompt], weights, None, causal=True,
+                              options=options)]
     for t in range(prompt, x.shape[1]):
         seen = x[:, : t + 1]  # (B, t+1, E): the cached keys and the new one
         keys_at = torch.arange(t + 1)
@@ -116,8 +118,8 @@ def cached_variant(weights, x: torch.Tensor, prompt: int, mistake: str | None) -
         if mistake == "cache-positions-not-offset":  # every step's token was turned at position 0
             keys_at, query_at = torch.cat((torch.arange(prompt), torch.zeros(t + 1 - prompt, dtype=torch.long))), \
                 torch.zeros(1, dtype=torch.long)
-        rows.append(reference_variant(x[:, t:t + 1], seen, seen, weights, None,
-                                      causal=mistake == "cache-causal-top-left", positions=(query_at, keys_at)))
+        rows.append(reference_variant(x[:, t:t + 1], seen, seen, weights, None, causal=mistake == "cache-causal-top-left",
+                                      positions=(query_at, keys_at), options=options))
     return torch.cat(rows, dim=1)
 
 
@@ -158,7 +160,7 @@ def check_cached(module, spec: CallSpec, roles, tol: float, report) -> None:
         for mistake in CACHED_BUGS:
             if mistake == "cache-positions-not-offset" and weights.rope is None:
                 continue  # without RoPE positions change nothing
-            if relative_error(got, cached_variant(weights, seen, PROMPT, mistake)) <= tol:
+            if relative_error(got, cached_variant(weights, seen, PROMPT, mistake, spec.options)) <= tol:
                 report.bug = mistake
                 return
     rows = [i for i in range(got.shape[1]) if relative_error(got[:, i], full[:, i]) > tol]

@@ -18,6 +18,8 @@ from pathlib import Path
 from torch import nn
 
 from multihead.checker.config import GuessedConfig
+from multihead.checker.load_error import LoadError
+from multihead.checker.functions import function_class, is_function_target
 from multihead.checker.names import (
     EMBED_NAMES,
     LENGTH_NAMES,
@@ -34,26 +36,12 @@ from multihead.checker.names import (
 LONGEST_PROBE = 6  # the longest probe sequence for modules with a context length (see probes.py)
 
 
-class LoadError(Exception):
-    """The learner's file, class or constructor could not be used (the checker exits with 2).
-
-    ``str(error)`` is the English message; ``error.text(lang)`` the message in ``lang``.
-    """
-
-    def __init__(self, english: str, chinese: str | None = None):
-        super().__init__(english)
-        self.chinese = chinese or english
-
-    def text(self, lang: str) -> str:
-        return self.chinese if lang == "zh" else str(self)
-
-
 def split_target(target: str) -> tuple[Path, str]:
-    """``"path/to/file.py:ClassName"`` -> (path, class name)."""
+    """``"path/to/file.py:ClassName"`` (or ``:function``) -> (path, name)."""
     path, sep, name = target.rpartition(":")
     if not sep or not path or not name:
-        raise LoadError(f"expected FILE.py:ClassName, got {target!r}",
-                        f"应写成 文件.py:类名，实际是 {target!r}")
+        raise LoadError(f"expected FILE.py:ClassName or FILE.py:function, got {target!r}",
+                        f"应写成 文件.py:类名 或 文件.py:函数名，实际是 {target!r}")
     return Path(path), name
 
 
@@ -84,22 +72,25 @@ def import_file(path: Path):
 
 
 def load_class(target: str) -> type:
-    """The nn.Module subclass named by ``"file.py:ClassName"``."""
+    """The nn.Module subclass named by ``"file.py:ClassName"``, or a plain attention function
+    (``"file.py:function"``) wrapped as one (``functions.function_class``)."""
     path, name = split_target(target)
     module = import_file(path)
     cls = getattr(module, name, None)
+    if is_function_target(cls):
+        return function_class(cls)
     if cls is None:
-        classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
-                   and v.__module__ == module.__name__]
+        classes = [n for n, v in vars(module).items() if (isinstance(v, type) and issubclass(v, nn.Module)
+                   or is_function_target(v)) and v.__module__ == module.__name__]
         hint = difflib.get_close_matches(name, classes, n=1)
         defined = ", ".join(classes) or "-"
-        raise LoadError(f"class {name!r} not found in {path}; it defines: {defined}"
+        raise LoadError(f"class or function {name!r} not found in {path}; it defines: {defined}"
                         + (f" (did you mean {hint[0]!r}?)" if hint else ""),
-                        f"{path} 里没有类 {name!r}；文件中定义的有：{defined}"
+                        f"{path} 里没有类或函数 {name!r}；文件中定义的有：{defined}"
                         + (f"（是不是 {hint[0]!r}？）" if hint else ""))
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise LoadError(f"{name!r} in {path} is not an nn.Module subclass",
-                        f"{path} 里的 {name!r} 不是 nn.Module 的子类")
+        raise LoadError(f"{name!r} in {path} is neither an nn.Module subclass nor a function",
+                        f"{path} 里的 {name!r} 既不是 nn.Module 的子类，也不是函数")
     return cls
 
 
@@ -206,6 +197,17 @@ def size_values(kwargs: dict) -> dict:
         else:
             found[name] = value
     return found
+
+
+def named_values(cls: type, kwargs: dict) -> dict:
+    """The constructor's named values: its parameters' defaults, overridden by the arguments it was built with
+    (config attributes included), e.g. to read rope_theta=1e6 or window_size=4 left at their defaults."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        params = []
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return {**defaults, **size_values(kwargs)}
 
 
 def with_head_count(kwargs: dict, heads: int) -> dict | None:

@@ -14,7 +14,6 @@ per-row masks but is inert only for a shared one mixes up its rows.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -69,8 +68,8 @@ def _encodings() -> list[Encoding]:
             found.append(Encoding(kind.replace("keep01", "keep"), shape, family,
                                   lambda m, dt, cut=cut, convert=convert: convert(cut(m), dt)))
     found.append(Encoding("keep", "(Lq, Lk, B)", "full", lambda m, dt: m.permute(1, 2, 0)))
-    # multihead's own modules take a Mask object, which says its convention itself
-    found.append(Encoding("multihead-mask", "Mask.keep((B, 1, Lq, Lk))", "full", lambda m, dt: Mask.keep(m[:, None])))
+    # multihead's own modules take a Mask object, which says its convention itself (tried as Mask.keep)
+    found.append(Encoding("multihead-mask", "(B, 1, Lq, Lk)", "full", lambda m, dt: Mask.keep(m[:, None])))
     return found
 
 
@@ -204,38 +203,6 @@ def all_keep_encoding(module, spec: CallSpec, inputs) -> Encoding | None:
         if torch.isfinite(out).all() and not torch.allclose(out, out[:, :1].expand_as(out)):
             return encoding
     return None
-
-
-def keep_shifts_scores(module, spec: CallSpec, inputs) -> bool:
-    """A 1 = may-attend mask that is *added* times a large positive number (``scores += mask * 1e9``, a
-    1 = blocked mask with its sign flipped): kept scores move by 1e9, which float32 cannot add to a score
-    without losing it. Seen as an all-keep mask that changes the float32 output, unlike no mask at all."""
-    if spec.encoding is None or spec.encoding.kind != "keep" or spec.none_mask is not None:
-        return False
-    xq, xk, xv = (t.float() for t in inputs)
-    keep = torch.ones(xq.shape[0], xq.shape[1], xk.shape[1], dtype=torch.bool)
-    with in_float32(module):
-        try:
-            with torch.no_grad():
-                masked, plain = invoke(module, spec, xq, xk, xv, keep), invoke(module, spec, xq, xk, xv)
-        except LearnerError:
-            return False
-    return not agree(masked, plain, 1e-3)
-
-
-@contextlib.contextmanager
-def in_float32(module):
-    """The module in float32 for a while, then its own parameters and buffers back, exactly."""
-    params = [(p, p.data) for p in module.parameters()]
-    buffers = [(m, dict(m._buffers)) for m in module.modules()]
-    module.float()
-    try:
-        yield module
-    finally:
-        for param, data in params:
-            param.data = data
-        for layer, saved in buffers:
-            layer._buffers.update(saved)
 
 
 def tried_text(lang: str = "en") -> str:

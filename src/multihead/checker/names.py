@@ -25,6 +25,9 @@ HEAD_DIM_NAMES = ("d_k", "d_v", "dim_head", "head_dim", "d_head", "head_size", "
 LENGTH_NAMES = ("context_length", "block_size", "max_len", "seq_len", "max_seq_len", "n_ctx", "max_length",
                 "max_seq_length", "context_size", "max_positions", "seq_length", "n_positions",
                 "max_position_embeddings", "max_seq")
+WINDOW_NAMES = ("window", "window_size", "sliding_window", "attention_window", "local_window", "window_len",
+                "sliding_window_size", "attn_window")  # a window of WINDOW keys, shorter than the probes
+WINDOW = 4
 DROPOUT_HINTS = ("dropout", "drop", "p_attn", "pdrop")  # any name containing one of these: 0.0
 FLAG_NAMES = ("bias", "qkv_bias", "use_bias", "add_bias", "scale_attn_weights", "proj_bias")  # True
 OFF_NAMES = ("output_attentions", "is_decoder", "use_cache", "add_cross_attention", "is_cross_attention",
@@ -37,7 +40,7 @@ CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "op
 
 _VALUES = {**{n: EMBED for n in QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES},
            **{n: HEADS for n in HEAD_NAMES}, **{n: HEAD_DIM for n in HEAD_DIM_NAMES},
-           **{n: LENGTH for n in LENGTH_NAMES}, **{n: True for n in FLAG_NAMES},
+           **{n: LENGTH for n in LENGTH_NAMES}, **{n: WINDOW for n in WINDOW_NAMES}, **{n: True for n in FLAG_NAMES},
            **{n: False for n in OFF_NAMES}, **{n: "cpu" for n in DEVICE_NAMES}}
 
 
@@ -95,7 +98,7 @@ def tried_text(lang: str = "en") -> str:
     groups = [(("sizes", "宽度"), QUERY_SIZE_NAMES + EMBED_NAMES),
               (("key/value sizes", "键/值宽度"), KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
               (("heads", "头数"), HEAD_NAMES), (("head sizes", "每个头的维度"), HEAD_DIM_NAMES),
-              (("lengths", "长度"), LENGTH_NAMES), (("flags", "开关"), FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
+              (("lengths", "长度"), LENGTH_NAMES), (("windows", "窗口"), WINDOW_NAMES), (("flags", "开关"), FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
     sep, colon = ("；", "：") if zh else ("; ", ": ")
     listed = sep.join(f"{label[zh]}{colon}{', '.join(dict.fromkeys(names))}" for label, names in groups)
     words = sep.join(f"{'/'.join(w)} -> {v}" for w, v in PATTERNS)

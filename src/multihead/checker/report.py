@@ -12,6 +12,8 @@ from multihead.checker.catalogue import BUG_BY_ID
 from multihead.checker.text import bug_name, say
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
+# mask convention (masks.Encoding.kind) -> the sentence a PASS says about it (text.MEANING_TEXT "meaning:...")
+MEANING_KINDS = {"keep": "keep", "block": "block", "block01": "block", "additive": "additive", "lengths": "lengths"}
 
 
 @dataclass
@@ -80,9 +82,23 @@ class CheckReport:
         return [f"{say(role, self.lang)}{colon}{where if where != '(none)' else say('no-out', self.lang)}"
                 for role, where in self.roles.items()]
 
+    def mask_lines(self) -> list[str]:
+        """For a PASS whose module takes a mask: what the mask means to a caller (the first thing to get right)."""
+        if not self.passed:
+            return []
+        keys = dict(self.conventions)
+        kind = next((key for key in MEANING_KINDS if key in keys), None)
+        if kind is None:
+            return []
+        values = keys[kind]
+        line = say("meaning:claimed" if "claim" in values else "meaning:" + MEANING_KINDS[kind], self.lang, **values)
+        if "mask-complete" in keys:
+            line += (" " if self.lang == "en" else "") + say("meaning:complete", self.lang)
+        return [line]
+
     def detail_lines(self) -> list[str]:
-        """The explanation, the explain topic, the exception and notes, as lines."""
-        lines = []
+        """The mask's meaning (a PASS), the explanation, the explain topic, the exception and notes, as lines."""
+        lines = self.mask_lines()
         if self.bug:
             lines.append(self.explanation())
             lines.append(say("explain", self.lang, topic=self.topic))

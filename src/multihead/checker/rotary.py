@@ -29,40 +29,52 @@ ROPE_TOLERANCE = 2e-5
 @dataclass(frozen=True)
 class Rotary:
     """One way of turning q and k: ``tables_interleaved`` is the cos/sin layout, ``turn_interleaved`` the
-    quarter turn's; ``float32`` = frequencies rounded to float32 (as a float32 inv_freq buffer holds them)."""
+    quarter turn's; ``float32`` = frequencies rounded to float32 (as a float32 inv_freq buffer holds them);
+    ``rotary_dim``: only that many features of each head turn (partial RoPE; None = all of them), the first
+    ones, or the last ones when ``trailing`` (the ``rope-partial-wrong-features`` mistake); ``reverse``: the
+    angles are -theta (a turn the other way, as nanochat writes it: still relative, a convention)."""
 
     base: float
     tables_interleaved: bool
     turn_interleaved: bool
     float32: bool
     rotary_dim: int | None = None  # R: only the first R features of each head turn (None: all D)
+    trailing: bool = False
+    reverse: bool = False
 
     @property
     def correct(self) -> bool:
-        return self.tables_interleaved == self.turn_interleaved
+        return self.tables_interleaved == self.turn_interleaved and not self.trailing
 
     @property
     def bug(self) -> str | None:
-        """The catalogue id of a mixed pairing, None for correct RoPE."""
+        """The catalogue id of a mixed pairing or of the wrong features turned, None for correct RoPE."""
+        if self.trailing:
+            return "rope-partial-wrong-features"
         if self.correct:
             return None
         return "rope-half-split-on-interleaved" if self.tables_interleaved else "rope-interleaved-on-half-split"
 
     def frequencies(self, head_dim: int) -> torch.Tensor:
-        """(R/2,) float64: base ** (-2i / R), R = rotary_dim or D."""
+        """(R/2,) float64: base ** (-2i / R), R = rotary_dim or D; negated for a reverse turn."""
         turned = self.rotary_dim or head_dim
         exponents = torch.arange(0, turned, 2, dtype=torch.float64) / turned
         freqs = 1.0 / self.base ** exponents
-        return freqs.float().double() if self.float32 else freqs
+        freqs = freqs.float().double() if self.float32 else freqs
+        return -freqs if self.reverse else freqs
 
     def turn(self, t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """t (B, H, L, D) turned to ``positions`` (L,) (its first rotary_dim features); shape unchanged.
-        RuntimeError (as any variant that cannot run on these shapes) when D cannot hold the turned pairs."""
+        """t (B, H, L, D) turned to ``positions`` (L,) (its first rotary_dim features, or its last ones when
+        ``trailing``); shape unchanged. RuntimeError (as any variant that cannot run on these shapes) when D
+        cannot hold the turned pairs."""
         turned = self.rotary_dim or t.shape[-1]
         if turned % 2 or turned > t.shape[-1]:
             raise RuntimeError(f"RoPE turns pairs: {turned} of a head's {t.shape[-1]} features cannot turn")
         cos, sin = _tables(self, t.shape[-1], tuple(positions.tolist()), t.dtype)  # (1, L, R)
-        return apply_rotary(t, cos, sin, self.turn_interleaved)
+        if not self.trailing:
+            return apply_rotary(t, cos, sin, self.turn_interleaved)
+        kept, turning = t[..., :-turned], t[..., -turned:]
+        return torch.cat((kept, apply_rotary(turning, cos, sin, self.turn_interleaved)), dim=-1)
 
     def module(self, head_dim: int) -> RoPE:
         """``mh.RoPE`` in this (correct) layout with these exact frequencies, for the reference module."""
@@ -85,8 +97,19 @@ def bases(module, kwargs: dict) -> tuple[float, ...]:
     return tuple(rope_bases(module, kwargs))
 
 
-def rotaries(bases_to_try: tuple[float, ...], correct: bool) -> list[Rotary]:
-    """The correct layouts (``correct``) or the mixed ones, at every base, float32 frequencies first."""
+def rotaries(bases_to_try: tuple[float, ...], correct: bool, rotary_dim: int | None = None,
+             trailing: bool = False, reverse: bool = False) -> list[Rotary]:
+    """The correct layouts (``correct``) or the mixed ones, at every base, float32 frequencies first, turning
+    ``rotary_dim`` features of each head (None: all), the last ones when ``trailing``, by -theta when
+    ``reverse``."""
     layouts = [(False, False), (True, True)] if correct else [(True, False), (False, True)]
-    return [Rotary(base, tables, turn, float32) for tables, turn in layouts for base in bases_to_try
-            for float32 in (True, False)]
+    return [Rotary(base, tables, turn, float32, rotary_dim, trailing, reverse) for tables, turn in layouts
+            for base in bases_to_try for float32 in (True, False)]
+
+
+def rotary_dims(head_dim: int, intended: int | None) -> list[int]:
+    """The partial rotary sizes R to try for heads of ``head_dim``: the one the constructor names, then half
+    and a quarter of the head (even, at least 2, less than D)."""
+    found = [intended] if intended else []
+    found += [head_dim // 2, head_dim // 4]
+    return list(dict.fromkeys(r for r in found if r and r % 2 == 0 and 2 <= r < head_dim))

@@ -16,6 +16,7 @@ import difflib
 import io
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -25,12 +26,14 @@ from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signa
 from multihead.checker.catalogue import BUG_OF_FORM
 from multihead.checker.config import GuessedConfig
 from multihead.checker.diagnose import match_exception, random_weights
+from multihead.checker.functions import describe_function, function_class, is_function_target
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (
     LoadError,
     build,
     load_class,
     misspelled_forward,
+    named_values,
     parse_config,
     parse_init,
     size_values,
@@ -48,17 +51,19 @@ from multihead.checker.names import (
     VALUE_SIZE_NAMES,
     is_head_count_name,
 )
+from multihead.checker.option_search import intended, randomise_extras
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
 from multihead.checker.rotary import bases
-from multihead.checker.text import bug_name, bug_names, check_lang, say
+from multihead.checker.text import bug_name, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
 
 
 def check(target, *, init=None, config=None, call=None, lang: str = "en") -> CheckReport:
     """Check a multi-head attention module: ``target`` is a "file.py:Class" string, a class or an
-    instance (never modified: the checker works on a copy). ``init``: constructor kwargs (dict or
+    instance (never modified: the checker works on a copy), or an attention function ("file.py:function"
+    or the function itself, ``functions.py``). ``init``: constructor kwargs (dict or
     JSON text); ``config``: attributes of a config object for ``__init__(self, config)`` (dict or JSON
     text; unnamed ones are guessed); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
     lang = check_lang(lang)
@@ -85,6 +90,8 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
         return report
     try:
         report = _check_built(module, kwargs, hints, report)
+        if hasattr(type(module), "checked_function"):  # a plain function, checked inside a module (functions.py)
+            describe_function(report, type(module))
         configs = [v for v in kwargs.values() if isinstance(v, GuessedConfig)]
         report.notes[:0] = [say("switched-on", lang, name=name) for name in notes] + [
             say("config-read", lang, values=", ".join(f"{k}={v!r}" for k, v in c.values().items())) for c in configs]
@@ -115,21 +122,25 @@ def _check_built(module, kwargs, hints, report) -> CheckReport:
 
 def _tell_scales_apart(report: CheckReport, rebuild, hints: Hints) -> None:
     """The measured scale fits two mistakes at this head count (H = 4: 1/sqrt(4 D) = 1/(2 sqrt(D))):
-    check the class again with another head count and keep the id that still fits."""
+    check the class again with another head count and keep the id that still fits. The report lists the
+    mistakes, one per line, then says which one the rebuilt module shows (or how to tell them apart)."""
+    lang, ambiguous = report.lang, report.ambiguous
+    sizes = next((values for key, values in report.conventions if key == "heads"), None)
+    report.ambiguous = []
+    report.notes.append(say("scale-same", lang, **sizes) if sizes else say("scale-same-here", lang))
+    report.notes.extend(f"- {bug_name(bug, lang)}" for bug in ambiguous)
     for heads in (2, 8, 3, 1) if rebuild else ():  # an instance cannot be rebuilt
         built = rebuild(heads)
         if built is None:
             continue
         module, kwargs = built
-        other = _check_built(module, kwargs, Hints(layout=hints.layout, causal=hints.causal, inputs=hints.inputs),
-                             CheckReport(target=report.target, lang=report.lang))
-        if other.bug in report.ambiguous and not other.ambiguous:
+        other = _check_built(module, kwargs, replace(hints, heads=None),
+                             CheckReport(target=report.target, lang=lang))
+        if other.bug in ambiguous and not other.ambiguous:
             report.bug = other.bug
-            report.notes.append(say("scale-rebuilt", report.lang, heads=heads, bug=bug_name(other.bug, report.lang),
-                                    bugs=bug_names(report.ambiguous, report.lang)))
-            report.ambiguous = []
+            report.notes.append(say("scale-rebuilt", lang, heads=heads, bug=other.bug))
             return
-    report.notes.append(say("scale-ambiguous", report.lang, bugs=bug_names(report.ambiguous, report.lang)))
+    report.notes.append(say("scale-ambiguous", lang))
 
 
 def _say_after_rename(method: str, inner: CheckReport) -> str:
@@ -144,7 +155,7 @@ def _say_after_rename(method: str, inner: CheckReport) -> str:
 def _target_name(target) -> str:
     if isinstance(target, str):
         return target
-    cls = target if isinstance(target, type) else type(target)
+    cls = target if isinstance(target, type) or is_function_target(target) else type(target)
     return cls.__name__
 
 
@@ -167,7 +178,8 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
             why = f"{type(error).__name__}: {error}"
             raise LoadError(f"cannot copy the module to check it ({why}); pass its class instead",
                             f"无法复制这个模块来检查（{why}）；请改为传入它的类") from error
-    cls = load_class(target) if isinstance(target, str) else target
+    cls = load_class(target) if isinstance(target, str) else function_class(target) if is_function_target(target) \
+        else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}",
                         f"需要 nn.Module 的类或实例，实际是 {type(target).__name__}")
@@ -212,8 +224,10 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
     """Check a built module; when its code raises, retry once with Lq = Lk = head_dim, then diagnose."""
     module.eval()
     spec = apply_hints(read_signature(module.forward), hints)
+    named = named_values(type(module), kwargs)
     setup = Setup(_input_dims(module, kwargs), _heads_hint(module, kwargs, hints), hints,
-                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, kwargs))
+                  any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, named),
+                  intended=intended(module, named))
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
             invoke(module, spec, *inputs(setup.dims, PROBE_BATCH, 5, 5, torch.float32, 0))
@@ -221,6 +235,7 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
             pass
     if square is None:
         randomise_projections(linear_layers(module))
+        randomise_extras(module, linear_layers(module))
     if spec.mask_required:
         _stand_in_for_no_mask(module, spec, setup, report)
     try:

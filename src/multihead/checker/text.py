@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from multihead.checker.bug_text import BUG_TEXT, BUG_TITLE, LANGS, bug_name, bug_names  # noqa: F401 (re-exported)
+from multihead.checker.bug_text import BUG_TEXT, BUG_TITLE, LANGS, bug_name  # noqa: F401 (re-exported)
 from multihead.errors import AttentionError
 
 # convention key -> (English, Chinese)
 CONVENTION_TEXT = {
-    "inputs:x": ("forward({args}): self-attention on one input", "forward({args})：只有一个输入的自注意力"),
-    "inputs:qkv": ("forward({args}): separate query, key, value", "forward({args})：查询、键、值分别传入"),
-    "inputs:q_kv": ("forward({args}): query, and one tensor for keys and values",
-                    "forward({args})：传入查询，键和值共用另一个输入"),
+    "inputs:x": ("{call}({args}): self-attention on one input", "{call}({args})：只有一个输入的自注意力"),
+    "inputs:qkv": ("{call}({args}): separate query, key, value", "{call}({args})：查询、键、值分别传入"),
+    "inputs:q_kv": ("{call}({args}): query, and one tensor for keys and values",
+                    "{call}({args})：传入查询，键和值共用另一个输入"),
+    "function:core": ("{call}({args}): an attention function, taking q, k, v as {shape}; checked inside multi-head "
+                      "attention whose projections the checker supplies", "{call}({args})：一个注意力函数，q、k、v 的形状为 "
+                      "{shape}；检查时由检查器在它外面补上各个投影层，组成多头注意力"),
     "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
                   "根据行为判断出各参数的角色：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
@@ -30,9 +33,11 @@ CONVENTION_TEXT = {
                      "掩码参数 '{param}'：对输出没有任何影响"),
     "mask:unknown": ("mask argument '{param}': convention not recognised, compared without masks",
                      "掩码参数 '{param}'：无法识别它的约定，因此只比较了不带掩码的情况"),
-    "mask:unconfirmed": ("mask argument '{param}': its convention could not be confirmed (with this bug, blocked "
-                         "keys still change the outputs)",
-                         "掩码参数 '{param}'：无法确认它的约定（有这个错误时，被屏蔽的键仍会影响输出）"),
+    "mask:unconfirmed": ("mask argument '{param}': convention not confirmed (check again once the bug is fixed)",
+                         "掩码参数 '{param}'：约定尚未确认（改好上面的错误后再检查一次）"),
+    "mask-complete": ("with a mask, its own causal masking is off: the mask it is given is the complete mask "
+                      "(as in Hugging Face layers)", "传入掩码时，它自己的因果屏蔽会关闭：传进来的掩码就是完整的掩码"
+                      "（和 Hugging Face 的层一样）"),
     "cross-lengths": ("Lq != Lk accepted", "查询和键的长度可以不同（Lq != Lk）"),
     "cross-lengths:equal": ("needs Lq == Lk (compared with equal lengths)",
                             "要求查询和键等长（Lq == Lk），因此只用等长的输入比较"),
@@ -65,6 +70,34 @@ CONVENTION_TEXT = {
     "mla-rope:interleaved": ("RoPE on the rotary parts of q and k only (decoupled), interleaved pairs (2i, 2i + 1), "
                              "base {base}", "只对 q 和 k 的旋转部分施加 RoPE（解耦），按相邻两个配对 (2i, 2i + 1)，"
                              "基数 base 为 {base}"),
+    "window": ("sliding window: each query sees the last {window} keys, itself included",
+               "滑动窗口：每个查询只看最近的 {window} 个键（包括它自己）"),
+    "rope-reversed": ("RoPE turns by -theta (the other way round): scores still depend only on the distance, but "
+                      "weights trained with the usual direction would not fit", "RoPE 按 -theta 旋转（方向与常规相反）："
+                      "分数仍然只取决于距离，但按常规方向训练出的权重用在这里就对不上了"),
+    "rope-partial": ("partial RoPE: only the first {rotary_dim} of each head's {head_dim} features turn",
+                     "部分 RoPE：每个头的 {head_dim} 个特征里只有前 {rotary_dim} 个旋转"),
+    "qk-norm:width": ("QK-norm over the whole width: q and k go through RMSNorm across all heads at once, before the "
+                      "split (eps {eps})", "整个宽度上的 QK-norm：q 和 k 在拆分多头之前，跨所有头一起做 RMSNorm（eps 为 {eps}）"),
+    "qk-norm:plain": ("QK-norm: each head's q and k go through RMSNorm over their own features (no weight, eps {eps})",
+                      "QK-norm：每个头的 q 和 k 各自在自己的特征上做 RMSNorm（没有权重，eps 为 {eps}）"),
+    "qk-norm:plain:weighted": ("QK-norm: each head's q and k go through RMSNorm over their own features (weights "
+                               "'{q}' and '{k}', eps {eps})", "QK-norm：每个头的 q 和 k 各自在自己的特征上做 RMSNorm"
+                               "（权重为 '{q}' 和 '{k}'，eps 为 {eps}）"),
+    "qk-norm:before": ("QK-norm before RoPE: each head's q and k go through RMSNorm over their own features (no weight, "
+                       "eps {eps})", "先做 QK-norm 再做 RoPE：每个头的 q 和 k 各自在自己的特征上做 RMSNorm（没有权重，eps 为 {eps}）"),
+    "qk-norm:before:weighted": ("QK-norm before RoPE: each head's q and k go through RMSNorm over their own features "
+                                "(weights '{q}' and '{k}', eps {eps})", "先做 QK-norm 再做 RoPE：每个头的 q 和 k 各自在"
+                                "自己的特征上做 RMSNorm（权重为 '{q}' 和 '{k}'，eps 为 {eps}）"),
+    "qk-norm:after": ("QK-norm after RoPE: each head's q and k go through RMSNorm over their own features (no weight, "
+                      "eps {eps})", "先做 RoPE 再做 QK-norm：每个头的 q 和 k 各自在自己的特征上做 RMSNorm（没有权重，eps 为 {eps}）"),
+    "qk-norm:after:weighted": ("QK-norm after RoPE: each head's q and k go through RMSNorm over their own features "
+                               "(weights '{q}' and '{k}', eps {eps})", "先做 RoPE 再做 QK-norm：每个头的 q 和 k 各自在"
+                               "自己的特征上做 RMSNorm（权重为 '{q}' 和 '{k}'，eps 为 {eps}）"),
+    "sinks": ("attention sinks: one learned logit per head ('{name}') joins each softmax's denominator",
+              "注意力 sink：每个头有一个可学习的 logit（'{name}'），加进 softmax 的分母"),
+    "softcap": ("scores soft-capped at {cap}: {cap} * tanh(scores / {cap})",
+                "分数经过上限为 {cap} 的软截断（softcap）：{cap} * tanh(scores / {cap})"),
     "cache:unused": ("cache argument ({protocol}): not read back (each call attends to its own tokens only), "
                      "so cached decoding was not checked", "缓存参数（{protocol}）：没有被读回（每次调用只关注自己输入的词），"
                      "因此没有检查带缓存的解码"),
@@ -86,8 +119,38 @@ MASK_TEXT = {
                       "因此按因果模式检查"),
     "lengths": ("valid lengths '{param}' {shape}: keys j < len are kept",
                 "有效长度 '{param}' {shape}：只保留下标 j < len 的键"),
-    "multihead-mask": ("mask '{param}': a multihead Mask, checked as {shape} (True = may attend)",
-                       "掩码 '{param}'：multihead 的 Mask 对象，按 {shape} 检查（True 表示可以关注）"),
+    "multihead-mask": ("mask '{param}': a multihead Mask (it states its own convention)",
+                       "掩码 '{param}'：multihead 的 Mask 对象（约定由它自己说明）"),
+    "block-shifted": ("mask '{param}' {shape}: fits only as 1 = blocked, with a large number added to every kept score",
+                      "掩码 '{param}' {shape}：只有按“1 表示屏蔽”来传才对得上，而且每个保留的分数都被加上了一个很大的数"),
+}
+
+# mask encoding name -> (English, Chinese): what a PASS says first about the mask, for a caller
+MEANING_TEXT = {
+    "meaning:keep": ("your mask '{param}': 1 (True) = may attend, 0 = blocked. A caller who passes 1 = blocked (a "
+                     "padding mask) gets wrong results; if you meant 1 = blocked, check again with --call mask=block.",
+                     "你的掩码 '{param}'：1（True）表示可以关注，0 表示屏蔽。调用者如果传入 1 表示屏蔽的掩码（例如填充掩码），"
+                     "结果就会出错；如果你本来就打算让 1 表示屏蔽，请加上 --call mask=block 再检查一次。"),
+    "meaning:block": ("your mask '{param}': 1 (True) = blocked. A caller who passes 1 = keep (such as Hugging Face's "
+                      "attention_mask) gets wrong results; if you meant 1 = keep, check again with --call mask=keep.",
+                      "你的掩码 '{param}'：1（True）表示屏蔽。调用者如果传入 1 表示保留的掩码（例如 Hugging Face 的 "
+                      "attention_mask），结果就会出错；如果你本来就打算让 1 表示保留，请加上 --call mask=keep 再检查一次。"),
+    "meaning:additive": ("your mask '{param}' is added to the scores: 0 = may attend, a large negative number (or -inf) "
+                         "= blocked. A caller who passes a 0/1 mask gets wrong results.",
+                         "你的掩码 '{param}' 会直接加到注意力分数上：0 表示可以关注，很大的负数（或 -inf）表示屏蔽。"
+                         "调用者如果传入 0/1 掩码，结果就会出错。"),
+    "meaning:lengths": ("'{param}' holds each sequence's valid length: keys j < length are kept, the rest blocked.",
+                        "'{param}' 是每个序列的有效长度：下标 j < 长度 的键保留，其余的屏蔽。"),
+    "meaning:claimed": ("your mask '{param}' means what --call mask={claim} says.",
+                        "你的掩码 '{param}' 的含义与 --call mask={claim} 所说的一致。"),
+    "meaning:complete": ("It is the complete mask: given one, the module drops its own causal masking, so the caller "
+                         "must put the causal part in it (Hugging Face models do).",
+                         "它是完整的掩码：一旦传入，模块就不再做自己的因果屏蔽，所以调用者要把因果部分也放进掩码里"
+                         "（Hugging Face 的模型就是这样做的）。"),
+    "claim-differs": ("--call mask={claim} says how callers pass '{param}', but the module reads it another way: {found}",
+                      "--call mask={claim} 说明了调用者如何传入 '{param}'，但这个模块的读法不同：{found}"),
+    "claim-no-mask": ("--call mask={claim} was given, but forward takes no mask argument", "给了 --call mask={claim}，"
+                      "但 forward 没有掩码参数"),
 }
 
 ROLE_TEXT = {"q": ("query", "查询"), "k": ("key", "键"), "v": ("value", "值"), "o": ("output", "输出"),
@@ -169,12 +232,13 @@ MESSAGES = {
               "用 bool 或 0/1 表示保留或屏蔽，或者加性的 -inf，形状为 {shapes}；有效长度，形状为 {lengths}"),
     "scale-measured": ("measured scale of the scores: {measured:.6g} (1/sqrt(head_dim) = {right:.6g})",
                        "实测的分数缩放因子：{measured:.6g}（1/sqrt(head_dim) = {right:.6g}）"),
-    "scale-rebuilt": ("at this head count {bugs} give the same scale; rebuilt with {heads} heads, the module "
-                      "shows {bug}", "在这个头数下，{bugs} 的缩放因子相同；改用 {heads} 个头重新构建后，"
-                      "可以确定是{bug}"),
-    "scale-ambiguous": ("at this head count these mistakes give the same scale: {bugs}; build it with another "
-                        "number of heads (--init) to tell them apart", "在这个头数下，这几种错误的缩放因子相同："
-                        "{bugs}；请用 --init 换一个头数来区分"),
+    "scale-same": ("with {heads} heads of size {head_dim}, these mistakes give the same scale:",
+                   "在 {heads} 个头、每头 {head_dim} 维的设置下，下面几种错误得到的缩放因子相同："),
+    "scale-same-here": ("at this head count, these mistakes give the same scale:",
+                        "在这个头数下，下面几种错误得到的缩放因子相同："),
+    "scale-rebuilt": ("rebuilt with {heads} heads, only {bug} still fits", "改用 {heads} 个头重新构建后，只有 {bug} 仍然吻合"),
+    "scale-ambiguous": ("to tell them apart, build it with another number of heads (--init)",
+                        "要区分它们，请用 --init 换一个头数重新构建"),
     "config-read": ("built with a config object; the attributes its constructor read: {values}",
                     "用配置对象构造；构造函数读取了这些属性：{values}"),
     "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
@@ -220,7 +284,7 @@ MESSAGES = {
 
 def say(key: str, lang: str = "en", **values) -> str:
     """The message ``key`` in ``lang``, formatted with ``values``."""
-    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, ROLE_TEXT):
+    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, MEANING_TEXT, ROLE_TEXT):
         if key in table:
             return table[key][LANGS.index(lang)].format(**values)
     raise KeyError(key)

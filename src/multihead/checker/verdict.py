@@ -20,27 +20,29 @@ A mask argument whose convention could not be verified never ends in PASS (``mas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from multihead.checker import conventions as conv
 from multihead.checker.calling import CallSpec, LearnerError, invoke
-from multihead.checker.catalogue import BLOCKED_FILL, NEEDS_MASK, forms_to_try
+from multihead.checker.catalogue import MASK_BUGS, forms_to_try
 from multihead.checker.compare import compare_with_reference
 from multihead.checker.diagnose import Match, closest
 from multihead.checker.hints import Hints
 from multihead.checker.incremental import check_cached
 from multihead.checker.latent import check_latent
-from multihead.checker.masks import (ENCODINGS, LENGTHS, MASK_KINDS, causal_switch, detect_encoding,
-                                     encoding_by_agreement, keep_shifts_scores, tried_text)
+from multihead.checker.mask_meaning import judge_mask, mask_replaces_causal
+from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
+from multihead.checker.naming import by_names, mask_under_bug, name_the_bug
+from multihead.checker.option_search import describe, find_window, intended_bug, one_dimensional, search
+from multihead.checker.options import Options
 from multihead.checker.order import find_order
 from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 from multihead.checker.projections import ProjectionInputs, describe_seen
-from multihead.checker.roles import candidate_roles
+from multihead.checker.roles import candidate_roles, linear_layers
 from multihead.checker.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
-from multihead.checker.scale import measure_scale
-from multihead.checker.text import bug_name, say
+from multihead.checker.text import say
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
 
@@ -56,6 +58,7 @@ class Setup:
     square: int | None = None  # Lq = Lk = head_dim (the retry after an exception), else None
     dtype: torch.dtype = torch.float64
     rope_bases: tuple[float, ...] = (DEFAULT_BASE,)  # the RoPE wavelength bases to try (rotary.bases)
+    intended: dict = field(default_factory=dict)  # what the constructor names (option_search.intended)
 
     @property
     def tol(self) -> float:
@@ -87,12 +90,26 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
                     setup.tol, report, setup.rope_bases)
 
 
+def _option_match(module, spec: CallSpec, assignments, cases, wanted, tol: float, rope_bases, report):
+    """(match, assignments, tolerance) under the options the module was found to use (option_search.py),
+    with ``spec.options`` set to them; None when it shows no sign of any."""
+    found = search(module, spec, assignments, cases, wanted, tol, rope_bases,
+                   one_dimensional(module, linear_layers(module)))
+    if found is None:
+        return None
+    spec.options = found.options
+    rotated = found.match.roles is not None and found.match.roles.rope is not None
+    return found.match, found.assignments, max(tol, ROPE_TOLERANCE) if rotated else tol
+
+
 def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
     """Fill in spec's causality, causal buffer, Lq != Lk support and mask encoding; return the key length."""
     dims, dtype, tol, L = setup.dims, setup.dtype, setup.tol, setup.length
     if setup.hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
     spec.causal_buffer = conv.causal_buffer(module)
+    window = None if setup.context_limited or setup.square else find_window(module, spec, dims, dtype, tol)
+    spec.options = Options(window=window, intended=setup.intended)
     Lk = L if setup.square or spec.causal or setup.context_limited else L + 2
     spec.cross_lengths = Lk != L and conv.accepts_cross_lengths(module, spec,
                                                                 inputs(dims, PROBE_BATCH, L, Lk, dtype, 3))
@@ -103,6 +120,7 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
         spec.encoding = causal_switch(module, spec, probe, tol) or detect_encoding(module, spec, probe, tol)
         if spec.none_mask is not None and spec.encoding is not None and spec.encoding.family != "causal":
             spec.none_mask = spec.encoding  # "no mask" from now on in the convention the masked probes found
+        spec.mask_complete = mask_replaces_causal(module, spec, probe[0], tol)
     return Lk
 
 
@@ -129,7 +147,7 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
 def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report,
              rope_bases: tuple[float, ...] = (DEFAULT_BASE,)):
     """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
-    the bug whose variant reproduces them (if one does). See the module docstring for the order."""
+    the bug whose variant reproduces them (if one does, ``naming.py``). See the module docstring for the order."""
     cases = plain + make_masked(spec)
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]
@@ -140,6 +158,14 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         if turned[0].error <= ROPE_TOLERANCE:
             match, assignments, tol = turned[0], turned[1], max(tol, ROPE_TOLERANCE)
             report.bug, turned = match.roles.rope.bug, None
+    if match.error > tol and not report.bug:  # QK-norm, sinks, a softcap, partial RoPE?
+        optioned = _option_match(module, spec, assignments, cases, wanted, tol, rope_bases, report)
+        if optioned is not None:
+            match, assignments, tol = optioned
+            turned = None if match.error <= tol or match.roles.rope is None else turned
+    if match.error <= tol and not report.bug:  # the module measures otherwise than its constructor says
+        weights = match.roles.weights()  # its rope: the match's, with the rotary_dim its roles carry
+        report.bug, report.bug_values = intended_bug(spec.options, weights.rope, weights.head_dim) or (None, {})
     report.verdict, report.error = "fail", match.error
     if report.bug:  # the rotation's pairing is the bug
         pass
@@ -148,19 +174,15 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         if max(report.error, report.grad_error) <= tol:
             report.verdict = "pass"
     else:
-        match = _name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
+        match = name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
         retry = turned and not report.bug  # no rotation fitted and no bug named yet: RoPE and another bug?
         for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if retry else ():
-            match = _name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
+            match = name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
             if report.bug:  # RoPE and another bug, named under the pairing that fits best
                 break
-        if report.bug and spec.mask_param and spec.encoding is not None and spec.encoding.family != "causal":
-            _mask_under_bug(module, spec, match, plain, make_masked, tol, report)
-    if report.verdict == "pass" and spec.mask_param and keep_shifts_scores(module, spec, plain[0][:3]):
-        report.verdict, report.bug = "fail", "mask-sign-flipped"
-        report.bug_values = {"param": spec.mask_param}
-        report.conventions = [("keep-shifted", values) if key == "keep" else (key, values)
-                              for key, values in report.conventions]
+        if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
+            mask_under_bug(module, spec, match, plain, make_masked, tol, report)
+    judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
     if report.verdict == "pass":
         _check_longer(module, spec, match.roles, plain, tol, report)
     if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
@@ -168,10 +190,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
         report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
                                                     tried=tried_text(report.lang))
-    elif spec.mask_param and spec.encoding is None:
+    elif spec.mask_param and spec.encoding is None and (report.bug is None or report.bug in MASK_BUGS):
         report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text(report.lang)))
     if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
-        match = Match(match.form, _by_names(assignments, match.roles), match.fill, match.error)
+        match = Match(match.form, by_names(assignments, match.roles), match.fill, match.error, match.scale)
     report.roles = match.roles.describe()
     weights = match.roles.weights(module)
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))
@@ -180,6 +202,7 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     if weights.rope is not None:
         report.conventions.append(("rope:" + ("interleaved" if weights.rope.tables_interleaved else "half"),
                                    {"base": f"{weights.rope.base:g}"}))
+    report.conventions += describe(spec.options, weights.rope, weights.head_dim)
     return report
 
 
@@ -226,104 +249,6 @@ def _check_longer(module, spec: CallSpec, roles, plain, tol: float, report) -> N
         matched = length
 
 
-def _name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float, report):
-    """The match that names the bug (steps 2-4 of the module docstring), with report.bug set; or None."""
-    bug = closest(module, spec, assignments, cases, wanted, forms_to_try(spec.encoding is not None, spec.causal))
-    if bug.error <= tol:
-        return _named(bug, report)
-    causal = CallSpec(**{**spec.__dict__, "causal": True})  # a tril buffer the behaviour did not show as
-    if not spec.causal and spec.causal_buffer:  # causal: weights zeroed after the softmax, or a bug that
-        bug = closest(module, causal, assignments, cases, wanted,  # mixes every position
-                      forms_to_try(spec.encoding is not None, True))
-        if bug.error <= tol:
-            return _named_through_buffer(bug, spec, report)
-    masked = spec.causal or any(case[3] is not None for case in cases)
-    fills = (-float("inf"), BLOCKED_FILL) if masked else (-float("inf"),)
-    scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills)
-    if scale is not None:
-        report.bug, report.ambiguous = scale.bug, scale.ambiguous
-        report.notes.append(say("scale-measured", report.lang, measured=scale.scale, right=scale.right))
-        return Match(None, scale.roles, -float("inf"), scale.error)
-    for form in forms_to_try(spec.encoding is not None, spec.causal):  # two bugs: a form and a wrong scale
-        if form in ("scale-after-softmax", "scores-q-times-k", "merge-by-view"):
-            continue
-        scale = measure_scale(module, spec, assignments, cases, wanted, tol, fills, form)
-        if scale is not None:
-            match = Match(form, scale.roles, fills[0], scale.error)
-            report.notes.append(say("also-scale", report.lang, bug=bug_name(scale.bug, report.lang),
-                                    measured=scale.scale, right=scale.right))
-            return _named(match, report)
-    unmasked = [i for i, case in enumerate(cases) if case[3] is None]
-    if len(unmasked) == len(cases):
-        return None
-    # masked outputs can mix two fills (a finite causal one, an additive -inf mask): name it without a mask
-    plain, plain_wanted = [cases[i] for i in unmasked], [wanted[i] for i in unmasked]
-    for trial in [spec] + ([causal] if not spec.causal and spec.causal_buffer else []):
-        bug = closest(module, trial, assignments, plain, plain_wanted, forms_to_try(False, trial.causal))
-        if bug.error <= tol:
-            causal = spec.causal or bool(spec.causal_buffer)  # only a causal module has a causal fill to ask about
-            report.notes.append(say("named-without-mask-causal" if causal else "named-without-mask", report.lang))
-            return _named_through_buffer(bug, spec, report) if trial is causal else _named(bug, report)
-    return None
-
-
-def _mask_under_bug(module, spec: CallSpec, match, plain, make_masked, tol: float, report) -> None:
-    """A bug that mixes tokens or positions (a split without transpose, the wrong softmax axis) keeps
-    blocked keys from being inert, so the convention found first may be wrong: keep the one under which
-    the named bug reproduces the masked outputs too (finite ones), and describe that one; none fits: say
-    the convention is unconfirmed rather than describe a guess."""
-    found = None
-    for encoding in [spec.encoding] + [e for e in ENCODINGS + LENGTHS if e is not spec.encoding]:
-        trial = CallSpec(**{**spec.__dict__, "encoding": encoding})
-        try:
-            cases = make_masked(trial)
-            with torch.no_grad():
-                got = [invoke(module, trial, *case) for case in cases]
-        except LearnerError:
-            continue
-        if all(torch.isfinite(g).all() for g in got) and \
-                closest(module, trial, [match.roles], cases, got, [match.form]).error <= tol:
-            found = encoding
-            break
-    report.notes = [note for note in report.notes if note not in (say("named-without-mask", report.lang),
-                                                                  say("named-without-mask-causal", report.lang))
-                    or found is None]
-    spec.encoding = found or spec.encoding
-    line = (found.kind, {"param": spec.mask_param, "shape": found.shape}) if found else \
-        ("mask:unconfirmed", {"param": spec.mask_param})
-    report.conventions = [line if key in MASK_KINDS else (key, values) for key, values in report.conventions]
-
-
-def _named(bug, report):
-    report.bug = bug.bug_id
-    return bug
-
-
-def _named_through_buffer(bug, spec: CallSpec, report):
-    """The bug, found with the causal buffer applied: the report says how the buffer is used."""
-    after = bug.form in NEEDS_MASK
-    report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
-                           ("causal:yes-buffer", {"buffer": spec.causal_buffer}))
-                          if key == "causal:no" else (key, values) for key, values in report.conventions]
-    return _named(bug, report)
-
-
-_ROLE_WORDS = {"q": ("q", "query", "queries"), "k": ("k", "key", "keys"), "v": ("v", "value", "values")}
-
-
-def _by_names(assignments, closest_roles):
-    """Among the assignments with the closest one's head count, the one whose projection names say their
-    roles (``q_proj``, ``to_k``, ``values``...); the closest one when names say nothing."""
-    def said(roles) -> int:
-        words = {role: {w for proj, _ in roles.pieces[role] for w in proj.name.lower().replace(".", "_").split("_")}
-                 for role in _ROLE_WORDS}
-        return sum(bool(words[role] & set(names)) for role, names in _ROLE_WORDS.items())
-
-    same = [a for a in assignments if a.num_heads == closest_roles.num_heads]
-    best = max(same, key=said, default=closest_roles)
-    return best if said(best) > said(closest_roles) else closest_roles
-
-
 def materialise_unused_lazy(module) -> None:
     """A LazyLinear never called (an unused output layer) gets weights: in_features = out_features."""
     for layer in module.modules():
@@ -336,7 +261,7 @@ def materialise_unused_lazy(module) -> None:
 def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     """The report's (text key, values) lines for what was found."""
     args = spec.args + ([spec.mask_param] if spec.mask_param else [])
-    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args)})]
+    found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args), "call": "forward"})]
     if spec.order_found and spec.order not in (None, (0, 1), (0, 1, 2)):
         named = {role: spec.args[p] for p, role in enumerate(spec.order) if p < len(spec.args)}
         found.append((f"order:{spec.inputs}", {"q": named.get(0), "k": named.get(1), "v": named.get(2)}))
@@ -353,6 +278,8 @@ def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
         found.append(("mask:ignored", {"param": spec.mask_param}))
     else:
         found.append((spec.encoding.kind, {"param": spec.mask_param, "shape": spec.encoding.shape}))
+    if spec.mask_complete:
+        found.append(("mask-complete", {}))
     if spec.inputs != "x":
         found.append(("cross-lengths" if spec.cross_lengths else "cross-lengths:equal", {}))
     if dtype == torch.float32:
