@@ -6,7 +6,10 @@ Rows (median microseconds of this thread's CPU time per call over rounds; each r
 once, in turn; the ratio is the median of the per-round ratios):
 - small causal / key padding: mh.attention at B=1, H=12, L=8, D=64 against raw SDPA with the same mask;
 - window module: MultiHeadAttention(64, 8, window=16) forward against the same module given a reused Mask;
-- window decode: one decode step through a KVCache of 2048 keys with window=16, against a plain step over 64.
+- window decode: one decode step through a KVCache of 2048 keys with window=16, against a plain step over 64
+  (each step at the same cache length: the plan cache's hit);
+- growing decode: the window step with its cache growing by one token a step (each step a new key length,
+  planned again without the checks or the fold), against the window step at a fixed length.
 Prints a table, then one JSON line.
 """
 from __future__ import annotations
@@ -57,6 +60,12 @@ def cases():
 
     window_step = decode_step(attn, 2048)
     plain_step = decode_step(plain, 64)
+
+    def growing(module, length):
+        cache = module.new_cache(1, length + 100_000)  # room for every timed step
+        module(torch.randn(1, length, 64, generator=g), cache=cache)
+        token = torch.randn(1, 1, 64, generator=g)
+        return lambda: module(token, cache=cache)
     return {
         "small causal": {"ours": lambda: mh.attention(q, k, v, causal=True),
                          "raw SDPA": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)},
@@ -64,6 +73,7 @@ def cases():
                               "raw SDPA": lambda: F.scaled_dot_product_attention(q, k, v, keep)},
         "window module": {"ours": lambda: attn(x), "reused Mask": plain_attend},
         "window decode 2048": {"ours": window_step, "plain step 64": plain_step},
+        "growing decode": {"ours": growing(attn, 2048), "fixed length": decode_step(attn, 2048)},
     }
 
 
