@@ -46,6 +46,11 @@ struct Args {
   int64_t B, H, Hkv, Lq, D, Dv;
   int64_t k_sb, k_sh, k_sm, v_sb, v_sh, v_sm;  // strides of k and v in elements
   float scale, softcap;
+  // a quantized cache (decode_quant.h): each key's and value's fp32 scale, (B, Hkv, M) with strides
+  // (s_sb, s_sh, 1); nullptr: the keys and values are the numbers themselves
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int64_t s_sb = 0, s_sh = 0;
 };
 
 // Per-thread scratch: scores (then weights) of a block, running max, sum and accumulators per row,
@@ -86,6 +91,26 @@ using decode_tiles::tiled;
 template <typename T>
 constexpr int score_rows() { return W == 16 || std::is_same<T, float>::value ? 4 : 2; }
 
+// The `vdpbf16ps` tiles of RN rows x KN keys, for bf16 keys and a query that was bfloat16 (q.b) on
+// AVX512-BF16: whether one ran (else the caller's fp32 tiles run; always for other key types).
+template <int RN, int KN, typename T>
+ALWAYS_INLINE bool bf16_query_tile(const QRows& q, int64_t r0, const T* K, int64_t ks, int64_t D,
+                                   decode_simd::vec* a) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same<T, uint16_t>::value) {
+    if (q.b && RN == 4 && D == 128) {
+      decode_tiles::dot_tile_bf16_in_order(q.b + r0 * D, K, ks, a);
+    } else if (q.b && RN == 4) {
+      decode_tiles::dot_tile_bf16<RN, KN>(q.b + r0 * D, D, K, ks, D, a);
+    } else if (q.b) {
+      decode_tiles::dot_tile_bf16_rows<RN, KN>(q.b + r0 * D, D, K, ks, D, a);
+    }
+    return q.b != nullptr;
+  }
+#endif
+  return false;
+}
+
 // Scores of rows r0 .. r0+RN-1 against 16 keys (K: the first), in tiles of RN rows x W/RN keys;
 // s: row r0's first score, rows kBlock apart. Tiles that read each key row whole and in order (the
 // order memory streams them in) where that measured faster: fp32 rows in groups under 4 (and all
@@ -106,16 +131,7 @@ __attribute__((noinline)) void tile_rows(const QRows& q, int64_t r0, const T* K,
       } else
 #endif
         decode_tiles::dot_tile_rows<RN, KN>(q.f + r0 * D, D, K + u0 * ks, ks, D, a);
-    } else {
-#if defined(__AVX512BF16__)
-      if (q.b && RN == 4 && D == 128) {
-        decode_tiles::dot_tile_bf16_in_order(q.b + r0 * D, K + u0 * ks, ks, a);
-      } else if (q.b && RN == 4) {
-        decode_tiles::dot_tile_bf16<RN, KN>(q.b + r0 * D, D, K + u0 * ks, ks, D, a);
-      } else if (q.b) {
-        decode_tiles::dot_tile_bf16_rows<RN, KN>(q.b + r0 * D, D, K + u0 * ks, ks, D, a);
-      } else
-#endif
+    } else if (!bf16_query_tile<RN, KN>(q, r0, K + u0 * ks, ks, D, a)) {
       if (RN == 1) {
         decode_tiles::dot_tile_rows<RN, KN>(q.p + r0 * D, D, K + u0 * ks, ks, D, a);
       } else {
@@ -267,7 +283,7 @@ inline QRows query_rows(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   QRows q{a.q + row0 * D, nullptr, nullptr};
   if (std::is_same<T, float>::value || !tiled<T>(D)) return q;
 #if defined(__AVX512BF16__)
-  if (a.qb) {
+  if (a.qb && std::is_same<T, uint16_t>::value) {
     q.b = a.qb + row0 * D;
     return q;
   }
@@ -310,7 +326,9 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   for (int64_t j0 = first; j0 < last; j0 += block_keys<T>()) {
     const int64_t n = std::min(block_keys<T>(), last - j0);
     block_scores(q, R, K + j0 * a.k_sm, a.k_sm, n, D, a.scale, w.s, ahead, j0);
+    if (a.k_scale) decode_simd::fold_scales(w.s, R, kBlock, a.k_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
+    if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
   }
   const bool interleaved = !std::is_same<T, float>::value && grouped_values(Dv);  // acc: even, odd columns
