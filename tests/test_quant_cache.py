@@ -114,7 +114,7 @@ def test_refused_calls_leave_the_cache_unchanged():
     before = _state(cache)
     grad = torch.randn(2, 2, 1, 16, requires_grad=True)
     bad = [((grad, grad.detach()), "require grad"),
-           ((torch.randn(2, 2, 1, 16).bfloat16(),) * 2, "takes torch.float32"),
+           ((torch.randn(2, 2, 1, 16).bfloat16(),) * 2, "holds torch.float32"),
            ((torch.randn(2, 2, 6, 16),) * 2, "max_len=8"),
            ((torch.randn(2, 1, 1, 16),) * 2, "Hkv=2")]
     for (k, v), says in bad:

@@ -141,7 +141,7 @@ class KVCache(nn.Module):
                     f"cache {name} must be (B={B}, Hkv={Hkv}, L, {width}); got {shape_str(t.shape)}.")
             if t.dtype != self.input_dtype or t.device != self.keys.device:
                 raise AttentionError(
-                    f"cache takes {self.input_dtype} on {self.keys.device}; got {name} {t.dtype} on {t.device}.")
+                    f"cache holds {self.input_dtype} on {self.keys.device}; got {name} {t.dtype} on {t.device}.")
         Lq = k.shape[2]
         if v.shape[2] != Lq:
             raise AttentionError(f"keys and values must add the same number of tokens; got {Lq} and {v.shape[2]}.")
