@@ -20,7 +20,7 @@ from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import describe_step
 from multihead.bench import machine
 from multihead.bench.suites import read_share
-from multihead.quant_cache import Quantized, dequantized, quantize
+from multihead.quant_cache import Quantized, quantize
 
 N = 200  # keys: 12 whole tiles of 16 and 8 left over
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "decode-isa.json"
@@ -104,7 +104,7 @@ def test_each_build_matches_float64_over_quantized_codes(build, kv_dtype):
     _, kernel = build
     for (q, k, v), mask, extra, _, _ in _matrix(torch.float32):
         keys, values = Quantized(*quantize(k, kv_dtype), kv_dtype), Quantized(*quantize(v, kv_dtype), kv_dtype)
-        wide_k, wide_v = dequantized(*keys, torch.float64), dequantized(*values, torch.float64)
+        wide_k, wide_v = keys.numbers(torch.float64), values.numbers(torch.float64)
         wide = {name: t.double() if isinstance(t, torch.Tensor) else t for name, t in extra.items()}
         ref = mh.attention(q.double(), wide_k, wide_v, mask, backend="math", **wide)
         same = mh.attention(q, wide_k.float(), wide_v.float(), mask, backend="math", **extra)

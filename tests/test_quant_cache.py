@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import blockwise, quantized_attention
+from multihead.backends.decode_quant import _ranges, blockwise, quantized_attention
 from multihead.backends.decode_ranges import key_ranges
+from multihead.cache import BOTTOM_RIGHT
 from multihead.quant_cache import Quantized, QuantizedKVCache, dequantized, quantize
 
 KV_DTYPES = [torch.int8, torch.float8_e4m3fn]
@@ -19,7 +20,7 @@ E, H = 64, 4
 def _exact(q, keys: Quantized, values: Quantized, mask, **extra):
     """float64 attention over the numbers the codes stand for."""
     wide = {name: t.double() if isinstance(t, torch.Tensor) else t for name, t in extra.items()}
-    return mh.attention(q.double(), dequantized(*keys, torch.float64), dequantized(*values, torch.float64), mask,
+    return mh.attention(q.double(), keys.numbers(torch.float64), values.numbers(torch.float64), mask,
                         backend="math", **wide)
 
 
@@ -150,6 +151,14 @@ def test_reorder_and_reset_move_codes_and_scales_together(kv_dtype):
     assert cache.bytes_per_token() == 1 * 16 * 1 + 2 * 4
     cache.reset()
     assert not cache.keys.any() and not cache.key_scales.any() and cache.lengths.tolist() == [0, 0, 0]
+
+
+def test_the_bottom_right_shortcut_gives_the_ranges_of_the_mask():
+    """The ranges made directly for a cache's bottom-right causal mask equal the normal form's."""
+    for Lq, Lk in ((1, 9), (3, 10), (4, 4)):
+        fast = _ranges(BOTTOM_RIGHT, 2, 4, Lq, Lk, "cpu")
+        slow = key_ranges(mh.Mask.causal("bottom_right"), 2, 4, Lq, Lk, "cpu")
+        assert all(torch.equal(a, b) for a, b in zip(fast[:3], slow[:3])) and fast.slopes is None
 
 
 def test_masks_the_cache_cannot_attend_with_are_refused():

@@ -36,10 +36,26 @@ STORED = {torch.int8: torch.int8, torch.float8_e4m3fn: torch.uint8}  # the buffe
 
 
 class Quantized(NamedTuple):
-    """Codes (B, Hkv, L, D) with fp32 scales (B, Hkv, L) and what the codes are (int8 or float8_e4m3fn)."""
+    """Codes (B, Hkv, L, D) with fp32 scales (B, Hkv, L) and what the codes are (int8 or float8_e4m3fn).
+
+    split=S (a latent cache's rows [latent | rotary key]): scales (B, Hkv, L, 2), the first for the
+    columns before S and the second for the rest."""
     codes: torch.Tensor
     scales: torch.Tensor
     kv_dtype: torch.dtype
+    split: int | None = None
+
+    def slots(self, start: int, stop: int) -> Quantized:
+        """The slots start <= j < stop (views)."""
+        return self._replace(codes=self.codes[:, :, start:stop], scales=self.scales[:, :, start:stop])
+
+    def numbers(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The numbers the codes stand for, (B, Hkv, L, D) in dtype."""
+        if self.split is None:
+            return dequantized(self.codes, self.scales, self.kv_dtype, dtype)
+        S = self.split
+        return torch.cat((dequantized(self.codes[..., :S], self.scales[..., 0], self.kv_dtype, dtype),
+                          dequantized(self.codes[..., S:], self.scales[..., 1], self.kv_dtype, dtype)), dim=-1)
 
 
 def check_kv_dtype(kv_dtype) -> None:

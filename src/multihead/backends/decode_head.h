@@ -280,8 +280,8 @@ inline void softmax_row(const Args& a, int64_t b, int64_t hk, int64_t r, int64_t
 template <typename T>
 inline QRows query_rows(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, row0 = (b * a.H + hk * G) * a.Lq;
-  QRows q{a.q + row0 * D, nullptr, nullptr};
-  if (std::is_same<T, float>::value || !tiled<T>(D)) return q;
+  QRows q{a.q + row0 * D, a.q + row0 * D, nullptr};  // p: in order, unless the key type splits pairs
+  if (!decode_simd::split_pairs<T>() || !tiled<T>(D)) return q;
 #if defined(__AVX512BF16__)
   if (a.qb && std::is_same<T, uint16_t>::value) {
     q.b = a.qb + row0 * D;
@@ -331,7 +331,7 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
     if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
   }
-  const bool interleaved = !std::is_same<T, float>::value && grouped_values(Dv);  // acc: even, odd columns
+  const bool interleaved = decode_simd::split_pairs<T>() && grouped_values(Dv);  // acc: even, odd columns
   for (int64_t r = 0; r < R; ++r) {
     float* o = out + r * Dv;
     const float* ar = w.acc + r * Dv;

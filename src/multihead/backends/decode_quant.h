@@ -9,10 +9,11 @@
 // 20..26 and the sign to bit 31; as an fp32 that is the code's value times 2^-120 (subnormal codes
 // included), so one multiply by 2^120 finishes it. The NaN code (0x7F, 0xFF) comes out as 480 (the
 // quantizer never writes it: a NaN token's scale is NaN, which reaches the output through the fold).
-// Pairs (load_pair) give 2W codes as their even columns, then their odd ones, as for bfloat16.
+// Pairs (load_pair) give 2W codes in order, two vectors of W (split_pairs<T>() is false).
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace decode_simd {
 
@@ -30,100 +31,57 @@ inline float widen(e4m3 x) {
   return f * kE4m3Unit;
 }
 
+// Whether load_pair gives a pair of vectors as even, then odd columns (bfloat16) rather than in order
+// (fp32, and the codes here): the query rows and the value sums are then kept in that order.
+template <typename T>
+constexpr bool split_pairs() { return std::is_same<T, uint16_t>::value; }
+
+// W codes from p, each widened to an int32 lane: int8 sign-extended, e4m3 bytes sign-extended too
+// (bits 8..31 copy the sign bit, which e4m3_bits keeps in bit 31 only).
 #if defined(__AVX512F__)
-// Lane i: the 16-bit word i of p (2W bytes), sign-extended (codes 2i and 2i+1: low and high byte).
-ALWAYS_INLINE __m512i words(const void* p, bool sign) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return sign ? _mm512_cvtepi16_epi32(raw) : _mm512_cvtepu16_epi32(raw);
-}
-ALWAYS_INLINE vec to_float(__m512i x) { return _mm512_cvtepi32_ps(x); }
-ALWAYS_INLINE vec as_float(__m512i x) { return _mm512_castsi512_ps(x); }
-ALWAYS_INLINE __m512i shl(__m512i x, int n) { return _mm512_sll_epi32(x, _mm_cvtsi32_si128(n)); }
-ALWAYS_INLINE __m512i sra(__m512i x, int n) { return _mm512_sra_epi32(x, _mm_cvtsi32_si128(n)); }
-ALWAYS_INLINE __m512i bits(__m512i x, uint32_t m) { return _mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(m))); }
-ALWAYS_INLINE __m512i either(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
-ALWAYS_INLINE __m512i codes_i8(const i8* p) {  // W codes in order, sign-extended
+using ivec_q = __m512i;
+ALWAYS_INLINE ivec_q lanes_of(const void* p) {
   return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-ALWAYS_INLINE __m512i codes_u8(const e4m3* p) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+ALWAYS_INLINE vec to_float(ivec_q x) { return _mm512_cvtepi32_ps(x); }
+ALWAYS_INLINE vec e4m3_bits(ivec_q x) {  // (x << 20) & 0x87F00000: sign to bit 31, the 7 low bits to 20..26
+  return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(x, 20), _mm512_set1_epi32(static_cast<int>(0x87F00000u))));
 }
-using ivec_q = __m512i;
 #elif defined(__AVX2__) && defined(__FMA__)
-ALWAYS_INLINE __m256i words(const void* p, bool sign) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return sign ? _mm256_cvtepi16_epi32(raw) : _mm256_cvtepu16_epi32(raw);
-}
-ALWAYS_INLINE vec to_float(__m256i x) { return _mm256_cvtepi32_ps(x); }
-ALWAYS_INLINE vec as_float(__m256i x) { return _mm256_castsi256_ps(x); }
-ALWAYS_INLINE __m256i shl(__m256i x, int n) { return _mm256_sll_epi32(x, _mm_cvtsi32_si128(n)); }
-ALWAYS_INLINE __m256i sra(__m256i x, int n) { return _mm256_sra_epi32(x, _mm_cvtsi32_si128(n)); }
-ALWAYS_INLINE __m256i bits(__m256i x, uint32_t m) { return _mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(m))); }
-ALWAYS_INLINE __m256i either(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
-ALWAYS_INLINE __m256i codes_i8(const i8* p) {
+using ivec_q = __m256i;
+ALWAYS_INLINE ivec_q lanes_of(const void* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-ALWAYS_INLINE __m256i codes_u8(const e4m3* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+ALWAYS_INLINE vec to_float(ivec_q x) { return _mm256_cvtepi32_ps(x); }
+ALWAYS_INLINE vec e4m3_bits(ivec_q x) {
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(x, 20), _mm256_set1_epi32(static_cast<int>(0x87F00000u))));
 }
-using ivec_q = __m256i;
 #else
-typedef int16_t wvec __attribute__((vector_size(8)));
-typedef uint16_t uwvec __attribute__((vector_size(8)));
 typedef int8_t bvec __attribute__((vector_size(4)));
-typedef uint8_t ubvec __attribute__((vector_size(4)));
-ALWAYS_INLINE ivec words(const void* p, bool sign) {
-  if (sign) {
-    wvec w;
-    std::memcpy(&w, p, sizeof w);
-    return __builtin_convertvector(w, ivec);
-  }
-  uwvec w;
-  std::memcpy(&w, p, sizeof w);
-  return __builtin_convertvector(w, ivec);
-}
-ALWAYS_INLINE vec to_float(ivec x) { return __builtin_convertvector(x, vec); }
-ALWAYS_INLINE vec as_float(ivec x) { return (vec)x; }
-ALWAYS_INLINE ivec shl(ivec x, int n) { return (ivec)((uvec)x << n); }
-ALWAYS_INLINE ivec sra(ivec x, int n) { return x >> n; }
-ALWAYS_INLINE ivec bits(ivec x, uint32_t m) { return x & static_cast<int32_t>(m); }
-ALWAYS_INLINE ivec either(ivec a, ivec b) { return a | b; }
-ALWAYS_INLINE ivec codes_i8(const i8* p) {
+using ivec_q = ivec;
+ALWAYS_INLINE ivec_q lanes_of(const void* p) {
   bvec b;
   std::memcpy(&b, p, sizeof b);
   return __builtin_convertvector(b, ivec);
 }
-ALWAYS_INLINE ivec codes_u8(const e4m3* p) {
-  ubvec b;
-  std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, ivec);
-}
-using ivec_q = ivec;
+ALWAYS_INLINE vec to_float(ivec_q x) { return __builtin_convertvector(x, vec); }
+ALWAYS_INLINE vec e4m3_bits(ivec_q x) { return (vec)((ivec)((uvec)x << 20) & static_cast<int32_t>(0x87F00000u)); }
 #endif
 
-// e4m3 codes sitting in bits 0..7 of each lane (`at` = 0) or bits 8..15 (`at` = 8) -> fp32.
-ALWAYS_INLINE vec e4m3_lanes(ivec_q x, int at) {
-  const ivec_q magnitude = shl(bits(x, 0x7Fu << at), 20 - at), sign = shl(bits(x, 0x80u << at), 24 - at);
-  return mul(as_float(either(magnitude, sign)), set1(kE4m3Unit));
-}
+// W codes in order -> fp32.
+ALWAYS_INLINE vec load_w(const i8* v) { return to_float(lanes_of(v)); }
+ALWAYS_INLINE vec load_w(const e4m3* v) { return mul(e4m3_bits(lanes_of(v)), set1(kE4m3Unit)); }
 
-// 2W codes -> their even columns (x[0]) and odd columns (x[1]), as load_pair does for bfloat16.
-ALWAYS_INLINE void load_pair(const i8* v, vec* x) {
-  const ivec_q w = words(v, true);  // (odd << 8 | even), sign-extended from 16 bits
-  x[0] = to_float(sra(shl(w, 24), 24));
-  x[1] = to_float(sra(w, 8));
+// 2W codes -> two vectors of W, in order (split_pairs is false for the codes).
+template <typename Q>
+ALWAYS_INLINE void load_codes(const Q* v, vec* x) {
+  x[0] = load_w(v);
+  x[1] = load_w(v + W);
 }
-ALWAYS_INLINE void load_pair(const e4m3* v, vec* x) {
-  const ivec_q w = words(v, false);
-  x[0] = e4m3_lanes(w, 0);
-  x[1] = e4m3_lanes(w, 8);
-}
-ALWAYS_INLINE void load_step(const i8* v, vec* x) { load_pair(v, x); }
-ALWAYS_INLINE void load_step(const e4m3* v, vec* x) { load_pair(v, x); }
-
-// W codes in order.
-ALWAYS_INLINE vec load_w(const i8* v) { return to_float(codes_i8(v)); }
-ALWAYS_INLINE vec load_w(const e4m3* v) { return e4m3_lanes(codes_u8(v), 0); }
+ALWAYS_INLINE void load_pair(const i8* v, vec* x) { load_codes(v, x); }
+ALWAYS_INLINE void load_pair(const e4m3* v, vec* x) { load_codes(v, x); }
+ALWAYS_INLINE void load_step(const i8* v, vec* x) { load_codes(v, x); }
+ALWAYS_INLINE void load_step(const e4m3* v, vec* x) { load_codes(v, x); }
 
 // The scales of a block of n keys: each row's scores times its key's scale (s: R rows `stride`
 // apart), or each row's weights times its value's scale.
