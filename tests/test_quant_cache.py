@@ -131,6 +131,8 @@ def test_kv_dtypes_the_cache_lacks_are_refused_clearly():
     for kv_dtype in (torch.float16, torch.uint8, torch.float8_e5m2, "int8"):
         with pytest.raises(mh.AttentionError, match="torch.int8 or torch.float8_e4m3fn"):
             m.new_cache(1, 4, kv_dtype=kv_dtype)
+    with pytest.raises(mh.AttentionError, match="combines the heads' attention"):
+        mh.DifferentialAttention(E, H, lambda_init=0.5).new_cache(1, 4, kv_dtype=torch.int8)
     with pytest.raises(mh.AttentionError, match="float dtype"):
         QuantizedKVCache(1, 4, 1, 8, kv_dtype=torch.int8, dtype=torch.int8)
     cache = m.new_cache(1, 8, kv_dtype=torch.int8)

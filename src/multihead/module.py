@@ -218,6 +218,9 @@ class MultiHeadAttention(nn.Module):
             dtype = weight.dtype if weight.is_floating_point() else torch.float32
         if kv_dtype is not None:
             check_kv_dtype(kv_dtype)
+            if type(self).attend is not MultiHeadAttention.attend:
+                raise AttentionError(f"a quantized cache serves layers that attend per head; {type(self).__name__} "
+                                     "combines the heads' attention its own way: use a float cache (kv_dtype=None).")
             return QuantizedKVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, kv_dtype=kv_dtype,
                                     device=weight.device, dtype=dtype)
         return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
