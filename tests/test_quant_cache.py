@@ -170,3 +170,12 @@ def test_masks_the_cache_cannot_attend_with_are_refused():
         quantized_attention(q, keys, keys, mh.Mask.keep(torch.rand(1, 1, 1, 10) > 0.5))
     with pytest.raises(mh.AttentionError, match="no backward"):
         quantized_attention(q.requires_grad_(), keys, keys)
+
+
+@pytest.mark.parametrize("value_dim", [8, 5], ids=["same-width", "narrower-values"])
+def test_append_quantizes_keys_and_values_each_by_its_own_scale(value_dim):
+    cache = QuantizedKVCache(2, 6, 1, 8, value_dim=value_dim, kv_dtype=torch.int8, dtype=torch.float32)
+    k, v = torch.randn(2, 1, 3, 8), 50 * torch.randn(2, 1, 3, value_dim)
+    keys, values, _ = cache.append(k, v)
+    assert torch.equal(keys.codes, quantize(k, torch.int8)[0]) and torch.equal(values.scales, quantize(v, torch.int8)[1])
+    assert (values.numbers() - v).abs().max() <= 0.5 * values.scales.max() * (1 + 1e-5)
