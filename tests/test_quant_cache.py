@@ -179,3 +179,18 @@ def test_append_quantizes_keys_and_values_each_by_its_own_scale(value_dim):
     keys, values, _ = cache.append(k, v)
     assert torch.equal(keys.codes, quantize(k, torch.int8)[0]) and torch.equal(values.scales, quantize(v, torch.int8)[1])
     assert (values.numbers() - v).abs().max() <= 0.5 * values.scales.max() * (1 + 1e-5)
+
+
+@pytest.mark.slow
+def test_a_compiled_module_decodes_over_a_quantized_cache_as_eager_does():
+    """Under torch.compile(dynamic=True) the kernel is not loaded: the blockwise form runs, same numbers."""
+    torch.manual_seed(0)
+    m = mh.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope=mh.RoPE(8)).eval()
+    x = torch.randn(1, 6, 32)
+    outs = []
+    with torch.no_grad():
+        for run in (m, torch.compile(m, dynamic=True)):
+            cache = m.new_cache(1, 8, kv_dtype=torch.int8)
+            outs.append(torch.cat([run(x[:, :4], cache=cache)] + [run(x[:, t:t + 1], cache=cache) for t in (4, 5)], 1))
+    assert cache.lengths.tolist() == [6]
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
