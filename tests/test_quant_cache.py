@@ -194,3 +194,23 @@ def test_a_compiled_module_decodes_over_a_quantized_cache_as_eager_does():
             outs.append(torch.cat([run(x[:, :4], cache=cache)] + [run(x[:, t:t + 1], cache=cache) for t in (4, 5)], 1))
     assert cache.lengths.tolist() == [6]
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_a_ragged_batch_writes_each_sequence_at_its_own_length():
+    """A right-padded prompt (Mask.lengths) then steps: each sequence's codes and scales land at its own
+    slots, and its outputs follow the float cache's within int8 drift."""
+    torch.manual_seed(1)
+    m = mh.MultiHeadAttention(E, H, num_kv_heads=2, causal=True, rope=mh.RoPE(E // H)).eval()
+    lens = torch.tensor([5, 2])
+    x = torch.randn(2, 8, E)
+    outs, caches = {}, {}
+    with torch.no_grad():
+        for name, kv in (("float", None), ("int8", torch.int8)):
+            cache = caches[name] = m.new_cache(2, 12, kv_dtype=kv)
+            m(x[:, :5], cache=cache, mask=mh.Mask.lengths(lens, query_lens=lens))
+            outs[name] = torch.cat([m(x[:, t:t + 1], cache=cache) for t in range(5, 8)], 1)
+    assert caches["int8"].lengths.tolist() == [8, 5]
+    assert bool((caches["int8"].key_scales[1, :, 5:] == 0).all()) and bool((caches["int8"].key_scales[1, :, :5] > 0).all())
+    numbers = dequantized(caches["int8"].keys, caches["int8"].key_scales, torch.int8)
+    assert (numbers - caches["float"].keys).abs().max() <= 0.5 * caches["int8"].key_scales.max() * (1 + 1e-5)
+    assert ((outs["int8"] - outs["float"]).abs().max() / outs["float"].abs().max()).item() <= 0.01
