@@ -163,11 +163,20 @@ def test_the_bottom_right_shortcut_gives_the_ranges_of_the_mask():
         assert all(torch.equal(a, b) for a, b in zip(fast[:3], slow[:3])) and fast.slopes is None
 
 
-def test_masks_the_cache_cannot_attend_with_are_refused():
-    keys = _quantized(torch.randn(1, 1, 10, 8), torch.int8)
-    q = torch.randn(1, 2, 1, 8)
-    with pytest.raises(mh.AttentionError, match="one interval"):
-        quantized_attention(q, keys, keys, mh.Mask.keep(torch.rand(1, 1, 1, 10) > 0.5))
+def test_dense_masks_are_sliced_block_by_block_and_grad_is_refused():
+    """A keep mask per head and an additive mask (a Hugging Face 4-D mask's forms) over 2100 keys: three
+    blocks, each taking its slice of the dense mask; a row that keeps nothing gives 0."""
+    g = torch.Generator().manual_seed(4)
+    keys = _quantized(torch.randn(2, 2, 2100, 16, generator=g), torch.int8)
+    values = _quantized(torch.randn(2, 2, 2100, 16, generator=g), torch.int8)
+    q = torch.randn(2, 4, 3, 16, generator=g)
+    keep = torch.rand(2, 4, 3, 2100, generator=g) > 0.3
+    keep[1, 2, 0] = False
+    bias = torch.where(torch.rand(2, 1, 3, 2100, generator=g) > 0.5, 0.0, torch.finfo(torch.float32).min)
+    for mask in (mh.Mask.keep(keep), mh.Mask.additive(bias)):
+        out = quantized_attention(q, keys, values, mask)
+        torch.testing.assert_close(out.double(), _exact(q, keys, values, mask), atol=1e-5, rtol=0)
+    assert not quantized_attention(q, keys, values, mh.Mask.keep(keep))[1, 2, 0].any()
     with pytest.raises(mh.AttentionError, match="no backward"):
         quantized_attention(q.requires_grad_(), keys, keys)
 

@@ -10,7 +10,7 @@ because their magnitudes differ: the latent is normalised, the rotary key is not
 (index_dim) stay in the model's dtype. Attention over the cache dequantizes it block by block
 (backends/decode_quant.blockwise): the decode kernel takes one scale per key row, and these rows have
 two. The module runs the absorbed form over a quantized cache, for prefill too, so that no per-head
-key is decompressed from dequantized latents. `resized` is not offered (AttentionError).
+key is decompressed from dequantized latents.
 """
 from __future__ import annotations
 
@@ -66,9 +66,9 @@ class QuantizedLatentCache(LatentCache):
         super().reset()
         self.scales.zero_()
 
-    def resized(self, index=None, max_len=None):
-        raise AttentionError("resized is not offered for a quantized latent cache; make a new one with "
-                             "mla.new_cache(batch_size, max_len, kv_dtype=...) and decode into it.")
+    def _fresh(self, batch_size: int, max_len: int) -> QuantizedLatentCache:
+        return QuantizedLatentCache(batch_size, max_len, self.latent_dim, self.rope_dim, kv_dtype=self.kv_dtype,
+                                    index_dim=self.index_dim, device=self.keys.device, dtype=self.model_dtype)
 
     def bytes_per_token(self) -> int:
         """(C + R) codes, two fp32 scales and Di indexer numbers in the model's dtype."""

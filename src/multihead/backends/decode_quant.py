@@ -3,14 +3,14 @@ token and kv head, never dequantized whole.
 
     out = quantized_attention(q, keys, values, mask, scale=, softcap=, sinks=)
         q (B, H, Lq, D) float; keys, values: `Quantized` codes (B, Hkv, Lk, D|Dv) with scales (B, Hkv, Lk);
-        mask: one whose normal form keeps one interval of keys per query row (what a cache call makes:
-        lengths, bottom-right causal, window, chunks, ALiBi)  ->  out (B, H, Lq, Dv) in q's dtype.
+        mask: any Mask over (B, H, Lq, Lk)  ->  out (B, H, Lq, Dv) in q's dtype.
 
 A decode step (at most MAX_ROWS query rows per sequence, on the CPU) runs the C++ kernel's quantized
 build (decode_quant_step.h): the codes are widened in registers and each scale multiplies its key's
 score and its value's weight. Everything else (prefill, other devices, no kernel, a latent cache's
-rows with two scales) runs `blockwise`: BLOCK keys at a time are dequantized to fp32 and attended with
-an online softmax, so that a long cache is never dequantized whole. Inference only: a query that requires grad is refused.
+rows with two scales, masks that are not one interval of keys per row, such as a Hugging Face 4-D mask)
+runs `blockwise`: BLOCK keys at a time are dequantized to fp32 and attended with an online softmax,
+so that a long cache is never dequantized whole. Inference only: a query that requires grad is refused.
 """
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ def quantized_attention(q: torch.Tensor, keys: Quantized, values: Quantized, mas
     if not q.is_floating_point() or keys.codes.shape[-1] != D or H % Hkv:
         raise AttentionError(f"a quantized cache of keys {tuple(keys.codes.shape)} takes float queries (B, H, Lq, "
                              f"{D}) with H a multiple of {Hkv}; got {q.dtype} {tuple(q.shape)}.")
-    if mask is not None and mask is not BOTTOM_RIGHT and not mask.normal_form().intervals_only:
-        raise AttentionError("attention over a quantized KV cache takes masks that keep one interval of keys per "
-                             f"query row (lengths, causal, window, chunks, ALiBi); got {mask!r:.120}.")
     scale = D ** -0.5 if scale is None else scale
+    if mask is not None and mask is not BOTTOM_RIGHT and not mask.normal_form().intervals_only:
+        full = _ranges(None, B, H, Lq, Lk, q.device)  # every key; the dense mask decides
+        dense = mask.materialize(B, H, Lq, Lk, device=q.device)  # (keep, bias), each (B|1, H|1, Lq, Lk) or None
+        return blockwise(q, keys, values, full.lo, full.hi, full.qpos, scale, softcap, None, sinks, dense=dense)
     lo, hi, qpos, slopes = _ranges(mask, B, H, Lq, Lk, q.device)
     module = kernel() if q.device.type == "cpu" and not torch.compiler.is_compiling() else None
     whole_rows = keys.split is None and values.split is None  # the kernel takes one scale per row
@@ -85,9 +86,10 @@ def kernel_step(module, q, keys: Quantized, values: Quantized, lo, hi, qpos, sca
 
 
 def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float, softcap=None, slopes=None,
-              sinks=None, block: int = BLOCK) -> torch.Tensor:
+              sinks=None, block: int = BLOCK, dense=None) -> torch.Tensor:
     """The same attention in torch ops, `block` keys at a time dequantized to fp32, merged by their
-    log-sum-exp; rows that keep no key give exactly 0. Out (B, H, Lq, Dv) in q's dtype."""
+    log-sum-exp; rows that keep no key give exactly 0. dense: a mask's (keep, bias) (Mask.materialize),
+    sliced block by block, for masks that are not intervals. Out (B, H, Lq, Dv) in q's dtype."""
     B, H, Lq, D = q.shape
     Hkv, Lk, Dv = keys.codes.shape[1], keys.codes.shape[2], values.codes.shape[-1]
     G = H // Hkv
@@ -105,6 +107,11 @@ def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float,
         if slopes is not None:
             scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
         keep = ((j >= lo[..., None]) & (j < hi[..., None]))[:, None, None]  # (B, 1, 1, Lq, n)
+        if dense is not None:
+            part_keep, part_bias = (None if t is None else _heads(t[..., j0:j1], Hkv) for t in dense)
+            keep = keep if part_keep is None else keep & part_keep
+            if part_bias is not None:  # a bias of -inf blocks its key (a row of them gives 0, not NaN)
+                keep, scores = keep & (part_bias > float("-inf")), scores + part_bias
         weights, part = masked_softmax(scores, keep, with_lse=True)
         part = part[..., None]  # (B, Hkv, G, Lq, 1)
         merged = torch.logaddexp(lse, part)
@@ -114,6 +121,13 @@ def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float,
         merged = torch.logaddexp(lse, sinks.float().view(1, Hkv, G, 1, 1))
         out = _weigh(out, lse, merged)
     return out.view(B, H, Lq, Dv).to(q.dtype)
+
+
+def _heads(t: torch.Tensor, Hkv: int) -> torch.Tensor:
+    """t (B|1, H|1, Lq, n) as (B|1, Hkv|1, G|1, Lq, n): query head h = (kv head, g), as the rows are grouped."""
+    if t.shape[1] == 1:
+        return t[:, :, None]
+    return t.unflatten(1, (Hkv, t.shape[1] // Hkv))
 
 
 def _weigh(out: torch.Tensor, lse: torch.Tensor, merged: torch.Tensor) -> torch.Tensor:
