@@ -108,6 +108,14 @@ def test_quantized_latent_caches_through_generate(kv_dtype, monkeypatch):
     assert tokens.shape == (3, 10 + NEW) and torch.equal(tokens[:, :10], ids)
 
 
+def test_quantized_latent_caches_are_refused_for_layers_that_select_keys():
+    model = sparse_model("deepseek_v32")
+    with pytest.raises(mh.AttentionError, match="dense MLA layers"):
+        mh.hf.use_latent_cache(model, kv_dtype=torch.int8)
+    with pytest.raises(mh.AttentionError, match="torch.int8 or torch.float8_e4m3fn"):
+        mh.hf.use_latent_cache(deepseek_model("v3"), kv_dtype=torch.float16)
+
+
 def test_other_models_are_refused():
     with pytest.raises(mh.AttentionError, match="found no such attention layer"):
         mh.hf.use_latent_cache(torch.nn.Sequential(torch.nn.Linear(2, 2)))

@@ -140,7 +140,7 @@ def use_latent_cache(model: nn.Module, *, kv_dtype: torch.dtype | None = None) -
     """
     if kv_dtype is not None:
         check_kv_dtype(kv_dtype)
-    swapped = 0
+    swaps = []  # every layer converted first: a refused call leaves the model as it was
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if is_deepseek_attention(child):
@@ -149,9 +149,10 @@ def use_latent_cache(model: nn.Module, *, kv_dtype: torch.dtype | None = None) -
                 if kv_dtype is not None and ours.sparse:
                     raise AttentionError(f"use_latent_cache(kv_dtype={kv_dtype}) serves dense MLA layers; "
                                          f"{type(child).__name__} selects keys per query: use kv_dtype=None.")
-                setattr(parent, name, LatentAttention(ours, child.layer_idx, passes, kv_dtype))
-                swapped += 1
-    if not swapped:
+                swaps.append((parent, name, LatentAttention(ours, child.layer_idx, passes, kv_dtype)))
+    if not swaps:
         raise AttentionError(f"use_latent_cache expects a transformers DeepSeek model (model_type in "
                              f"{list(MODEL_TYPES)}); found no such attention layer in {type(model).__name__}.")
+    for parent, name, layer in swaps:
+        setattr(parent, name, layer)
     return model
