@@ -18,8 +18,9 @@ carries autograd history (mask tensors that need grad), calls a user's function 
 tensors the mask cannot see) or holds more than HELD_BYTES is rebuilt on every call by its backend;
 only the choice and the checks are remembered. A call met before at another key length Lk (a KV cache's
 next step) is not checked or folded again: where the backend's plan serves every key length from some on
-(`keys_from`: the decode step's), and no backend tried before it could answer otherwise, the plan is used as
-it is; else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing. Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
+(`keys_from`: the decode step's) and no backend tried before it could answer otherwise, that plan runs;
+else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing.
+Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
 """
 from __future__ import annotations
 
