@@ -100,16 +100,20 @@ def stages():
             "mh.attention": lambda: mh.attention(q, k, v, causal=True)}
 
 
-def breakdown(args) -> None:
-    fns = stages()
+def interleaved(fns: dict, rounds: int, calls: int) -> dict:
+    """{name: [microseconds per call, one per round]}: each round times every function once, in turn."""
     for fn in fns.values():
-        timed(fn, args.calls)  # warm up
+        timed(fn, calls)  # warm up
     samples = {name: [] for name in fns}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, fn in fns.items():
-            samples[name].append(timed(fn, args.calls))
+            samples[name].append(timed(fn, calls))
+    return samples
+
+
+def breakdown(args) -> None:
     results, previous = {}, None
-    for name, s in samples.items():
+    for name, s in interleaved(stages(), args.rounds, args.calls).items():
         us = statistics.median(s)
         step = "" if previous is None else f"   step {us - previous:+6.2f} us"
         print(f"{name:42s} {us:7.2f} us{step}")
@@ -133,12 +137,7 @@ def main(argv=None) -> None:
         for name, pair in cases().items():
             if args.only not in name:
                 continue
-            for fn in pair.values():
-                timed(fn, args.calls)  # warm up
-            samples = {label: [] for label in pair}
-            for _ in range(args.rounds):
-                for label, fn in pair.items():
-                    samples[label].append(timed(fn, args.calls))
+            samples = interleaved(pair, args.rounds, args.calls)
             (a, ta), (b, tb) = ((label, statistics.median(s)) for label, s in samples.items())
             ratios = [x / y for x, y in zip(samples[a], samples[b])]
             results[name] = {a: round(ta, 1), b: round(tb, 1), "ratio": round(statistics.median(ratios), 3)}
