@@ -26,12 +26,17 @@ import torch.nn.functional as F
 
 from multihead.backends.common import keep_nan_rows, reference_on_grid, zero_where
 from multihead.backends.problem import Problem
+from multihead.backends.sink_rescale import flash_with_sinks
 from multihead.masks import Index, NormalForm
 from multihead.masks.values import values_checkable
 
 # appended to a backend's description when the scored path runs (mh.dispatch says what ran)
 SCORED_NOTE = ("; the mask's score_mod changes the scores, which no fused SDPA kernel takes, so each {grid} "
                "runs the reference math (matmul + float32 softmax + matmul) instead of the kernel")
+
+SINKS_NOTE = ("; sinks from each {grid}'s log-sum-exp (torch's CPU flash kernel, the op under "
+              "F.scaled_dot_product_attention: out * sigmoid(lse - sink))")
+SCORED_SINKS_NOTE = ", sinks in its softmax"
 
 
 class SdpaArgs(NamedTuple):
@@ -115,9 +120,11 @@ def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtyp
     return bias.clamp_min(torch.finfo(dtype).min).to(dtype)
 
 
-def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
-    """SDPA on one grid with its `args`: hidden keys inert, dead rows exactly 0, NaN query rows NaN."""
-    if args.attn_mask is None and args.keys is None and args.hidden is None and args.dead is None and not gqa:
+def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool, sinks=None) -> torch.Tensor:
+    """SDPA on one grid with its `args`: hidden keys inert, dead rows exactly 0, NaN query rows NaN.
+    sinks (H,): the CPU flash kernel with its log-sum-exp carries them (sink_rescale.py)."""
+    if (args.attn_mask is None and args.keys is None and args.hidden is None and args.dead is None and not gqa
+            and sinks is None):
         out = F.scaled_dot_product_attention(q, k, v, None, dropout, args.is_causal, scale=scale)  # the common call
         return keep_nan_rows(out, q) if q.is_cpu else out  # a NaN query row stays NaN, as in torch
     if args.keys is not None:
@@ -128,7 +135,9 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -
     if attn_mask is not None and torch.compiler.is_exporting():
         # onnxruntime's Attention kernel needs the mask's query dim spelled out: expand it (a view).
         attn_mask = attn_mask.expand(*attn_mask.shape[:-2], q.shape[-2], attn_mask.shape[-1])
-    if gqa and q.shape[2] == 1 and not args.is_causal and not torch.compiler.is_exporting():
+    if sinks is not None:
+        out = flash_with_sinks(q, k, v, sinks, attn_mask, args.is_causal, scale)
+    elif gqa and q.shape[2] == 1 and not args.is_causal and not torch.compiler.is_exporting():
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout, args.is_causal, scale=scale, enable_gqa=gqa)
@@ -137,12 +146,14 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -
     return out if args.dead is None else zero_where(args.dead, out)
 
 
-def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
+def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool,
+                sinks=None) -> torch.Tensor:
     """SDPA on one grid (a sequence's slice, a block of queries) with the form's arguments there; a mask with
-    a score function runs the reference math on the same grid instead."""
+    a score function runs the reference math on the same grid instead. sinks (H,) or None; with sinks `ix`
+    must keep per-row constants (rows_may_shift=False)."""
     if form.scored:
-        return reference_on_grid(q, k, v, form, ix, dropout, scale)
-    return run_sdpa(q, k, v, sdpa_args(form, ix, q.dtype), dropout, scale, gqa)
+        return reference_on_grid(q, k, v, form, ix, dropout, scale, sinks=sinks)
+    return run_sdpa(q, k, v, sdpa_args(form, ix, q.dtype), dropout, scale, gqa, sinks)
 
 
 def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.Tensor:
@@ -177,5 +188,9 @@ def describe_args(args: SdpaArgs) -> str:
 
 
 def scored_note(p: Problem, grid: str) -> str:
-    """SCORED_NOTE for a problem whose mask transforms scores, else ""; grid names what runs separately."""
-    return SCORED_NOTE.format(grid=grid) if p.form.scored else ""
+    """SCORED_NOTE for a problem whose mask transforms scores, else ""; grid names what runs separately.
+    With sinks, also how they are carried."""
+    note = SCORED_NOTE.format(grid=grid) if p.form.scored else ""
+    if p.sinks is not None:
+        note += SCORED_SINKS_NOTE if p.form.scored else SINKS_NOTE.format(grid=grid)
+    return note
