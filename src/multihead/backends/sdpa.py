@@ -1,6 +1,7 @@
 """The fused backend: torch's scaled_dot_product_attention (flash / fused kernels, CPU and GPU).
 
-Its plan is the SDPA arguments of the whole grid (sdpa_args.py), made once per planned call.
+Its plan is the SDPA arguments of the whole grid (sdpa_args.py), made once per planned call. Sinks run on
+the CPU, through the flash kernel's log-sum-exp (sink_rescale.py); elsewhere they are refused (fused.sinks).
 """
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ Rows with no key at all come out exactly zero with zero gradient, not NaN:
 A NaN in a query row comes out as a NaN row, as in torch's math (common.keep_nan_rows).
 A mask with a score function (Mask.score_mod) runs the reference math on the same grid instead, since
 no fused SDPA kernel takes a function of the scores.
+Sinks (H,): torch's CPU flash kernel, the op under SDPA, runs the grid and returns its log-sum-exp, and the
+output is rescaled per row (sink_rescale.py); the mask's per-row constants are then kept (they count
+against the sink).
 """
 from __future__ import annotations
 
