@@ -70,6 +70,25 @@ def test_the_rescaled_kernel_is_exact_in_float64(causal, mask):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
 
 
+def test_the_kernel_backward_needs_the_sink_aware_output_in_its_delta_term():
+    """The identity sink_rescale.py rests on, on torch's kernel itself (float64): its backward given the final
+    output o' and either (lse', g) or (its own lse, g * w) gives the reference gradients; given the plain output
+    o (delta = rowsum(g * o)) it does not."""
+    q, k, v, sinks = _float64(_inputs(21, 17))
+    backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
+    share = torch.sigmoid(lse - sinks.view(1, -1, 1)).unsqueeze(-1)  # (B, H, Lq, 1)
+    final = out * share
+    g = torch.randn(final.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    ref = torch.autograd.grad(mh.attention(q, k, v, causal=True, sinks=sinks, backend="math"), (q, k, v), g)
+    with_sink = torch.logaddexp(lse, sinks.view(1, -1, 1))
+    for grads in (backward(g, q, k, v, final, with_sink, 0.0, True), backward(g * share, q, k, v, final, lse, 0.0, True)):
+        for got, want in zip(grads, ref):
+            torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    wrong = backward(g * share, q, k, v, out, lse, 0.0, True)[0]
+    assert (wrong - ref[0]).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("case", ["plain", "causal", "padding", "alibi"])
 def test_sdpa_carries_sinks_with_gradients(case):
     pad = torch.arange(300) >= 250  # the last 50 keys are padding

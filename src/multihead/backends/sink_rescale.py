@@ -6,14 +6,17 @@ returns its output o and its log-sum-exp L over the kept keys therefore gives th
     w  = e^L / (e^L + e^s) = sigmoid(L - s)       (B, H, Lq), the share the sink leaves the keys
     o' = o * w                                    (B, H, Lq, Dv)
 
-Backward, with g = dLoss/do' and P' = P * w the sink-aware weights (P = exp(S - L) the kernel's own):
+Backward, with g = dLoss/do', lse' = log(e^L + e^s) the log-sum-exp over the keys and the sink, and
+P' = exp(S - lse') = P * w the sink-aware weights (P = exp(S - L) the kernel's own):
 
     dS = P' * (g v^T - rowsum(g * o'))            the softmax's backward over the keys and the sink (whose
                                                    value is 0, so it adds nothing to the row term)
-       = P  * ((g w) v^T - rowsum((g w) * o'))    which is the kernel's own backward, given grad_out = g * w
-                                                   and o' in the place of its output (its delta term)
-    dV = P'^T g = P^T (g w)                       the same kernel call gives it
+    dV = P'^T g
     ds = -sum over batch and rows of rowsum(g * o') * (1 - w)      (H,)
+
+dS and dV are exactly the kernel's own backward given lse' in the place of its log-sum-exp (it recomputes
+P' from it) and o' in the place of its output (its delta term, rowsum(g * o')): one kernel call. (Equally,
+grad_out = g * w with the kernel's own L gives the same; lse' spares that (B, H, Lq, Dv) product.)
 
 A row that keeps no key has L = -inf (or the dtype's minimum), so w = 0: its output, the gradient it
 sends into q, k and v, and its share of ds are all 0.
@@ -35,33 +38,28 @@ def _flash_cpu(q, k, v, attn_mask, is_causal: bool, scale: float):
                                                                       scale=scale)
 
 
-def _keys_share(lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
-    """sigmoid(lse - sink) per row, (B, H, Lq) in lse's dtype."""
-    return torch.sigmoid(lse - sinks.to(lse.dtype).view(1, -1, 1))
-
-
 class _FlashWithSinks(torch.autograd.Function):
     """o' = o * sigmoid(lse - sink) from the CPU flash kernel; backward through the kernel's own backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, attn_mask, is_causal: bool, scale: float):
         out, lse = _flash_cpu(q, k, v, attn_mask, is_causal, scale)
-        share = _keys_share(lse, sinks)  # (B, H, Lq)
+        sink = sinks.to(lse.dtype).view(1, -1, 1)
+        share = torch.sigmoid(lse - sink)  # (B, H, Lq), the share the sink leaves the keys
         final = out * share.unsqueeze(-1).to(out.dtype)
-        ctx.save_for_backward(q, k, v, attn_mask, final, lse, share)
+        ctx.save_for_backward(q, k, v, attn_mask, final, torch.logaddexp(lse, sink), share)
         ctx.is_causal, ctx.scale, ctx.sinks_dtype = is_causal, scale, sinks.dtype
         return final
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, attn_mask, final, lse, share = ctx.saved_tensors
+        q, k, v, attn_mask, final, lse_with_sink, share = ctx.saved_tensors
         grad = grad.contiguous()
         grad_q = grad_k = grad_v = grad_sinks = None
-        if any(ctx.needs_input_grad[:3]):
-            scaled = grad * share.unsqueeze(-1).to(grad.dtype)  # g * w
+        if any(ctx.needs_input_grad[:3]):  # the kernel's backward with P' = exp(S - lse'), g and o'
             grad_q, grad_k, grad_v = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                scaled, q, k, v, final, lse, 0.0, ctx.is_causal, attn_mask=attn_mask, scale=ctx.scale)
-        if ctx.needs_input_grad[3]:
+                grad, q, k, v, final, lse_with_sink, 0.0, ctx.is_causal, attn_mask=attn_mask, scale=ctx.scale)
+        if ctx.needs_input_grad[3]:  # w (1 - w) = -dw/ds
             row = (grad.to(share.dtype) * final.to(share.dtype)).sum(-1)  # rowsum(g * o'), (B, H, Lq)
             grad_sinks = -(row * (1 - share)).sum(dim=(0, 2)).to(ctx.sinks_dtype)  # (H,)
         return grad_q, grad_k, grad_v, grad_sinks, None, None, None
