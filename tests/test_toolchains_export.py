@@ -76,6 +76,18 @@ def test_jit_trace_follows_new_shapes(causal):
         assert max_abs_diff(traced(x, pad), mod(x, pad)) < 1e-6
 
 
+def test_jit_trace_with_sinks_follows_new_shapes():
+    torch.manual_seed(0)
+    mod = mh.MultiHeadAttention(E, H, num_kv_heads=2, sinks=True).eval()
+    nn.init.normal_(mod.sinks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings on shape checks, and trace's deprecation notice
+        traced = torch.jit.trace(mod, (torch.randn(3, 6, E),))  # its check traces twice: the graphs must agree
+    for B, L in [(3, 6), (2, 9)]:
+        x = torch.randn(B, L, E)
+        assert max_abs_diff(traced(x), mod(x)) < 1e-6
+
+
 # --- ONNX ----------------------------------------------------------------------------------------------
 
 def onnx_session(module: nn.Module, args: tuple, folder):

@@ -160,9 +160,10 @@ SINKS_HEAD_DIMS = cannot("fused.sinks-head-dims", lambda p: "the CPU flash kerne
                                                             f"Dv={p.v.shape[-1]}")
 SINKS_DTYPE = cannot("fused.sinks-dtype", lambda p: f"the CPU flash kernel that carries sinks takes float16, bfloat16, "
                                                     f"float32 and float64; got {p.q.dtype}")
-SINKS_EXPORT = cannot("fused.sinks-export", "an exported graph (torch.export, ONNX) keeps sinks in the reference math: "
-                                            "the ONNX form of the CPU flash kernel's log-sum-exp fails onnxruntime's "
-                                            "shape inference")
+SINKS_EXPORT = cannot("fused.sinks-export", "an exported or traced graph (torch.export, ONNX, torch.jit.trace) keeps "
+                                            "sinks in the reference math: the ONNX form of the CPU flash kernel's "
+                                            "log-sum-exp fails onnxruntime's shape inference, and a trace of its "
+                                            "autograd function differs between two traces")
 SINKS_MASK_GRAD = cannot("fused.sinks-mask-grad", "the mask's tensors need grad, and the CPU flash kernel that carries "
                                                   "sinks gives no gradient to its mask")
 
@@ -171,7 +172,7 @@ def sinks_unsupported(p: Problem):
     """Why SDPA's kernels cannot carry this problem's sinks (sink_rescale.py's CPU flash path), or None."""
     if p.q.device.type != "cpu":
         return SINKS
-    if torch.compiler.is_exporting():
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
         return SINKS_EXPORT
     if p.dropout:
         return SINKS_DROPOUT

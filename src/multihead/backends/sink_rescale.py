@@ -32,10 +32,14 @@ import torch
 FLASH_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _flash_cpu(q, k, v, attn_mask, is_causal: bool, scale: float):
-    """torch's CPU flash kernel: (out (B, H, Lq, D), lse (B, H, Lq) in at least float32)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, attn_mask=attn_mask,
-                                                                      scale=scale)
+def _rescaled(q, k, v, sinks, attn_mask, is_causal: bool, scale: float):
+    """torch's CPU flash kernel, its output rescaled by the sinks: (o' (B, H, Lq, D), lse (B, H, Lq) in at least
+    float32, w (B, H, Lq) the share the sink leaves the keys, the sinks (1, H, 1) in lse's dtype)."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                          attn_mask=attn_mask, scale=scale)
+    sink = sinks.to(lse.dtype).view(1, -1, 1)
+    share = torch.sigmoid(lse - sink)
+    return out * share.unsqueeze(-1).to(out.dtype), lse, share, sink
 
 
 class _FlashWithSinks(torch.autograd.Function):
@@ -43,10 +47,7 @@ class _FlashWithSinks(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, attn_mask, is_causal: bool, scale: float):
-        out, lse = _flash_cpu(q, k, v, attn_mask, is_causal, scale)
-        sink = sinks.to(lse.dtype).view(1, -1, 1)
-        share = torch.sigmoid(lse - sink)  # (B, H, Lq), the share the sink leaves the keys
-        final = out * share.unsqueeze(-1).to(out.dtype)
+        final, lse, share, sink = _rescaled(q, k, v, sinks, attn_mask, is_causal, scale)
         ctx.save_for_backward(q, k, v, attn_mask, final, torch.logaddexp(lse, sink), share)
         ctx.is_causal, ctx.scale, ctx.sinks_dtype = is_causal, scale, sinks.dtype
         return final
@@ -76,4 +77,6 @@ def flash_with_sinks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: t
     elif attn_mask is not None and attn_mask.dtype != q.dtype:
         attn_mask = attn_mask.to(q.dtype)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    return _FlashWithSinks.apply(q, k, v, sinks, attn_mask, is_causal, scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or sinks.requires_grad):
+        return _FlashWithSinks.apply(q, k, v, sinks, attn_mask, is_causal, scale)
+    return _rescaled(q, k, v, sinks, attn_mask, is_causal, scale)[0]  # nothing to differentiate: nothing saved
