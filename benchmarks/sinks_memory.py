@@ -84,8 +84,9 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         mask = "causal" if r["mask"] == "causal" else f"window {result['window']} & causal"
         growth = "" if r["growth_ratio"] is None else f"{r['growth_ratio']:.2f}x"
-        lines.append(f"| {mask} | {'yes' if r['sinks'] else 'no'} | {r['asked']} | {r['backend']} | {r['peak_mib']:.0f} "
-                     f"| {r['peak_mib'] - r['setup_mib']:.0f} | {r['peak_ratio']:.2f}x | {growth} | {r['seconds']:.3f} |")
+        cells = [mask, "yes" if r["sinks"] else "no", r["asked"], r["backend"], f"{r['peak_mib']:.0f}",
+                 f"{r['peak_mib'] - r['setup_mib']:.0f}", f"{r['peak_ratio']:.2f}x", growth, f"{r['seconds']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     info = result["machine"]
     start, end = (tuple(x) if x else x for x in (info["load_average"], result["load_average_at_end"]))  # JSON: lists
     return "\n".join([f"CPU: {info['cpu']} ({info['cpu_flags']}), torch {info['torch']}, 1 torch thread, "

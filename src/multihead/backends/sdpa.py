@@ -38,7 +38,8 @@ class SdpaBackend:
         if args is SCORED:
             return "in place of F.scaled_dot_product_attention" + scored_note(p, "call")
         if p.sinks is not None:
-            return "torch's CPU flash kernel, " + describe_args(args) + (", GQA" if p.gqa else "") + scored_note(p, "call")
+            gqa = ", GQA" if p.gqa else ""
+            return f"torch's CPU flash kernel, {describe_args(args)}{gqa}" + scored_note(p, "call")
         k, v = p.k, p.v
         if args.keys is not None:
             k, v = kept_keys(k, args.keys), kept_keys(v, args.keys)
