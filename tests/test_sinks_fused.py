@@ -91,11 +91,13 @@ def test_the_kernel_backward_needs_the_sink_aware_output_in_its_delta_term():
     assert (wrong - ref[0]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("case", ["plain", "causal", "padding", "alibi"])
+@pytest.mark.parametrize("case", ["plain", "causal", "padding", "alibi", "alibi both ways"])
 def test_sdpa_carries_sinks_with_gradients(case):
+    """ALiBi without causal has offsets up to slope * L in a row: the kernel gets them moved to 0 per row."""
     pad = torch.arange(300) >= 250  # the last 50 keys are padding
+    alibi = mh.Mask.alibi(mh.alibi_slopes(4))
     kw = {"plain": {}, "causal": {"causal": True}, "padding": {"mask": mh.Mask.key_padding(pad[None])},
-          "alibi": {"mask": mh.Mask.alibi(mh.alibi_slopes(4)), "causal": True}}[case]
+          "alibi": {"mask": alibi, "causal": True}, "alibi both ways": {"mask": alibi}}[case]
     leaves = _inputs(300)
     decision = mh.dispatch(*leaves[:3], sinks=leaves[3], **kw)
     assert decision.backend == "sdpa" and "log-sum-exp" in decision.detail
@@ -114,8 +116,9 @@ def test_banded_and_varlen_carry_sinks_at_2048_keys(backend, kw):
 
 
 @pytest.mark.parametrize("dtype, atol", [(torch.bfloat16, 3e-2), (torch.float16, 4e-3)])
-@pytest.mark.parametrize("mask", [None, WINDOW], ids=["causal", "window"])
+@pytest.mark.parametrize("mask", [None, WINDOW, mh.Mask.alibi(mh.alibi_slopes(4))], ids=["causal", "window", "alibi"])
 def test_half_precision_forward_matches_float64(dtype, atol, mask):
+    """bf16 and fp16 round the scores: ALiBi's offsets reach slope * L, so each row's largest goes to 0 first."""
     q, k, v, sinks = (t.detach() for t in _inputs(300, D=32, dtype=dtype))
     out = mh.attention(q, k, v, mask, causal=mask is None, sinks=sinks)
     ref = mh.attention(q.double(), k.double(), v.double(), mask, causal=mask is None, sinks=sinks.double(),

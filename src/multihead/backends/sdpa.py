@@ -32,7 +32,7 @@ class SdpaBackend:
         if p.form.scored:
             return SCORED
         # a softmax without sinks ignores per-row constants; with sinks (sink_rescale.py) they count
-        return sdpa_args(p.form, p.index(rows_may_shift=p.sinks is None), p.q.dtype)
+        return sdpa_args(p.form, p.index(rows_may_shift=p.sinks is None), p.q.dtype, p.sinks is not None)
 
     def describe(self, p: Problem, args: SdpaArgs | str) -> str:
         if args is SCORED:

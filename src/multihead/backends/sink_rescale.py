@@ -32,12 +32,14 @@ import torch
 FLASH_CPU_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _rescaled(q, k, v, sinks, attn_mask, is_causal: bool, scale: float):
+def _rescaled(q, k, v, sinks, attn_mask, is_causal: bool, scale: float, shift):
     """torch's CPU flash kernel, its output rescaled by the sinks: (o' (B, H, Lq, D), lse (B, H, Lq) in at least
-    float32, w (B, H, Lq) the share the sink leaves the keys, the sinks (1, H, 1) in lse's dtype)."""
+    float32, w (B, H, Lq) the share the sink leaves the keys, the sink logits per row in lse's dtype)."""
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
                                                                           attn_mask=attn_mask, scale=scale)
-    sink = sinks.to(lse.dtype).view(1, -1, 1)
+    sink = sinks.to(lse.dtype).view(1, -1, 1)  # (1, H, 1)
+    if shift is not None:  # the mask's rows were moved down by `shift`, and lse with them: the sink moves too
+        sink = sink - shift.squeeze(-1).to(lse.dtype)
     share = torch.sigmoid(lse - sink)
     return out * share.unsqueeze(-1).to(out.dtype), lse, share, sink
 
@@ -46,8 +48,8 @@ class _FlashWithSinks(torch.autograd.Function):
     """o' = o * sigmoid(lse - sink) from the CPU flash kernel; backward through the kernel's own backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, attn_mask, is_causal: bool, scale: float):
-        final, lse, share, sink = _rescaled(q, k, v, sinks, attn_mask, is_causal, scale)
+    def forward(ctx, q, k, v, sinks, attn_mask, is_causal: bool, scale: float, shift):
+        final, lse, share, sink = _rescaled(q, k, v, sinks, attn_mask, is_causal, scale, shift)
         ctx.save_for_backward(q, k, v, attn_mask, final, torch.logaddexp(lse, sink), share)
         ctx.is_causal, ctx.scale, ctx.sinks_dtype = is_causal, scale, sinks.dtype
         return final
@@ -63,14 +65,17 @@ class _FlashWithSinks(torch.autograd.Function):
         if ctx.needs_input_grad[3]:  # w (1 - w) = -dw/ds
             row = (grad.to(share.dtype) * final.to(share.dtype)).sum(-1)  # rowsum(g * o'), (B, H, Lq)
             grad_sinks = -(row * (1 - share)).sum(dim=(0, 2)).to(ctx.sinks_dtype)  # (H,)
-        return grad_q, grad_k, grad_v, grad_sinks, None, None, None
+        return grad_q, grad_k, grad_v, grad_sinks, None, None, None, None
 
 
 def flash_with_sinks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor,
-                     attn_mask: torch.Tensor | None, is_causal: bool, scale: float) -> torch.Tensor:
+                     attn_mask: torch.Tensor | None, is_causal: bool, scale: float,
+                     shift: torch.Tensor | None = None) -> torch.Tensor:
     """Attention with per-head sink logits on torch's CPU flash kernel: (B, H, Lq, D), differentiable in q, k, v
     and sinks (H,). attn_mask: None, a bool keep mask or an additive float mask, broadcastable to
-    (B, H, Lq, Lk); a mask that needs grad is not supported (its gradient is not computed)."""
+    (B, H, Lq, Lk); a mask that needs grad is not supported (its gradient is not computed). shift: (.., Lq, 1),
+    a constant per row already subtracted from attn_mask (so that the kernel's scores stay small), which the
+    sinks' comparison adds back."""
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.zeros((), dtype=q.dtype, device=q.device).expand_as(attn_mask).masked_fill(
             ~attn_mask, float("-inf"))
@@ -78,5 +83,5 @@ def flash_with_sinks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: t
         attn_mask = attn_mask.to(q.dtype)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or sinks.requires_grad):
-        return _FlashWithSinks.apply(q, k, v, sinks, attn_mask, is_causal, scale)
-    return _rescaled(q, k, v, sinks, attn_mask, is_causal, scale)[0]  # nothing to differentiate: nothing saved
+        return _FlashWithSinks.apply(q, k, v, sinks, attn_mask, is_causal, scale, shift)
+    return _rescaled(q, k, v, sinks, attn_mask, is_causal, scale, shift)[0]  # nothing to differentiate: nothing saved
