@@ -1,6 +1,7 @@
 """The core seam's overheads, interleaved A/B in one process (issue 25's goals), one thread, fp32, no grad.
 
-    PYTHONPATH=src python benchmarks/core_seam.py [--rounds 15] [--calls 200]
+    PYTHONPATH=src python benchmarks/core_seam.py [--rounds 15] [--calls 200] [--json benchmarks/core-seam.json]
+    PYTHONPATH=src python benchmarks/core_seam.py --breakdown [--json benchmarks/core-seam-breakdown.json]
 
 Rows (median microseconds of this thread's CPU time per call over rounds; each round times every row
 once, in turn; the ratio is the median of the per-round ratios):
@@ -20,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 import multihead as mh
 from multihead.backends.common import keep_nan_rows
 from multihead.backends.sdpa_args import run_sdpa
+from multihead.bench.machine import describe
 from multihead.dispatch import plan_call
 
 
@@ -111,14 +114,22 @@ def interleaved(fns: dict, rounds: int, calls: int) -> dict:
     return samples
 
 
-def breakdown(args) -> None:
-    results, previous = {}, None
+def breakdown(args) -> list[dict]:
+    """The small causal call's stages, each row one more layer over raw SDPA."""
+    rows, previous = [], None
     for name, s in interleaved(stages(), args.rounds, args.calls).items():
         us = statistics.median(s)
         step = "" if previous is None else f"   step {us - previous:+6.2f} us"
         print(f"{name:42s} {us:7.2f} us{step}")
-        results[name], previous = round(us, 2), us
-    print(json.dumps(results))
+        rows.append({"stage": name, "us": round(us, 2), "step us": None if previous is None else round(us - previous, 2)})
+        previous = us
+    return rows
+
+
+def write_json(path: str, suite: str, rows: list[dict], args) -> None:
+    """The rows with the machine and how they were timed, in the form the figure test reads."""
+    machine = {**describe(), "clock": "this thread's CPU time", "rounds": args.rounds, "calls": args.calls}
+    Path(path).write_text(json.dumps({"machine": machine, suite: rows}) + "\n", encoding="utf-8")
 
 
 def main(argv=None) -> None:
@@ -127,12 +138,17 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", default="", help="run only the rows whose name contains this")
     parser.add_argument("--breakdown", action="store_true", help="the small causal call's stages instead")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows, with the machine, to FILE")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.breakdown:
         with torch.no_grad():
-            return breakdown(args)
-    results = {}
+            rows = breakdown(args)
+        print(json.dumps(rows))
+        if args.json:
+            write_json(args.json, "core_seam_breakdown", rows, args)
+        return
+    results, rows = {}, []
     with torch.no_grad():
         for name, pair in cases().items():
             if args.only not in name:
@@ -141,8 +157,12 @@ def main(argv=None) -> None:
             (a, ta), (b, tb) = ((label, statistics.median(s)) for label, s in samples.items())
             ratios = [x / y for x, y in zip(samples[a], samples[b])]
             results[name] = {a: round(ta, 1), b: round(tb, 1), "ratio": round(statistics.median(ratios), 3)}
+            rows.append({"case": name, "ours": a, "against": b, "ours us": round(ta, 2), "against us": round(tb, 2),
+                         "ratio": round(statistics.median(ratios), 3)})
             print(f"{name:20s} {a} {ta:8.1f} us   {b} {tb:8.1f} us   ratio {statistics.median(ratios):.3f}")
     print(json.dumps(results))
+    if args.json:
+        write_json(args.json, "core_seam", rows, args)
 
 
 if __name__ == "__main__":
