@@ -71,12 +71,11 @@ class SparseBackend:
         return SparsePlan(block, kernel)
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
-        K = _listed(p)
+        gathers = f"gathers each query's K={_listed(p)} listed keys and values, {plan.block} queries at a time"
         if plan.kernel:
-            return describe_step(p.q.dtype, f"the K={K} listed rows of each query, gathered and compacted (additive "
-                                            "terms: the gathered torch form)")
-        return (f"gathers each query's K={K} listed keys and values, {plan.block} queries at a time, softmax in "
-                "float32 over the K slots")
+            return f"{gathers}, kept rows compacted to the front; " + describe_step(p.q.dtype, "one query per batch row")
+        return f"{gathers}; softmax in float32 over the K slots"
+
 
     def run(self, p: Problem, plan: SparsePlan) -> torch.Tensor:
         B, H, Lq, Lk = p.dims
