@@ -6,7 +6,7 @@ N = Hkv when the lists are shared by every head, else H (then G = H // N query h
 For a block of queries at a time, each query's K listed rows of k and v are gathered, (B, N, Lb, K, D),
 and the softmax runs over those K: the other mask terms (causal, lengths, key padding, ALiBi, ...) are
 evaluated at the gathered key positions (an Index whose keys are the lists), free slots and repeated
-keys weigh 0. A decode step on the CPU without gradients (no additive term, one list for all heads)
+keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients (no additive term, one list for all heads)
 compacts each query's kept rows to the front and calls the C++ decode kernel over those rows, with the
 queries folded into the batch: the step reads K rows per query, not the context.
 """
@@ -25,6 +25,7 @@ from multihead.masks import Index
 
 GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb · K · (D + Dv)
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+KERNEL_ROWS = 4  # query rows per sequence up to which a call is a decode step (the C++ kernel's case)
 
 NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part")
 EMPTY = empty_sequences("sparse.empty", "the sparse backend's gathers")
@@ -65,7 +66,7 @@ class SparseBackend:
         N = p.k.shape[1] if lists.shape[1] == 1 else H
         per_query = max(1, B * N * K * (p.q.shape[-1] + p.v.shape[-1]))
         block = Lq if torch.compiler.is_compiling() else max(1, min(Lq, GATHER_BUDGET // per_query))
-        kernel = (p.q.device.type == "cpu" and p.q.dtype in KERNEL_DTYPES and not p.dropout and lists.shape[1] == 1
+        kernel = (Lq <= KERNEL_ROWS and p.q.device.type == "cpu" and p.q.dtype in KERNEL_DTYPES and not p.dropout and lists.shape[1] == 1
                   and p.form.slopes is None and not needs_grad(p) and not torch.compiler.is_exporting()
                   and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
         return SparsePlan(block, kernel)
