@@ -185,3 +185,14 @@ def test_property_sparse_backend_equals_the_dense_keep(B, G, Lq, Lk, K, heads, c
     with torch.no_grad():
         out = mh.attention(q, k, v, mask, backend="sparse")
     torch.testing.assert_close(out.double(), _reference(q, k, v, idx, more), atol=TOL[torch.float32], rtol=0)
+
+
+def test_rows_of_a_cache_buffer_view_are_gathered_as_they_are():
+    """k and v as a KV cache holds them: views of longer buffers (not contiguous), read in place."""
+    B, H, Hkv, Lk, K = 2, 4, 2, 100, 9
+    q, k_all, v_all = _qkv(B, H, Hkv, 2, Lk + 28, seed=5)
+    k, v = k_all[:, :, :Lk], v_all[:, :, :Lk]
+    idx = _lists((B, 2, K), Lk, seed=5)
+    with torch.no_grad():
+        out = mh.attention(q, k, v, Mask.sparse(idx), backend="sparse")
+    torch.testing.assert_close(out.double(), _reference(q, k, v, idx), atol=TOL[torch.float32], rtol=0)

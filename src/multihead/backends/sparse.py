@@ -116,11 +116,28 @@ def gathered_terms(p: Problem, start: int, stop: int):
 
 
 def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """t (B, Hkv, Lk, X) at the slots pos (B, S, Lb, K): (B, N, Lb, K, X), N = Hkv if S is 1, else S."""
-    B, Hkv = t.shape[:2]
-    S = pos.shape[1]
+    """t (B, Hkv, Lk, X) at the slots pos (B, S, Lb, K): (B, N, Lb, K, X), N = Hkv if S is 1, else S.
+
+    One index_select over t's rows seen as a flat (rows, X) table (a view: t contiguous, or rows a whole
+    number of X apart where no gradient is recorded), else advanced indexing (several times slower)."""
+    B, Hkv, Lk, X = t.shape
+    S, Lb, K = pos.shape[1:]
     heads = torch.arange(Hkv, device=t.device) if S == 1 else torch.arange(S, device=t.device) // (S // Hkv)
-    return t[torch.arange(B, device=t.device).view(B, 1, 1, 1), heads.view(1, -1, 1, 1), pos]
+    N = heads.shape[0]
+    sb, sh, sl, sx = t.stride()
+    if t.is_contiguous():
+        table = t.reshape(B * Hkv * Lk, X)
+    elif sx == 1 and sl == X and sb % X == 0 and sh % X == 0 and not (torch.is_grad_enabled() and t.requires_grad):
+        span = ((B - 1) * sb + (Hkv - 1) * sh + Lk * sl) // X  # rows from t's first row to past its last one
+        table = t.as_strided((span, X), (X, 1))
+    else:
+        return t[torch.arange(B, device=t.device).view(B, 1, 1, 1), heads.view(1, -1, 1, 1), pos]
+    if t.is_contiguous():
+        sb, sh = Hkv * Lk, Lk
+    else:
+        sb, sh = sb // X, sh // X
+    first = torch.arange(B, device=t.device).view(B, 1, 1, 1) * sb + heads.view(1, N, 1, 1) * sh  # (B, N, 1, 1)
+    return table.index_select(0, (first + pos).reshape(-1)).view(B, N, Lb, K, X)
 
 
 def _grouped(t: torch.Tensor | None, N: int) -> torch.Tensor | None:
