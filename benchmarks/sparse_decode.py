@@ -170,18 +170,24 @@ def layer_step(s: dict, rounds: int, repeats: int, compiled: bool) -> dict:
 
 
 def markdown(result: dict) -> str:
+    """The results page (benchmarks/sparse-decode-results.md) from the JSON this script writes."""
     m = result["machine"]
-    lines = ["# Sparse decode", "", f"Machine: {m.get('cpu')}, torch {torch.__version__}, one torch thread, CPU clock; "
-             f"load average {m.get('load_average')} (a shared machine: figures are A/B ratios within one run).", ""]
+    lines = ["# Sparse decode", "", f"Machine: {m.get('cpu')}, torch {m.get('torch')}, one torch thread, CPU clock; "
+             f"load average {m.get('load_average')} at the start (a shared machine: the figures are ratios of forms "
+             "timed in the same interleaved rounds).", ""]
     for row in result["rows"]:
         lines += [f"## {row['case']}", "", "| form | ms | x ours |", "|---|---|---|"]
+        ours = next(iter(row["ms"]))
         for name, value in row["ms"].items():
-            x = row.get("x_ours", {}).get(name, value / row["ms"]["sparse"] if "sparse" in row["ms"] else None)
-            lines.append(f"| {name} | {value:.3f} | {x:.1f} |")
-        lines += ["", f"Ratio {row['ratio']:.1f}x (goal >= {row['goal']:.0f}x); per repeat: "
-                      f"{row['ratios'] if isinstance(row['ratios'], list) else row['ratios'][row['hf_best']]}.",
-                  f"Ran: {row['ran']}", ""]
-    return "\n".join(lines) + "\n"
+            lines.append(f"| {name} | {value:.3f} | {value / row['ms'][ours]:.1f} |")
+        repeats = row["ratios"] if isinstance(row["ratios"], list) else row["ratios"][row["hf_best"]]
+        against = f" against {row['hf_best']}" if "hf_best" in row else ""
+        lines += ["", f"Ratio{against}: {row['ratio']:.1f}x (goal >= {row['goal']:.0f}x); per repeat: "
+                      + ", ".join(f"{r:.1f}x" for r in repeats) + ".", "", "Ran:", ""]
+        ran = row["ran"] if isinstance(row["ran"], dict) else {"sparse": row["ran"]}
+        lines += [f"- {name}: {text}" for name, text in ran.items()]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
 
 
 def main(argv=None) -> int:
@@ -206,7 +212,7 @@ def main(argv=None) -> int:
             f.write(text + "\n")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(result))
+            f.write(markdown(result) + "\n")
     print(text)
     return 0
 

@@ -140,6 +140,15 @@ def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, (first + pos).reshape(-1)).view(B, N, Lb, K, X)
 
 
+def _rows_of_both(k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(k's rows, v's rows) at pos, as `_rows`; gathered once when v is k's first Dv features (MLA's absorbed
+    step attends over [latent | rotary key] with the latents as values)."""
+    ks = _rows(k, pos)
+    if v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.shape[:3] == k.shape[:3]:
+        return ks, ks[..., :v.shape[-1]]
+    return ks, _rows(v, pos)
+
+
 def _grouped(t: torch.Tensor | None, N: int) -> torch.Tensor | None:
     """(B', 1 or H, Lb, K) -> (B', 1 or N, 1 or G, Lb, K)."""
     if t is None:
@@ -151,7 +160,7 @@ def _grouped(t: torch.Tensor | None, N: int) -> torch.Tensor | None:
 def _torch_block(p: Problem, start: int, stop: int, pos, keep, bias) -> torch.Tensor:
     """Queries [start, stop) over their gathered rows, in torch ops: (B, H, Lb, Dv)."""
     B, H, _, D = p.q.shape
-    ks, vs = _rows(p.k, pos), _rows(p.v, pos)  # (B, N, Lb, K, D)
+    ks, vs = _rows_of_both(p.k, p.v, pos)  # (B, N, Lb, K, D), (B, N, Lb, K, Dv)
     N = ks.shape[1]
     keep5 = _grouped(keep, N)
     vs = zero_where(~keep5.any(2)[..., None], vs)  # slots no head keeps: NaN stored there stays out
@@ -178,11 +187,9 @@ def _kernel_step(p: Problem, start: int, stop: int, pos, keep) -> torch.Tensor:
     pos = pos.gather(-1, order)
     count = keep.sum(-1).view(B * Lb, 1)  # (B · Lb, 1) kept rows per query
 
-    def rows(t: torch.Tensor) -> torch.Tensor:  # (B, Hkv, Lk, X) -> (B · Lb, Hkv, K, X)
-        picked = _rows(t, pos)  # (B, Hkv, Lb, K, X)
-        return picked.transpose(1, 2).reshape(B * Lb, t.shape[1], K, t.shape[-1])
-
+    ks, vs = (t.transpose(1, 2).reshape(B * Lb, p.k.shape[1], K, t.shape[-1])  # (B · Lb, Hkv, K, X)
+              for t in _rows_of_both(p.k, p.v, pos))
     q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
     zeros = torch.zeros_like(count)
-    out = decode_step(q, rows(p.k), rows(p.v), zeros, count, zeros.float(), p.scale, p.softcap, None, p.sinks)
+    out = decode_step(q, ks, vs, zeros, count, zeros.float(), p.scale, p.softcap, None, p.sinks)
     return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
