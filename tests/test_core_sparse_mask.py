@@ -155,7 +155,7 @@ def test_decode_step_runs_the_kernel_over_the_listed_rows():
 def test_compiles_with_dynamic_shapes_and_gradients():
     B, H, Hkv, Lk = 1, 4, 2, 64
     f = torch.compile(lambda q, k, v, idx: mh.attention(q, k, v, Mask.sparse(idx) & Mask.causal("bottom_right")),
-                      dynamic=True, backend="eager")
+                      dynamic=True, fullgraph=True, backend="eager")
     for Lq in (3, 5):
         q, k, v = _qkv(B, H, Hkv, Lq, Lk, seed=Lq)
         idx = _lists((B, Lq, 7), Lk, seed=Lq)
@@ -167,6 +167,10 @@ def test_compiles_with_dynamic_shapes_and_gradients():
         ref.sum().backward()
         torch.testing.assert_close(out.double(), ref, atol=TOL[torch.float32], rtol=0)
         torch.testing.assert_close(q.grad.double(), q64.grad, atol=1e-4, rtol=0)
+    q, idx = q[:, :, -1:].detach(), idx[:, -1:]  # a decode step, no gradient: the decode kernel's custom op
+    with torch.no_grad():
+        torch.testing.assert_close(f(q, k, v, idx).double(), _reference(q, k, v, idx, Mask.causal("bottom_right")),
+                                   atol=TOL[torch.float32], rtol=0)
 
 
 @settings(max_examples=25, deadline=None)

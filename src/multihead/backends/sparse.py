@@ -118,8 +118,8 @@ def gathered_terms(p: Problem, start: int, stop: int):
 def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """t (B, Hkv, Lk, X) at the slots pos (B, S, Lb, K): (B, N, Lb, K, X), N = Hkv if S is 1, else S.
 
-    One index_select over t's rows seen as a flat (rows, X) table (a view: t contiguous, or rows a whole
-    number of X apart where no gradient is recorded), else advanced indexing (several times slower)."""
+    One index_select over t's rows seen as a flat (rows, X) table (a view: t contiguous, or, eager and with
+    no gradient recorded, rows a whole number of X apart), else advanced indexing (several times slower)."""
     B, Hkv, Lk, X = t.shape
     S, Lb, K = pos.shape[1:]
     heads = torch.arange(Hkv, device=t.device) if S == 1 else torch.arange(S, device=t.device) // (S // Hkv)
@@ -127,7 +127,8 @@ def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     sb, sh, sl, sx = t.stride()
     if t.is_contiguous():
         table = t.reshape(B * Hkv * Lk, X)
-    elif sx == 1 and sl == X and sb % X == 0 and sh % X == 0 and not (torch.is_grad_enabled() and t.requires_grad):
+    elif (sx == 1 and sl == X and sb % X == 0 and sh % X == 0 and not torch.compiler.is_compiling()
+          and not (torch.is_grad_enabled() and t.requires_grad)):
         span = ((B - 1) * sb + (Hkv - 1) * sh + Lk * sl) // X  # rows from t's first row to past its last one
         table = t.as_strided((span, X), (X, 1))
     else:
@@ -144,7 +145,8 @@ def _rows_of_both(k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> tuple[
     """(k's rows, v's rows) at pos, as `_rows`; gathered once when v is k's first Dv features (MLA's absorbed
     step attends over [latent | rotary key] with the latents as values)."""
     ks = _rows(k, pos)
-    if v.data_ptr() == k.data_ptr() and v.stride() == k.stride() and v.shape[:3] == k.shape[:3]:
+    if (not torch.compiler.is_compiling() and v.data_ptr() == k.data_ptr() and v.stride() == k.stride()
+            and v.shape[:3] == k.shape[:3]):
         return ks, ks[..., :v.shape[-1]]
     return ks, _rows(v, pos)
 
