@@ -122,8 +122,7 @@ def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     no gradient recorded, rows a whole number of X apart), else advanced indexing (several times slower)."""
     B, Hkv, Lk, X = t.shape
     S, Lb, K = pos.shape[1:]
-    heads = torch.arange(Hkv, device=t.device) if S == 1 else torch.arange(S, device=t.device) // (S // Hkv)
-    N = heads.shape[0]
+    N = Hkv if S == 1 else S
     sb, sh, sl, sx = t.stride()
     if t.is_contiguous():
         table = t.reshape(B * Hkv * Lk, X)
@@ -132,13 +131,20 @@ def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         span = ((B - 1) * sb + (Hkv - 1) * sh + Lk * sl) // X  # rows from t's first row to past its last one
         table = t.as_strided((span, X), (X, 1))
     else:
-        return t[torch.arange(B, device=t.device).view(B, 1, 1, 1), heads.view(1, -1, 1, 1), pos]
+        return t[torch.arange(B, device=t.device).view(B, 1, 1, 1), _heads(Hkv, S, t.device).view(1, -1, 1, 1), pos]
     if t.is_contiguous():
         sb, sh = Hkv * Lk, Lk
     else:
         sb, sh = sb // X, sh // X
-    first = torch.arange(B, device=t.device).view(B, 1, 1, 1) * sb + heads.view(1, N, 1, 1) * sh  # (B, N, 1, 1)
+    if B * N == 1:  # one sequence, one kv head: the slots are the rows
+        return table.index_select(0, pos.reshape(-1)).view(B, N, Lb, K, X)
+    first = torch.arange(B, device=t.device).view(B, 1, 1, 1) * sb + _heads(Hkv, S, t.device).view(1, N, 1, 1) * sh
     return table.index_select(0, (first + pos).reshape(-1)).view(B, N, Lb, K, X)
+
+
+def _heads(Hkv: int, S: int, device) -> torch.Tensor:
+    """(N,) the kv head each list reads: all Hkv (lists shared by heads, S = 1), or query head h's, h // G."""
+    return torch.arange(Hkv, device=device) if S == 1 else torch.arange(S, device=device) // (S // Hkv)
 
 
 def _rows_of_both(k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,9 +191,12 @@ def _kernel_step(p: Problem, start: int, stop: int, pos, keep) -> torch.Tensor:
     (B, H, Lb, Dv). keep (B, 1, Lb, K)."""
     B, H, _, D = p.q.shape
     Lb, K = stop - start, pos.shape[-1]
-    order = torch.argsort((~keep).to(torch.uint8), dim=-1, stable=True)  # kept slots first, in key order
-    pos = pos.gather(-1, order)
-    count = keep.sum(-1).view(B * Lb, 1)  # (B · Lb, 1) kept rows per query
+    if torch.compiler.is_compiling() or not bool(keep.all()):  # eager, on the CPU: one host read
+        order = torch.argsort((~keep).to(torch.uint8), dim=-1, stable=True)  # kept slots first, in key order
+        pos = pos.gather(-1, order)
+        count = keep.sum(-1).view(B * Lb, 1)  # (B · Lb, 1) kept rows per query
+    else:  # every slot kept (distinct keys, all allowed): nothing to compact
+        count = torch.full((B * Lb, 1), K, dtype=torch.long, device=pos.device)
 
     ks, vs = (t.transpose(1, 2).reshape(B * Lb, p.k.shape[1], K, t.shape[-1])  # (B · Lb, Hkv, K, X)
               for t in _rows_of_both(p.k, p.v, pos))
