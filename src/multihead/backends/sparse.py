@@ -6,9 +6,10 @@ N = Hkv when the lists are shared by every head, else H (then G = H // N query h
 For a block of queries at a time, each query's K listed rows of k and v are gathered, (B, N, Lb, K, D),
 and the softmax runs over those K: the other mask terms (causal, lengths, key padding, ALiBi, ...) are
 evaluated at the gathered key positions (an Index whose keys are the lists), free slots and repeated
-keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients (no additive term, one list for all heads)
-compacts each query's kept rows to the front and calls the C++ decode kernel over those rows, with the
-queries folded into the batch: the step reads K rows per query, not the context.
+keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients, with no additive
+term and one list for all heads, puts each query's kept rows first and calls the C++ decode kernel over
+them, the queries folded into the batch: the step reads K rows per query, not the context. (The rows are
+gathered by torch, one index_select each for k and v; the kernel itself takes no index list.)
 """
 from __future__ import annotations
 
@@ -66,17 +67,16 @@ class SparseBackend:
         N = p.k.shape[1] if lists.shape[1] == 1 else H
         per_query = max(1, B * N * K * (p.q.shape[-1] + p.v.shape[-1]))
         block = Lq if torch.compiler.is_compiling() else max(1, min(Lq, GATHER_BUDGET // per_query))
-        kernel = (Lq <= KERNEL_ROWS and p.q.device.type == "cpu" and p.q.dtype in KERNEL_DTYPES and not p.dropout and lists.shape[1] == 1
-                  and p.form.slopes is None and not needs_grad(p) and not torch.compiler.is_exporting()
-                  and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
+        kernel = (Lq <= KERNEL_ROWS and p.q.device.type == "cpu" and p.q.dtype in KERNEL_DTYPES and not p.dropout
+                  and lists.shape[1] == 1 and p.form.slopes is None and not needs_grad(p)
+                  and not torch.compiler.is_exporting() and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
         return SparsePlan(block, kernel)
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
         gathers = f"gathers each query's K={_listed(p)} listed keys and values, {plan.block} queries at a time"
         if plan.kernel:
-            return f"{gathers}, kept rows compacted to the front; " + describe_step(p.q.dtype, "one query per batch row")
+            return f"{gathers}, kept rows first; " + describe_step(p.q.dtype, "one query per batch row")
         return f"{gathers}; softmax in float32 over the K slots"
-
 
     def run(self, p: Problem, plan: SparsePlan) -> torch.Tensor:
         B, H, Lq, Lk = p.dims
