@@ -99,13 +99,12 @@ def gathered_terms(p: Problem, start: int, stop: int):
     part = p.form.sparse
     lists = part.lists()[:, :, start:stop]
     lists = lists.expand(B, *lists.shape[1:]).sort(-1).values  # sorted: equal keys side by side
-    first = torch.ones_like(lists[..., :1], dtype=torch.bool)
-    keep = (lists >= 0) & torch.cat([first, lists[..., 1:] != lists[..., :-1]], dim=-1)
+    first = F.pad(lists[..., 1:] != lists[..., :-1], (1, 0), value=True)  # the first slot of each key
+    keep = (lists >= 0) & first
     pos = lists.clamp_min(0).long()
     device = p.q.device
-    ix = Index(torch.arange(B, device=device).view(B, 1, 1, 1), torch.arange(H, device=device).view(1, H, 1, 1),
-               torch.arange(start, stop, device=device).view(1, 1, -1, 1), pos, Lq, Lk, Lq, Lk, whole=False,
-               plain=False, satisfied=(part,), device=device, B=B, H=H)
+    ix = Index(None, None, torch.arange(start, stop, device=device).view(1, 1, -1, 1), pos, Lq, Lk, Lq, Lk,
+               whole=False, plain=False, satisfied=(part,), device=device, B=B, H=H)  # b, h: all, made on use
     if p.form.extents is not None:
         q_lens, k_lens = p.form.extents
         ix = ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
