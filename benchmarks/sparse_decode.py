@@ -173,7 +173,7 @@ def markdown(result: dict) -> str:
     """The results page (benchmarks/sparse-decode-results.md) from the JSON this script writes."""
     m = result["machine"]
     lines = ["# Sparse decode", "", f"Machine: {m.get('cpu')}, torch {m.get('torch')}, one torch thread, CPU clock; "
-             f"load average {m.get('load_average')} at the start (a shared machine: the figures are ratios of forms "
+             f"load average {', '.join(str(x) for x in m.get('load_average') or ())} (1, 5, 15 min) at the start (a shared machine: the figures are ratios of forms "
              "timed in the same interleaved rounds).", ""]
     for row in result["rows"]:
         lines += [f"## {row['case']}", "", "| form | ms | x ours |", "|---|---|---|"]
