@@ -8,8 +8,9 @@ and the softmax runs over those K: the other mask terms (causal, lengths, key pa
 evaluated at the gathered key positions (an Index whose keys are the lists), free slots and repeated
 keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients, with no additive
 term and one list for all heads, puts each query's kept rows first and calls the C++ decode kernel over
-them, the queries folded into the batch: the step reads K rows per query, not the context. (The rows are
-gathered by torch, one index_select each for k and v; the kernel itself takes no index list.)
+them, the queries folded into the batch: the step reads K rows per query, not the context. Eager, the
+kernel reads the listed rows in place (decode_listed.h); under torch.compile torch gathers them (one
+index_select each for k and v) and the decode kernel's custom op runs over the copies.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.common import masked_softmax, needs_grad, zero_where
+from multihead.backends.decode_build import kernel
 from multihead.backends.decode_step import decode_step, describe_step
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
@@ -197,9 +199,16 @@ def _kernel_step(p: Problem, start: int, stop: int, pos, keep) -> torch.Tensor:
     else:  # every slot kept (distinct keys, all allowed): nothing to compact
         count = torch.full((B * Lb, 1), K, dtype=torch.long, device=pos.device)
 
+    q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
+    module = None if torch.compiler.is_compiling() or (B > 1 and Lb > 1) else kernel()
+    if module is not None and q.dtype in KERNEL_DTYPES:  # the kernel reads the listed rows in place
+        k, v = (t.expand(Lb, *t.shape[1:]) if Lb > 1 else t for t in (p.k, p.v))  # B = 1: one cache, Lb rows
+        sinks = q.new_empty(0, dtype=torch.float32) if p.sinks is None else p.sinks.float().contiguous()
+        out = module.decode_listed(q.contiguous(), k, v, pos.reshape(B * Lb, K).contiguous(),
+                                   count.reshape(B * Lb).contiguous(), sinks, p.scale, p.softcap or 0.0)
+        return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
     ks, vs = (t.transpose(1, 2).reshape(B * Lb, p.k.shape[1], K, t.shape[-1])  # (B · Lb, Hkv, K, X)
               for t in _rows_of_both(p.k, p.v, pos))
-    q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
     zeros = torch.zeros_like(count)
     out = decode_step(q, ks, vs, zeros, count, zeros.float(), p.scale, p.softcap, None, p.sinks)
     return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
