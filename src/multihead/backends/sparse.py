@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from multihead.backends.common import masked_softmax, needs_grad, zero_where
 from multihead.backends.decode_build import kernel
-from multihead.backends.decode_step import decode_step, describe_step
+from multihead.backends.decode_step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.masks import Index
@@ -75,10 +75,15 @@ class SparseBackend:
         return SparsePlan(block, kernel)
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
-        gathers = f"gathers each query's K={_listed(p)} listed keys and values, {plan.block} queries at a time"
+        K = _listed(p)
+        isa = kernel_build(p.q.dtype)
+        if plan.kernel and isa is not None:
+            return (f"C++ decode kernel ({isa} build) over each query's K={K} listed rows, read in place (under "
+                    "torch.compile gathered first), online softmax in fp32")
         if plan.kernel:
-            return f"{gathers}, kept rows first; " + describe_step(p.q.dtype, "one query per batch row")
-        return f"{gathers}; softmax in float32 over the K slots"
+            return f"gathers each query's K={K} listed rows, then " + describe_step(p.q.dtype, "one query per row")
+        return (f"gathers each query's K={K} listed keys and values, {plan.block} queries at a time; softmax in "
+                "float32 over the K slots")
 
     def run(self, p: Problem, plan: SparsePlan) -> torch.Tensor:
         B, H, Lq, Lk = p.dims
