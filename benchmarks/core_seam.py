@@ -8,9 +8,11 @@ once, in turn; the ratio is the median of the per-round ratios):
 - window module: MultiHeadAttention(64, 8, window=16) forward against the same module given a reused Mask;
 - window decode: one decode step through a KVCache of 2048 keys with window=16, against a plain step over 64
   (each step at the same cache length: the plan cache's hit);
-- growing decode: the window step with its cache growing by one token a step (each step a new key length,
-  planned again without the checks or the fold), against the window step at a fixed length.
-Prints a table, then one JSON line.
+- growing decode: the window step with its cache growing by one token a step (each step a new key length: the
+  decode plan serves every length, and makes the rows' intervals again), against the window step at a fixed length.
+Prints a table, then one JSON line. --breakdown: the small causal call built up from raw SDPA one layer at a
+time instead (each layer timed whole, interleaved the same way; a step is the difference of two medians, so
+noise of a few tenths of a microsecond): where the time over raw SDPA goes.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ import torch
 import torch.nn.functional as F
 
 import multihead as mh
+from multihead.backends.common import keep_nan_rows
+from multihead.backends.sdpa_args import run_sdpa
+from multihead.dispatch import plan_call
 
 
 def timed(fn, calls: int) -> float:
@@ -77,24 +82,62 @@ def cases():
     }
 
 
+def stages():
+    """The small causal call (B=1, H=12, L=8, D=64) built up one layer at a time, each layer timed whole."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 12, 8, 64, generator=g) for _ in range(3))
+    problem, chosen, plan = plan_call(q, k, v, None, True, None, None, None, 0.0, "auto")
+    scale = problem.scale
+    return {"raw SDPA": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            "+ the backend's SDPA call (scale given)": lambda: F.scaled_dot_product_attention(
+                q, k, v, None, 0.0, True, scale=scale),
+            "+ NaN-row pass": lambda: keep_nan_rows(F.scaled_dot_product_attention(q, k, v, None, 0.0, True,
+                                                                                   scale=scale), q),
+            "+ run_sdpa's checks": lambda: run_sdpa(q, k, v, plan, 0.0, scale, False),
+            "+ the backend's run": lambda: chosen.run(problem, plan),
+            "+ plan (a cache hit)": lambda: chosen.run(*plan_call(q, k, v, None, True, None, None, None, 0.0,
+                                                                  "auto")[::2]),
+            "mh.attention": lambda: mh.attention(q, k, v, causal=True)}
+
+
+def interleaved(fns: dict, rounds: int, calls: int) -> dict:
+    """{name: [microseconds per call, one per round]}: each round times every function once, in turn."""
+    for fn in fns.values():
+        timed(fn, calls)  # warm up
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(timed(fn, calls))
+    return samples
+
+
+def breakdown(args) -> None:
+    results, previous = {}, None
+    for name, s in interleaved(stages(), args.rounds, args.calls).items():
+        us = statistics.median(s)
+        step = "" if previous is None else f"   step {us - previous:+6.2f} us"
+        print(f"{name:42s} {us:7.2f} us{step}")
+        results[name], previous = round(us, 2), us
+    print(json.dumps(results))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", default="", help="run only the rows whose name contains this")
+    parser.add_argument("--breakdown", action="store_true", help="the small causal call's stages instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.breakdown:
+        with torch.no_grad():
+            return breakdown(args)
     results = {}
     with torch.no_grad():
         for name, pair in cases().items():
             if args.only not in name:
                 continue
-            for fn in pair.values():
-                timed(fn, args.calls)  # warm up
-            samples = {label: [] for label in pair}
-            for _ in range(args.rounds):
-                for label, fn in pair.items():
-                    samples[label].append(timed(fn, args.calls))
+            samples = interleaved(pair, args.rounds, args.calls)
             (a, ta), (b, tb) = ((label, statistics.median(s)) for label, s in samples.items())
             ratios = [x / y for x, y in zip(samples[a], samples[b])]
             results[name] = {a: round(ta, 1), b: round(tb, 1), "ratio": round(statistics.median(ratios), 3)}

@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json", "check_zoo.json")
+RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json", "check_zoo.json",
+                "quant-cache.json", "quant-drift.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5

@@ -8,7 +8,8 @@ import multihead as mh
 from multihead.attention import make_problem
 from multihead.backends import BUILTIN
 from multihead.backends.banded import TOO_FEW_KEYS, min_keys
-from multihead.dispatch import PLAN_LIMIT, cache_info, plan_call
+from multihead.backends.decode import MIN_KEYS as DECODE_MIN_KEYS
+from multihead.dispatch import PLAN_LIMIT, cache_info, plan_call, register_backend, remove_backend
 
 
 def _qkv(B=2, H=2, L=6, D=8, Lk=None):
@@ -160,3 +161,64 @@ def test_plan_call_returns_the_backend_and_the_plan_it_runs():
     q, k, v = _qkv()
     problem, chosen, plan = plan_call(q, k, v, None, True, None, None, None, 0.0, "auto")
     assert chosen.name == "sdpa" and plan.is_causal and problem.form.causal
+
+
+def _decode_call(H=3, D=24, max_len=200):
+    """One query row per sequence against growing prefixes of a cache (shapes no other test here uses)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, H, 1, D, generator=g)
+    keys, values = torch.randn(1, H, max_len, D, generator=g), torch.randn(1, H, max_len, D, generator=g)
+    window = lambda: mh.Mask.window(16, "bottom_right") & mh.Mask.causal("bottom_right")  # noqa: E731 (built per step)
+    return lambda n, **kw: plan_call(q, keys[:, :, :n], values[:, :, :n], window(), False, None, None, None, 0.0,
+                                     kw.get("backend", "auto"))
+
+
+def test_decode_steps_over_a_growing_cache_plan_once():
+    attn = mh.MultiHeadAttention(48, 4, window=16).eval()
+    cache = attn.new_cache(1, 300)
+    with torch.no_grad():
+        attn(torch.randn(1, 100, 48), cache=cache)
+        before = cache_info()
+        steps = [attn(torch.randn(1, 1, 48), cache=cache) for _ in range(20)]  # 100 ... 119 keys: all decode's
+        after = cache_info()
+    assert (after.misses - before.misses, after.new_key_lengths - before.new_key_lengths) == (1, 0)
+    assert after.hits - before.hits == 19 and all(s.shape == (1, 1, 48) for s in steps)
+
+
+def test_a_growing_cache_changes_backend_at_the_threshold_and_back():
+    """Across the decode step's MIN_KEYS, in either direction, the remembered plan never outlives its choice."""
+    call = _decode_call()
+    for n in [*range(DECODE_MIN_KEYS - 4, DECODE_MIN_KEYS + 4), DECODE_MIN_KEYS - 10, 150, DECODE_MIN_KEYS - 1]:
+        problem, chosen, plan = call(n)
+        assert chosen.name == ("decode" if n >= DECODE_MIN_KEYS else "sdpa"), n
+        expected = mh.attention(problem.q, problem.k, problem.v, mh.Mask.window(16, "bottom_right")
+                                & mh.Mask.causal("bottom_right"), backend="math")
+        torch.testing.assert_close(chosen.run(problem, plan), expected, atol=1e-5, rtol=1e-5)
+    _, chosen, _ = call(10, backend="decode")  # asked for by name: any length
+    assert chosen.name == "decode"
+
+
+class _LongOnly:
+    """A backend tried before decode that takes only calls of at least 120 keys (reference math inside)."""
+
+    name = "long-only"
+    math = BUILTIN[-1]
+
+    def plan(self, p, auto=True):
+        return self.math.plan(p, False) if p.dims[3] >= 120 else TOO_FEW_KEYS
+
+    def run(self, p, plan):
+        return self.math.run(p, plan)
+
+    def describe(self, p, plan):
+        return "reference math from 120 keys"
+
+
+def test_a_backend_tried_before_decode_takes_over_as_the_cache_grows():
+    register_backend(_LongOnly(), before="decode")
+    try:
+        call = _decode_call()
+        chosen = [call(n)[1].name for n in range(110, 130)]
+    finally:
+        remove_backend("long-only")
+    assert chosen == ["decode"] * 10 + ["long-only"] * 10

@@ -210,7 +210,7 @@ def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
     if problem.form.unaligned:  # terms of two alignments: the decode step refuses, the dense backends run it
         assert DecodeBackend().plan(problem, False) is MASK, chosen
         return
-    lo, hi, _, _ = DecodeBackend().plan(problem, False)
+    lo, hi, _, _ = DecodeBackend().plan(problem, False).rows(problem)
     j = torch.arange(Lk)
     intervals = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, Lk)
     keep, _ = mask.materialize(B, 1, Lq, Lk)

@@ -15,10 +15,12 @@ import torch
 
 import multihead as mh
 from multihead.backends import decode_build, decode_choice
+from multihead.backends.decode_quant import kernel_step
 from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import describe_step
 from multihead.bench import machine
 from multihead.bench.suites import read_share
+from multihead.quant_cache import Quantized, quantize
 
 N = 200  # keys: 12 whole tiles of 16 and 8 left over
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "decode-isa.json"
@@ -88,6 +90,29 @@ def test_each_build_matches_float64_on_the_decode_matrix(build, dtype):
         out = _step(kernel, q, k, v, mask, **extra)
         where = (tuple(q.shape), v.shape[-1], sorted(extra))
         assert out.dtype == dtype and out.shape == ref.shape, where
+        assert torch.equal(out.isnan(), ref.isnan()), where
+        finite = ~ref.isnan()
+        error = (out.double() - ref)[finite].abs().max().item()
+        assert error <= 2 * (same.double() - ref)[finite].abs().max().item() + 1e-5, (where, error)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+def test_each_build_matches_float64_over_quantized_codes(build, kv_dtype):
+    """The quantized step (decode_quant_step.h) of every build on the decode matrix's cases, keys and values
+    quantized per token and head: within twice the fp32 reference's drift of float64 over the numbers the
+    codes stand for, NaN where it is (a NaN key's NaN scale; keys past the lengths are never read)."""
+    _, kernel = build
+    for (q, k, v), mask, extra, _, _ in _matrix(torch.float32):
+        keys, values = Quantized(*quantize(k, kv_dtype), kv_dtype), Quantized(*quantize(v, kv_dtype), kv_dtype)
+        wide_k, wide_v = keys.numbers(torch.float64), values.numbers(torch.float64)
+        wide = {name: t.double() if isinstance(t, torch.Tensor) else t for name, t in extra.items()}
+        ref = mh.attention(q.double(), wide_k, wide_v, mask, backend="math", **wide)
+        same = mh.attention(q, wide_k.float(), wide_v.float(), mask, backend="math", **extra)
+        B, H, Lq, D = q.shape
+        lo, hi, qpos, slopes = key_ranges(mask, B, H, Lq, k.shape[2], "cpu")
+        out = kernel_step(kernel, q, keys, values, lo, hi, qpos, D ** -0.5, extra.get("softcap"), slopes,
+                          extra.get("sinks"))
+        where = (tuple(q.shape), v.shape[-1], sorted(extra))
         assert torch.equal(out.isnan(), ref.isnan()), where
         finite = ~ref.isnan()
         error = (out.double() - ref)[finite].abs().max().item()

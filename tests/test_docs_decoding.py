@@ -37,7 +37,7 @@ def doc():
 
 def test_the_doc_has_the_blocks_it_promises():
     blocks = code_blocks(DOC.read_text())
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     assert any("class ToyDecoder" in b for b in blocks) and any("def generate(" in b for b in blocks)
 
 
@@ -81,6 +81,13 @@ def test_the_compiled_loop_made_two_graphs_and_the_eager_tokens(doc):
     compiled = torch.cat(namespace["tokens"], 1)  # (1, 40)
     eager = namespace["generate_without_cache"](namespace["model"], namespace["prompts"][1], steps=40)
     assert torch.equal(compiled[0], eager)
+
+
+def test_the_quantized_cache_block_stores_codes_and_scales(doc):
+    namespace, printed = doc
+    codes = namespace["codes"]
+    assert codes.keys.dtype == torch.int8 and codes.lengths.tolist() == [5, 5]
+    assert "torch.int8 (2, 2, 32)" in printed and namespace["out"].shape == (2, 5, 64)
 
 
 def test_the_cache_block_shows_lengths_advancing(doc):

@@ -89,6 +89,33 @@ def test_logits_and_the_cache_layers():
     assert cache.get_seq_length() == 0
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+def test_quantized_latent_caches_through_generate(kv_dtype, monkeypatch):
+    """use_latent_cache(kv_dtype=...): the latents as codes under the model's 4-D mask (left padding); the
+    prompt's logits within the quantization's drift of HF's, and generate runs with caches grown by resized."""
+    monkeypatch.setattr(hf_latent, "FIRST_CAPACITY", 4)
+    model = deepseek_model("v3", q_lora_rank=12)
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+        mh.hf.use_latent_cache(model, kv_dtype=kv_dtype)
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+    cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+    assert all(layer.latent.kv_dtype is kv_dtype for layer in cache.layers)
+    drift = ((out.logits - expected).abs().max() / expected.abs().max()).item()
+    assert 0 < drift <= (0.02 if kv_dtype is torch.int8 else 0.08)
+    tokens = generate(model)  # runs through the grown caches (a random model's greedy tokens flip at any drift)
+    assert tokens.shape == (3, 10 + NEW) and torch.equal(tokens[:, :10], ids)
+
+
+def test_quantized_latent_caches_are_refused_for_layers_that_select_keys():
+    model = sparse_model("deepseek_v32")
+    with pytest.raises(mh.AttentionError, match="dense MLA layers"):
+        mh.hf.use_latent_cache(model, kv_dtype=torch.int8)
+    with pytest.raises(mh.AttentionError, match="torch.int8 or torch.float8_e4m3fn"):
+        mh.hf.use_latent_cache(deepseek_model("v3"), kv_dtype=torch.float16)
+
+
 def test_other_models_are_refused():
     with pytest.raises(mh.AttentionError, match="found no such attention layer"):
         mh.hf.use_latent_cache(torch.nn.Sequential(torch.nn.Linear(2, 2)))

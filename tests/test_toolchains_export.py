@@ -76,6 +76,18 @@ def test_jit_trace_follows_new_shapes(causal):
         assert max_abs_diff(traced(x, pad), mod(x, pad)) < 1e-6
 
 
+def test_jit_trace_with_sinks_follows_new_shapes():
+    torch.manual_seed(0)
+    mod = mh.MultiHeadAttention(E, H, num_kv_heads=2, sinks=True).eval()
+    nn.init.normal_(mod.sinks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings on shape checks, and trace's deprecation notice
+        traced = torch.jit.trace(mod, (torch.randn(3, 6, E),))  # its check traces twice: the graphs must agree
+    for B, L in [(3, 6), (2, 9)]:
+        x = torch.randn(B, L, E)
+        assert max_abs_diff(traced(x), mod(x)) < 1e-6
+
+
 # --- ONNX ----------------------------------------------------------------------------------------------
 
 def onnx_session(module: nn.Module, args: tuple, folder):
@@ -110,3 +122,16 @@ def test_onnx_export_runs_in_onnxruntime_with_the_attention_op(case, tmp_path):
         assert max_abs_diff(torch.from_numpy(out), expected) < 1e-5
         if case == "key_padding":  # an all-padding sequence gives out_proj(0) = its bias, as in eager
             torch.testing.assert_close(torch.from_numpy(out[0]), mod.attn.out_proj.bias.expand(L, E).detach())
+
+
+@pytest.mark.models
+def test_onnx_export_with_sinks_runs_in_onnxruntime(tmp_path):
+    """Sinks run on the CPU flash kernel's log-sum-exp in eager mode; an exported graph keeps the reference math."""
+    torch.manual_seed(0)
+    mod = mh.MultiHeadAttention(E, H, num_kv_heads=2, sinks=True).eval()
+    nn.init.normal_(mod.sinks)
+    session, _ = onnx_session(WithPadding(mod), (torch.randn(3, 6, E),), tmp_path)
+    for B, L in [(3, 6), (2, 9)]:
+        x = torch.randn(B, L, E)
+        (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        assert max_abs_diff(torch.from_numpy(out), mod(x).detach()) < 1e-5

@@ -82,7 +82,16 @@ class KVCache(nn.Module):
         attention causal within each sequence's own length.
         """
         self._check(k, v, new_tokens)
-        B, _, Lq, _ = k.shape
+        return self._commit(k, v, new_tokens)
+
+    @property
+    def input_dtype(self) -> torch.dtype:
+        """The dtype append takes keys and values in (the buffers' here; a quantized cache's model dtype)."""
+        return self.keys.dtype
+
+    def _commit(self, k: torch.Tensor, v: torch.Tensor, new_tokens: torch.Tensor | None):
+        """append after its checks: write k and v (already in the buffers' dtype), advance, and mask."""
+        Lq = k.shape[2]
         self._write(self.keys, k)
         self._write(self.values, v)
         self.lengths.add_(Lq if new_tokens is None else new_tokens)
@@ -130,9 +139,9 @@ class KVCache(nn.Module):
             if t.dim() != 4 or t.shape[0] != B or t.shape[1] != Hkv or t.shape[3] != width:
                 raise AttentionError(
                     f"cache {name} must be (B={B}, Hkv={Hkv}, L, {width}); got {shape_str(t.shape)}.")
-            if t.dtype != self.keys.dtype or t.device != self.keys.device:
+            if t.dtype != self.input_dtype or t.device != self.keys.device:
                 raise AttentionError(
-                    f"cache holds {self.keys.dtype} on {self.keys.device}; got {name} {t.dtype} on {t.device}.")
+                    f"cache holds {self.input_dtype} on {self.keys.device}; got {name} {t.dtype} on {t.device}.")
         Lq = k.shape[2]
         if v.shape[2] != Lq:
             raise AttentionError(f"keys and values must add the same number of tokens; got {Lq} and {v.shape[2]}.")

@@ -16,8 +16,11 @@ then remembered. The plan cache is keyed by
 Under torch.compile and tracing nothing is remembered or read (no guards on it). A plan whose form
 carries autograd history (mask tensors that need grad), calls a user's function (which may read
 tensors the mask cannot see) or holds more than HELD_BYTES is rebuilt on every call by its backend;
-only the choice and the checks are remembered. `mh.dispatch` plans through the same cache and evicts
-nothing. Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
+only the choice and the checks are remembered. A call met before at another key length Lk (a KV cache's
+next step) is not checked or folded again: where the backend's plan serves every key length from some on
+(`keys_from`: the decode step's) and no backend tried before it could answer otherwise, that plan runs;
+else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing.
+Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
 """
 from __future__ import annotations
 
@@ -40,14 +43,14 @@ HELD_BYTES = 4 << 20  # a plan holding more tensor bytes than this keeps only it
 _BACKENDS = list(BUILTIN)  # in the order "auto" tries them
 _PLANS: dict = {}
 _KEY_LENGTHS: dict = {}  # the key without Lk -> the last entry made for it (a KV cache grows Lk by one a step)
-_INFO = [0, 0, 0]  # hits, misses, plans made again for a new key length
+_INFO = [0, 0, 0]  # hits, misses, choices made again for a new key length
 
 
 class CacheInfo(NamedTuple):
     hits: int
     misses: int
     size: int
-    new_key_lengths: int  # calls planned again (no checks, no fold) because only Lk changed
+    new_key_lengths: int  # calls whose backend was chosen again (no checks, no fold) because only Lk changed
 
 
 class _Entry(NamedTuple):
@@ -58,6 +61,7 @@ class _Entry(NamedTuple):
     dropout: float
     softcap: float | None
     volatile: bool
+    keys_from: int | None  # the plan serves this call at every key length from this one on; None: at one only
 
 
 @dataclass(frozen=True)
@@ -135,36 +139,45 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
             key = entry = None
         if entry is not None:
             _INFO[0] += 1
-            problem = Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks)
-            if not entry.volatile:
-                return problem, entry.backend, entry.plan
-            plan = entry.backend.plan(problem, False)
-            if not isinstance(plan, Reason):
-                return problem, entry.backend, plan
-            return (problem, *choose(problem, backend))  # the values it read changed its answer
+            return _planned(entry, Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks),
+                            backend)
         if key is not None:
             return _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
     problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
     return (problem, *choose(problem, backend))
 
 
+def _planned(entry: _Entry, problem: Problem, backend: str):
+    """(problem, backend, plan) from a remembered entry: its plan, or a volatile entry's plan made again."""
+    if not entry.volatile:
+        return problem, entry.backend, entry.plan
+    plan = entry.backend.plan(problem, False)
+    if not isinstance(plan, Reason):
+        return problem, entry.backend, plan
+    return (problem, *choose(problem, backend))  # the values it read changed its answer
+
+
 def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
     """A call not met before, planned and remembered. When the same call was met at another key length Lk (a
-    KV cache's next step), only what depends on Lk is done again: the mask's own checks and the choice of
-    backend (its thresholds, its plan); the inputs' checks and the fold it shares are not."""
+    KV cache's next step), only what depends on Lk is done again: the mask's own checks and, unless that
+    entry's plan serves this length too (`_Entry.keys_from`), the choice of backend (its thresholds, its
+    plan); the inputs' checks and the fold it shares are not."""
     same_but_length = key[:4] + (_without_length(k.shape),) + key[5:7] + (_without_length(v.shape),) + key[8:]
     other = _KEY_LENGTHS.get(same_but_length)
     if other is not None and k.shape[2] == v.shape[2]:
         if mask is not None:
             mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
         problem = Problem(q, k, v, other.form, other.scale, other.dropout, other.softcap, sinks)
+        if other.keys_from is not None and k.shape[2] >= other.keys_from:
+            _INFO[0] += 1
+            return _planned(other, problem, backend)
         _INFO[2] += 1
     else:
         problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
         _INFO[1] += 1
     chosen, plan = choose(problem, backend)
     entry = _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap,
-                   _volatile(problem, plan, key[-1]))
+                   _volatile(problem, plan, key[-1]), _keys_from(problem, chosen, plan, backend))
     _remember(_PLANS, key, entry)
     _remember(_KEY_LENGTHS, same_but_length, entry)
     return problem, chosen, plan
@@ -173,6 +186,15 @@ def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, b
 def _without_length(shape) -> tuple:
     """(B, H, L, D) -> (B, H, D)."""
     return (shape[0], shape[1], shape[3])
+
+
+def _keys_from(problem: Problem, chosen, plan, backend: str) -> int | None:
+    """The backend's `keys_from` where it may be trusted: asked for by name, or the first backend "auto" tries
+    (a backend tried before it might accept the call at another key length)."""
+    keys_from = getattr(chosen, "keys_from", None)
+    if keys_from is None or backend == "auto" and chosen is not _BACKENDS[0]:
+        return None
+    return keys_from(problem, plan, backend == "auto")
 
 
 def _volatile(problem: Problem, plan, grad: bool) -> bool:

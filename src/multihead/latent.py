@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
+from multihead.backends.decode_quant import quantized_attention
 from multihead.errors import AttentionError, check_flag, check_hidden, check_number
 from multihead.indexer import LightningIndexer, allowed_keys
 from multihead.latent_cache import LatentCache
@@ -41,6 +42,8 @@ from multihead.latent_products import fold, unfold
 from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE
+from multihead.quant_cache import Quantized, check_kv_dtype
+from multihead.quant_latent_cache import QuantizedLatentCache
 from multihead.selected_attention import attend_selected, check_indices, restrict_indices
 from multihead.services import service
 
@@ -117,10 +120,19 @@ class MultiHeadLatentAttention(nn.Module):
         (the convert tool's work)."""
         return service("latent_from_module")(module)
 
-    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> LatentCache:
+    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  kv_dtype: torch.dtype | None = None) -> LatentCache:
         """An empty LatentCache: latents (batch_size, max_len, C), rotary keys (batch_size, max_len, R), and
-        with an indexer its keys (batch_size, max_len, Di)."""
+        with an indexer its keys (batch_size, max_len, Di). kv_dtype=torch.int8 or torch.float8_e4m3fn: a
+        QuantizedLatentCache (codes, a scale per token for the latent and one for the rotary key)."""
         weight = self.kv_a_proj_with_mqa.weight
+        if kv_dtype is not None:
+            check_kv_dtype(kv_dtype)
+            if self.sparse:
+                raise AttentionError("a quantized latent cache serves dense MLA layers; this layer selects keys "
+                                     "per query (indexer or shared selection): use a float cache.")
+            return QuantizedLatentCache(batch_size, max_len, self.kv_lora_rank, self.qk_rope_head_dim,
+                                        kv_dtype=kv_dtype, device=weight.device, dtype=dtype or weight.dtype)
         return LatentCache(batch_size, max_len, self.kv_lora_rank, self.qk_rope_head_dim,
                            index_dim=None if self.indexer is None else self.indexer.head_dim, device=weight.device,
                            dtype=dtype or weight.dtype)
@@ -218,6 +230,7 @@ class MultiHeadLatentAttention(nn.Module):
                 indices = restrict_indices(indices, allowed)
             mask, causal = None, False
         absorb = (cache is not None and Lq == 1) if absorb is None else check_flag(absorb, "absorb")
+        absorb = absorb or isinstance(keys, Quantized)  # codes are attended absorbed, never decompressed per head
         attend = self._absorbed if absorb else self._naive
         out = attend(q_nope, q_rope, keys, mask, causal, indices)  # (B, H, Lq, Dv)
         out = self.o_proj(out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.v_head_dim))  # (B, Lq, E)
@@ -268,6 +281,8 @@ class MultiHeadLatentAttention(nn.Module):
         options = {"scale": self.scale, "dropout": self.dropout if self.training else 0.0, "backend": self.backend}
         if indices is not None:
             return attend_selected(q, k, v, indices, **options)
+        if isinstance(k, Quantized):
+            return quantized_attention(q, k, v, mask, scale=self.scale)
         return attention(q, k, v, mask, causal=causal, **options)
 
     def _naive(self, q_nope, q_rope, keys, mask, causal, indices) -> torch.Tensor:

@@ -120,15 +120,19 @@ class LatentCache(KVCache):
         max_len = M if max_len is None else max_len
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < held:
             raise AttentionError(f"resized expects max_len >= {held} (the tokens held); got {max_len!r}.")
-        new = LatentCache(index.numel(), max_len, self.latent_dim, self.rope_dim, index_dim=self.index_dim,
-                          device=self.keys.device, dtype=self.keys.dtype)
+        new = self._fresh(index.numel(), max_len)
         index = index.to(self.keys.device)
-        new.keys[:, :, :held] = self.keys[index, :, :held]
-        if self.index_store is not None:
-            new.index_store[:, :, :held] = self.index_store[index, :, :held]
+        for name, buffer in self.named_buffers(recurse=False):  # keys, index keys, a quantized cache's scales
+            if name != "lengths":  # (B, 1, M, ...): slots along dim 2
+                getattr(new, name)[:, :, :held] = buffer[index, :, :held]
         new.lengths.copy_(self.lengths[index])
         new._filled, new._same_lengths = held, self._same_lengths
         return new
+
+    def _fresh(self, batch_size: int, max_len: int) -> LatentCache:
+        """An empty cache like this one (widths, dtype, device) for batch_size sequences of max_len."""
+        return LatentCache(batch_size, max_len, self.latent_dim, self.rope_dim, index_dim=self.index_dim,
+                           device=self.keys.device, dtype=self.keys.dtype)
 
     def reset(self) -> None:
         """Empty every sequence; the indexer's keys are zeroed with the latents."""

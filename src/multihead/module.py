@@ -16,11 +16,13 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
+from multihead.backends.decode_quant import quantized_attention
 from multihead.cache import KVCache
 from multihead.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
 from multihead.padding_check import warn_if_all_keys_padded
+from multihead.quant_cache import Quantized, QuantizedKVCache, check_kv_dtype
 from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.services import service
 from multihead.torch_state import torch_mha_state_to_ours
@@ -188,7 +190,10 @@ class MultiHeadAttention(nn.Module):
         """Attention over the heads: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> (B, H, Lq, D).
 
         Variants that combine the heads' attention differently (mh.DifferentialAttention) override this.
+        k and v are `Quantized` codes and scales when the cache is a QuantizedKVCache.
         """
+        if isinstance(k, Quantized):
+            return quantized_attention(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
         return attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
                          dropout=self.dropout if self.training else 0.0, backend=self.backend)
 
@@ -199,15 +204,25 @@ class MultiHeadAttention(nn.Module):
         """
         return merged
 
-    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> KVCache:
+    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  kv_dtype: torch.dtype | None = None) -> KVCache:
         """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,).
 
-        dtype defaults to the key projection's (float32 when it is quantized).
+        dtype defaults to the key projection's (float32 when it is quantized). kv_dtype=torch.int8 or
+        torch.float8_e4m3fn: a QuantizedKVCache of codes with one fp32 scale per token and kv head
+        (keys and values still come in `dtype`).
         """
         weight = self.k_proj.weight
         weight = weight() if callable(weight) else weight  # a dynamically quantized Linear's weight is a method
         if dtype is None:
             dtype = weight.dtype if weight.is_floating_point() else torch.float32
+        if kv_dtype is not None:
+            check_kv_dtype(kv_dtype)
+            if type(self).attend is not MultiHeadAttention.attend:
+                raise AttentionError(f"a quantized cache serves layers that attend per head; {type(self).__name__} "
+                                     "combines the heads' attention its own way: use a float cache (kv_dtype=None).")
+            return QuantizedKVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, kv_dtype=kv_dtype,
+                                    device=weight.device, dtype=dtype)
         return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):

@@ -11,6 +11,10 @@ A backend is an object with
         once; nothing is formatted.
     run(problem, plan) -> Tensor          (B, H, Lq, Dv), from the plan it made for this problem
     describe(problem, plan) -> str        how it will run (kernel, mask form), for mh.dispatch only
+and may have
+    keys_from(problem, plan, auto) -> int
+        The fewest keys from which `plan` serves the same call at every key length (run reads Lk itself),
+        and plan(problem, auto) accepts it: a KV cache's steps then plan once (see multihead.dispatch).
 Backends are siblings: each imports only the shared modules (problem, reasons, common, sdpa_args and the
 kernel wrappers), never another backend. `BUILTIN` lists them in the order "auto" tries them: fastest
 first, the reference math last; `multihead.dispatch.register_backend` adds one.

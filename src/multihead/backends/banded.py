@@ -59,7 +59,7 @@ def block_size(Lq: int, span_hint: int) -> int:
 def _blocks(p: Problem):
     """([(q_lo, q_hi, k_lo, k_hi)] for the problem's query blocks, or None when a span is unknown; the grid)."""
     B, H, Lq, Lk = p.dims
-    ix = p.index(rows_may_shift=True)
+    ix = p.index(rows_may_shift=p.sinks is None)  # sinks count per-row constants
     last = p.form.span(Lq - 1, Lq, Lq, Lk)  # the last query sees a full window
     if last is None:
         return None, ix
@@ -121,5 +121,6 @@ class BandedBackend:
                 outs.append(connected_zeros((*q.shape[:3], p.v.shape[-1]), p.v.dtype, q, p.k, p.v))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
-            outs.append(run_on_grid(q, k, v, p.form, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))
+            outs.append(run_on_grid(q, k, v, p.form, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa,
+                                    p.sinks))
         return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)

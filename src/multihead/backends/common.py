@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from multihead.backends.decode_build import kernel
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
+from multihead.backends.sink_rescale import FLASH_CPU_DTYPES
 from multihead.masks import Index, NormalForm
 from multihead.masks.part import part_tensors
 
@@ -151,7 +152,37 @@ def needs_grad(p: Problem) -> bool:
 
 
 SOFTCAP = cannot("fused.softcap", "SDPA cannot apply softcap (tanh on the scores) inside the kernel")
-SINKS = cannot("fused.sinks", "SDPA has no sink logits in its softmax denominator")
+SINKS = cannot("fused.sinks", lambda p: f"sinks need the kernel's log-sum-exp, and on {p.q.device.type} SDPA returns "
+                                        "none (torch's CPU flash kernel does: sink_rescale.py)")
+SINKS_DROPOUT = cannot("fused.sinks-dropout", "the CPU flash kernel that carries sinks has no dropout")
+SINKS_HEAD_DIMS = cannot("fused.sinks-head-dims", lambda p: "the CPU flash kernel that carries sinks needs one head "
+                                                            f"dim for q, k and v; got D={p.q.shape[-1]}, "
+                                                            f"Dv={p.v.shape[-1]}")
+SINKS_DTYPE = cannot("fused.sinks-dtype", lambda p: f"the CPU flash kernel that carries sinks takes float16, bfloat16, "
+                                                    f"float32 and float64; got {p.q.dtype}")
+SINKS_EXPORT = cannot("fused.sinks-export", "an exported or traced graph (torch.export, ONNX, torch.jit.trace) keeps "
+                                            "sinks in the reference math: the ONNX form of the CPU flash kernel's "
+                                            "log-sum-exp fails onnxruntime's shape inference, and a trace of its "
+                                            "autograd function differs between two traces")
+SINKS_MASK_GRAD = cannot("fused.sinks-mask-grad", "the mask's tensors need grad, and the CPU flash kernel that carries "
+                                                  "sinks gives no gradient to its mask")
+
+
+def sinks_unsupported(p: Problem):
+    """Why SDPA's kernels cannot carry this problem's sinks (sink_rescale.py's CPU flash path), or None."""
+    if p.q.device.type != "cpu":
+        return SINKS
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        return SINKS_EXPORT
+    if p.dropout:
+        return SINKS_DROPOUT
+    if p.q.shape[-1] != p.v.shape[-1]:
+        return SINKS_HEAD_DIMS
+    if p.q.dtype not in FLASH_CPU_DTYPES:
+        return SINKS_DTYPE
+    if torch.is_grad_enabled() and any(t.requires_grad for part in p.form.parts for t in part_tensors(part)):
+        return SINKS_MASK_GRAD
+    return None
 
 
 def score_variants_unsupported(p: Problem):
@@ -159,5 +190,5 @@ def score_variants_unsupported(p: Problem):
     if p.softcap is not None:
         return SOFTCAP
     if p.sinks is not None:
-        return SINKS
+        return sinks_unsupported(p)
     return None

@@ -4,8 +4,9 @@ Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys an
 its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
 form of the same step. It takes the masks whose normal form is one interval of keys per query row
 (lengths, causal, window, chunks) with at most one ALiBi, softcap and sinks, in float32 and bfloat16.
-Inference only: it has no backward. Its plan is the rows' intervals (decode_ranges.DecodeRows), made once
-per planned call.
+Inference only: it has no backward. Its plan (DecodePlan) serves every key length: it makes the rows'
+intervals (decode_ranges.DecodeRows) for the call's key length and keeps the last ones, so a KV cache that
+grows by a token a step plans once (`keys_from`) and a step at the same length makes nothing.
 """
 from __future__ import annotations
 
@@ -39,8 +40,22 @@ def decode_rows(p: Problem) -> DecodeRows:
     return rows_of(p.form, *p.dims, p.q.device)
 
 
+class DecodePlan:
+    """The rows' intervals of the key length met last, made again for a new one (a KV cache's next step)."""
+
+    def __init__(self, p: Problem):
+        self.last = (p.dims[3], decode_rows(p))  # one tuple, replaced whole: a concurrent call reads either
+
+    def rows(self, p: Problem) -> DecodeRows:
+        Lk, rows = self.last
+        if Lk != p.k.shape[2]:
+            rows = decode_rows(p)
+            self.last = (p.k.shape[2], rows)
+        return rows
+
+
 class DecodeBackend:
-    """Plan: DecodeRows, each row's kept keys and ALiBi's positions and slopes."""
+    """Plan: a DecodePlan, each row's kept keys and ALiBi's positions and slopes at the call's key length."""
 
     name = "decode"
 
@@ -64,13 +79,17 @@ class DecodeBackend:
             return TOO_MANY_ROWS
         if auto and Lk < MIN_KEYS:
             return TOO_FEW_KEYS
-        return decode_rows(p)
+        return DecodePlan(p)
 
-    def describe(self, p: Problem, plan: DecodeRows) -> str:
+    def keys_from(self, p: Problem, plan: DecodePlan, auto: bool) -> int:
+        """The fewest keys from which `plan` serves this call at any key length: nothing else above reads Lk."""
+        return MIN_KEYS if auto else 0
+
+    def describe(self, p: Problem, plan: DecodePlan) -> str:
         B, H, Lq, Lk = p.dims
         return describe_step(p.q.dtype, f"{H // p.k.shape[1] * Lq} query rows per kv head")
 
-    def run(self, p: Problem, plan: DecodeRows) -> torch.Tensor:
+    def run(self, p: Problem, plan: DecodePlan) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
-        return decode_step(p.q, p.k, p.v, plan.lo, plan.hi, plan.qpos, p.scale, p.softcap, plan.slopes, p.sinks,
-                           use_kernel=contiguous)
+        lo, hi, qpos, slopes = plan.rows(p)
+        return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)

@@ -24,6 +24,11 @@ using decode_rows::scores;
 constexpr int64_t kBlock = 64;  // the most keys per block (the scores' row stride in scratch)
 constexpr int64_t kDistance = 64;  // how many keys ahead keys and values are prefetched
 
+// Keys ahead to prefetch for element type T: kDistance, and twice as many for a quantized cache's
+// one-byte codes: as many bytes ahead as bf16 (read faster so in interleaved runs at 16k keys, G = 1).
+template <typename T>
+constexpr int64_t prefetch_keys() { return sizeof(T) == 1 ? 2 * kDistance : kDistance; }
+
 // Keys per block: the softmax's bookkeeping runs once a block, and each block reads its keys, then
 // its values. Measured on AMD EPYC (AVX-512), 1 thread, cold cache: on AVX-512, fp32 reads fastest in
 // blocks of 64 keys and bf16 in blocks of 32; on AVX2 (the x86-64-v3 build on the same CPU) both in
@@ -46,6 +51,11 @@ struct Args {
   int64_t B, H, Hkv, Lq, D, Dv;
   int64_t k_sb, k_sh, k_sm, v_sb, v_sh, v_sm;  // strides of k and v in elements
   float scale, softcap;
+  // a quantized cache (decode_quant.h): each key's and value's fp32 scale, (B, Hkv, M) with strides
+  // (s_sb, s_sh, 1); nullptr: the keys and values are the numbers themselves
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int64_t s_sb = 0, s_sh = 0;
 };
 
 // Per-thread scratch: scores (then weights) of a block, running max, sum and accumulators per row,
@@ -86,6 +96,26 @@ using decode_tiles::tiled;
 template <typename T>
 constexpr int score_rows() { return W == 16 || std::is_same<T, float>::value ? 4 : 2; }
 
+// The `vdpbf16ps` tiles of RN rows x KN keys, for bf16 keys and a query that was bfloat16 (q.b) on
+// AVX512-BF16: whether one ran (else the caller's fp32 tiles run; always for other key types).
+template <int RN, int KN, typename T>
+ALWAYS_INLINE bool bf16_query_tile(const QRows& q, int64_t r0, const T* K, int64_t ks, int64_t D,
+                                   decode_simd::vec* a) {
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same<T, uint16_t>::value) {
+    if (q.b && RN == 4 && D == 128) {
+      decode_tiles::dot_tile_bf16_in_order(q.b + r0 * D, K, ks, a);
+    } else if (q.b && RN == 4) {
+      decode_tiles::dot_tile_bf16<RN, KN>(q.b + r0 * D, D, K, ks, D, a);
+    } else if (q.b) {
+      decode_tiles::dot_tile_bf16_rows<RN, KN>(q.b + r0 * D, D, K, ks, D, a);
+    }
+    return q.b != nullptr;
+  }
+#endif
+  return false;
+}
+
 // Scores of rows r0 .. r0+RN-1 against 16 keys (K: the first), in tiles of RN rows x W/RN keys;
 // s: row r0's first score, rows kBlock apart. Tiles that read each key row whole and in order (the
 // order memory streams them in) where that measured faster: fp32 rows in groups under 4 (and all
@@ -106,16 +136,7 @@ __attribute__((noinline)) void tile_rows(const QRows& q, int64_t r0, const T* K,
       } else
 #endif
         decode_tiles::dot_tile_rows<RN, KN>(q.f + r0 * D, D, K + u0 * ks, ks, D, a);
-    } else {
-#if defined(__AVX512BF16__)
-      if (q.b && RN == 4 && D == 128) {
-        decode_tiles::dot_tile_bf16_in_order(q.b + r0 * D, K + u0 * ks, ks, a);
-      } else if (q.b && RN == 4) {
-        decode_tiles::dot_tile_bf16<RN, KN>(q.b + r0 * D, D, K + u0 * ks, ks, D, a);
-      } else if (q.b) {
-        decode_tiles::dot_tile_bf16_rows<RN, KN>(q.b + r0 * D, D, K + u0 * ks, ks, D, a);
-      } else
-#endif
+    } else if (!bf16_query_tile<RN, KN>(q, r0, K + u0 * ks, ks, D, a)) {
       if (RN == 1) {
         decode_tiles::dot_tile_rows<RN, KN>(q.p + r0 * D, D, K + u0 * ks, ks, D, a);
       } else {
@@ -149,7 +170,7 @@ inline void block_scores(const QRows& q, int64_t R, const T* K, int64_t ks, int6
   int64_t j = 0;
   if (tiled<T>(D)) {
     for (; j + 16 <= n; j += 16) {
-      ahead(j0 + j + kDistance);
+      ahead(j0 + j + prefetch_keys<T>());
       int64_t r0 = 0;
       if constexpr (score_rows<T>() == 4) {
         for (; r0 + 4 <= R; r0 += 4) tile_rows<4>(q, r0, K + j * ks, ks, D, scale, s + r0 * kBlock + j);
@@ -158,7 +179,7 @@ inline void block_scores(const QRows& q, int64_t R, const T* K, int64_t ks, int6
       if (r0 < R) tile_rows<1>(q, r0, K + j * ks, ks, D, scale, s + r0 * kBlock + j);
     }
   }
-  for (int64_t t = j; t < n; t += 16) ahead(j0 + t + kDistance);
+  for (int64_t t = j; t < n; t += 16) ahead(j0 + t + prefetch_keys<T>());
   for (int64_t r = 0; r < R; ++r) scores(q.f + r * D, K + j * ks, ks, n - j, D, scale, s + r * kBlock + j);
 }
 
@@ -264,10 +285,10 @@ inline void softmax_row(const Args& a, int64_t b, int64_t hk, int64_t r, int64_t
 template <typename T>
 inline QRows query_rows(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, row0 = (b * a.H + hk * G) * a.Lq;
-  QRows q{a.q + row0 * D, nullptr, nullptr};
-  if (std::is_same<T, float>::value || !tiled<T>(D)) return q;
+  QRows q{a.q + row0 * D, a.q + row0 * D, nullptr};  // p: in order, unless the key type splits pairs
+  if (!decode_simd::split_pairs<T>() || !tiled<T>(D)) return q;
 #if defined(__AVX512BF16__)
-  if (a.qb) {
+  if (a.qb && std::is_same<T, uint16_t>::value) {
     q.b = a.qb + row0 * D;
     return q;
   }
@@ -286,7 +307,7 @@ inline QRows query_rows(const Args& a, int64_t b, int64_t hk, Scratch& w) {
 template <typename T>
 inline void finish_row(const Args& a, bool keeps, float* o, int64_t r, const Scratch& w) {
   const int64_t Dv = a.Dv;
-  const bool interleaved = !std::is_same<T, float>::value && grouped_values(Dv);  // acc: even, odd columns
+  const bool interleaved = decode_simd::split_pairs<T>() && grouped_values(Dv);  // acc: even, odd columns
   const float* ar = w.acc + r * Dv;
   const float l = w.l[r];
   const float inv = !keeps || l == 0.0f ? 0.0f : 1.0f / l;  // no key: exactly 0
@@ -330,7 +351,9 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   for (int64_t j0 = first; j0 < last; j0 += block_keys<T>()) {
     const int64_t n = std::min(block_keys<T>(), last - j0);
     block_scores(q, R, K + j0 * a.k_sm, a.k_sm, n, D, a.scale, w.s, ahead, j0);
+    if (a.k_scale) decode_simd::fold_scales(w.s, R, kBlock, a.k_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
+    if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
   }
   for (int64_t r = 0; r < R; ++r) finish_row<T>(a, lo[r % a.Lq] < hi[r % a.Lq], out + r * Dv, r, w);

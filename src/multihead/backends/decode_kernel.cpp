@@ -22,6 +22,7 @@
 
 #include "decode_head.h"
 #include "decode_listed.h"
+#include "decode_quant_step.h"
 #include "latent_products.h"
 #include "nan_rows.h"
 
@@ -103,6 +104,8 @@ std::string isa() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step (addresses, sizes and strides)");
   m.def("decode_listed", &listed_step, "one decode step over listed cache rows (Mask.sparse)");
+  m.def("decode_step_quantized", &decode_quant::decode_step_quantized,
+        "the decode step over int8 or fp8 e4m3 codes with a scale per token and kv head");
   m.def("latent_product", &latent_product, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");
   m.def("isa", &isa, "the path this build runs: avx512-bf16, avx512, avx2 or portable-<vector ISA>");
   m.def("keep_nan_rows", &nan_rows::keep_nan_rows, "out rows NaN where the query row holds NaN or inf, in place");

@@ -268,3 +268,5 @@ ALWAYS_INLINE vec load_w(const float* v) { return load(v); }
 ALWAYS_INLINE vec load_w(const uint16_t* v) { return widen(v); }
 
 }  // namespace decode_simd
+
+#include "decode_quant.h"  // the quantized caches' codes: the same loads for int8 and fp8 e4m3

@@ -38,11 +38,11 @@ ALWAYS_INLINE void dot_tile(const float* q, int64_t qs, const float* K, int64_t 
   }
 }
 
-// The same for bfloat16 keys and an fp32 query whose every 2W columns are stored as their W even
-// columns, then their W odd ones: a key's 2W words widen with one shift (even) and one mask (odd), and
-// the dot product does not depend on the order of the columns.
-template <int RN, int KN>
-ALWAYS_INLINE void dot_tile(const float* q, int64_t qs, const uint16_t* K, int64_t ks, int64_t D, vec* a) {
+// The same for bfloat16 keys (or a quantized cache's codes, decode_quant.h) and an fp32 query whose
+// every 2W columns are stored as their W even columns, then their W odd ones: a key's 2W words widen
+// with one shift (even) and one mask (odd), and the dot product does not depend on the order of the columns.
+template <int RN, int KN, typename T>
+ALWAYS_INLINE void dot_tile(const float* q, int64_t qs, const T* K, int64_t ks, int64_t D, vec* a) {
   for (int64_t c = 0; c < D; c += 2 * W) {
     vec xe[RN], xo[RN];
     for (int r = 0; r < RN; ++r) {

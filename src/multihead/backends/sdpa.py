@@ -1,6 +1,7 @@
 """The fused backend: torch's scaled_dot_product_attention (flash / fused kernels, CPU and GPU).
 
-Its plan is the SDPA arguments of the whole grid (sdpa_args.py), made once per planned call.
+Its plan is the SDPA arguments of the whole grid (sdpa_args.py), made once per planned call. Sinks run on
+the CPU, through the flash kernel's log-sum-exp (sink_rescale.py); elsewhere they are refused (fused.sinks).
 """
 from __future__ import annotations
 
@@ -30,11 +31,15 @@ class SdpaBackend:
             return why
         if p.form.scored:
             return SCORED
-        return sdpa_args(p.form, p.index(rows_may_shift=True), p.q.dtype)  # SDPA's softmax has no sinks
+        # a softmax without sinks ignores per-row constants; with sinks (sink_rescale.py) they count
+        return sdpa_args(p.form, p.index(rows_may_shift=p.sinks is None), p.q.dtype, p.sinks is not None)
 
     def describe(self, p: Problem, args: SdpaArgs | str) -> str:
         if args is SCORED:
             return "in place of F.scaled_dot_product_attention" + scored_note(p, "call")
+        if p.sinks is not None:
+            gqa = ", GQA" if p.gqa else ""
+            return f"torch's CPU flash kernel, {describe_args(args)}{gqa}" + scored_note(p, "call")
         k, v = p.k, p.v
         if args.keys is not None:
             k, v = kept_keys(k, args.keys), kept_keys(v, args.keys)
@@ -44,5 +49,5 @@ class SdpaBackend:
 
     def run(self, p: Problem, args: SdpaArgs | str) -> torch.Tensor:
         if args is SCORED:
-            return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale)
-        return run_sdpa(p.q, p.k, p.v, args, p.dropout, p.scale, p.gqa)
+            return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale, sinks=p.sinks)
+        return run_sdpa(p.q, p.k, p.v, args, p.dropout, p.scale, p.gqa, p.sinks)

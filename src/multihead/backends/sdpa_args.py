@@ -16,6 +16,10 @@ Rows with no key at all come out exactly zero with zero gradient, not NaN:
 A NaN in a query row comes out as a NaN row, as in torch's math (common.keep_nan_rows).
 A mask with a score function (Mask.score_mod) runs the reference math on the same grid instead, since
 no fused SDPA kernel takes a function of the scores.
+Sinks (H,): torch's CPU flash kernel, the op under SDPA, runs the grid and returns its log-sum-exp, and the
+output is rescaled per row (sink_rescale.py). Per-row constants of the mask count against the sink: each
+row's largest offset is still moved to 0 for the kernel (small scores keep their precision), and the
+sinks' comparison adds it back (SdpaArgs.shift).
 """
 from __future__ import annotations
 
@@ -26,12 +30,17 @@ import torch.nn.functional as F
 
 from multihead.backends.common import keep_nan_rows, reference_on_grid, zero_where
 from multihead.backends.problem import Problem
+from multihead.backends.sink_rescale import flash_with_sinks
 from multihead.masks import Index, NormalForm
 from multihead.masks.values import values_checkable
 
 # appended to a backend's description when the scored path runs (mh.dispatch says what ran)
 SCORED_NOTE = ("; the mask's score_mod changes the scores, which no fused SDPA kernel takes, so each {grid} "
                "runs the reference math (matmul + float32 softmax + matmul) instead of the kernel")
+
+SINKS_NOTE = ("; sinks from each {grid}'s log-sum-exp (torch's CPU flash kernel, the op under "
+              "F.scaled_dot_product_attention: out * sigmoid(lse - sink))")
+SCORED_SINKS_NOTE = ", sinks in its softmax"
 
 
 class SdpaArgs(NamedTuple):
@@ -41,19 +50,24 @@ class SdpaArgs(NamedTuple):
     hidden: torch.Tensor | None  # (B, 1, Lk, 1) keys to zero in k and v before it
     keys: int | torch.Tensor | None = None  # only the first `keys` keys, or these, are passed (every query blocks
     # the others)
+    shift: torch.Tensor | None = None  # (.., Lq, 1) float32: each row's constant taken out of the bias (sinks add
+    # it back: the sink competes with the unshifted scores)
 
 
 NO_MASK = SdpaArgs(None, False, None, None)
 
 
-def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype) -> SdpaArgs:
-    """How SDPA takes the mask's `form` on grid `ix` (see the module docstring)."""
+def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype, sinks: bool = False) -> SdpaArgs:
+    """How SDPA takes the mask's `form` on grid `ix` (see the module docstring). sinks: the call has sinks, so
+    `ix` keeps per-row constants; each row's largest offset is still moved to 0 for the kernel, and the
+    amount is returned as `shift` for the sinks to add back."""
     if len(form.parts) == 0:
         return NO_MASK
     causal = form.causal_on(ix)
     # offsets are summed in float32, or on a slice or block (a small grid) in float64, so that `kernel_bias`
     # moves each row's largest to 0 before the one rounding to the kernel's dtype (ALiBi far from key 0)
-    work = torch.float64 if not ix.whole and ix.rows_may_shift else torch.promote_types(dtype, torch.float32)
+    work = (torch.float64 if not ix.whole and (ix.rows_may_shift or sinks)
+            else torch.promote_types(dtype, torch.float32))
     keep, bias = form.dense(ix, work, skip=causal)
     if keep is None and bias is None:
         return SdpaArgs(None, len(causal) > 0, None, None)
@@ -75,11 +89,15 @@ def sdpa_args(form: NormalForm, ix: Index, dtype: torch.dtype) -> SdpaArgs:
             dead = None
         else:
             keep = keep | dead  # open them for the kernel; zeroed after
+    shift = None
+    if bias is not None and sinks:
+        shift = row_tops(bias, keep)
+        bias, shift = bias - shift, shift.to(torch.float32)
     if bias is not None:
         bias = kernel_bias(bias, keep, dtype, ix.rows_may_shift)
     if bias is not None and keep is not None:
         bias = bias.masked_fill(~keep, float("-inf"))
-    return SdpaArgs(keep if bias is None else bias, False, dead, hidden)
+    return SdpaArgs(keep if bias is None else bias, False, dead, hidden, None, shift)
 
 
 def _kept_keys(keep: torch.Tensor, ix: Index) -> int | torch.Tensor | None:
@@ -110,14 +128,21 @@ def kernel_bias(bias: torch.Tensor, keep: torch.Tensor | None, dtype: torch.dtyp
     if dtype == bias.dtype:
         return bias
     if rows_may_shift:
-        top = (bias if keep is None else bias.masked_fill(~keep, float("-inf"))).amax(-1, keepdim=True)
-        bias = bias - torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
+        bias = bias - row_tops(bias, keep)
     return bias.clamp_min(torch.finfo(dtype).min).to(dtype)
 
 
-def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
-    """SDPA on one grid with its `args`: hidden keys inert, dead rows exactly 0, NaN query rows NaN."""
-    if args.attn_mask is None and args.keys is None and args.hidden is None and args.dead is None and not gqa:
+def row_tops(bias: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Each row's largest kept offset of `bias` (.., Lq, Lk), 0 for a row that keeps none: (.., Lq, 1)."""
+    top = (bias if keep is None else bias.masked_fill(~keep, float("-inf"))).amax(-1, keepdim=True)
+    return torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
+
+
+def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool, sinks=None) -> torch.Tensor:
+    """SDPA on one grid with its `args`: hidden keys inert, dead rows exactly 0, NaN query rows NaN.
+    sinks (H,): the CPU flash kernel with its log-sum-exp carries them (sink_rescale.py)."""
+    if (args.attn_mask is None and args.keys is None and args.hidden is None and args.dead is None and not gqa
+            and sinks is None):
         out = F.scaled_dot_product_attention(q, k, v, None, dropout, args.is_causal, scale=scale)  # the common call
         return keep_nan_rows(out, q) if q.is_cpu else out  # a NaN query row stays NaN, as in torch
     if args.keys is not None:
@@ -128,7 +153,9 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -
     if attn_mask is not None and torch.compiler.is_exporting():
         # onnxruntime's Attention kernel needs the mask's query dim spelled out: expand it (a view).
         attn_mask = attn_mask.expand(*attn_mask.shape[:-2], q.shape[-2], attn_mask.shape[-1])
-    if gqa and q.shape[2] == 1 and not args.is_causal and not torch.compiler.is_exporting():
+    if sinks is not None:
+        out = flash_with_sinks(q, k, v, sinks, attn_mask, args.is_causal, scale, args.shift)
+    elif gqa and q.shape[2] == 1 and not args.is_causal and not torch.compiler.is_exporting():
         out = _grouped_decode(q, k, v, attn_mask, dropout, scale)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout, args.is_causal, scale=scale, enable_gqa=gqa)
@@ -137,12 +164,14 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool) -
     return out if args.dead is None else zero_where(args.dead, out)
 
 
-def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool) -> torch.Tensor:
+def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool,
+                sinks=None) -> torch.Tensor:
     """SDPA on one grid (a sequence's slice, a block of queries) with the form's arguments there; a mask with
-    a score function runs the reference math on the same grid instead."""
+    a score function runs the reference math on the same grid instead. sinks (H,) or None; with sinks `ix`
+    must keep per-row constants (rows_may_shift=False)."""
     if form.scored:
-        return reference_on_grid(q, k, v, form, ix, dropout, scale)
-    return run_sdpa(q, k, v, sdpa_args(form, ix, q.dtype), dropout, scale, gqa)
+        return reference_on_grid(q, k, v, form, ix, dropout, scale, sinks=sinks)
+    return run_sdpa(q, k, v, sdpa_args(form, ix, q.dtype, sinks is not None), dropout, scale, gqa, sinks)
 
 
 def _grouped_decode(q, k, v, attn_mask, dropout: float, scale: float) -> torch.Tensor:
@@ -177,5 +206,9 @@ def describe_args(args: SdpaArgs) -> str:
 
 
 def scored_note(p: Problem, grid: str) -> str:
-    """SCORED_NOTE for a problem whose mask transforms scores, else ""; grid names what runs separately."""
-    return SCORED_NOTE.format(grid=grid) if p.form.scored else ""
+    """SCORED_NOTE for a problem whose mask transforms scores, else ""; grid names what runs separately.
+    With sinks, also how they are carried."""
+    note = SCORED_NOTE.format(grid=grid) if p.form.scored else ""
+    if p.sinks is not None:
+        note += SCORED_SINKS_NOTE if p.form.scored else SINKS_NOTE.format(grid=grid)
+    return note

@@ -161,9 +161,9 @@ class VarlenBackend:
                     pieces.append(qs[b].new_zeros(H, q_lo - at, p.v.shape[-1]))  # rows no slice covers
                 ext = (q_hi, k_hi) if own_extents else (Lq, Lk)
                 grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, plan.parts, p.q.device, H=H,
-                                   rows_may_shift=True)  # SDPA's softmax has no sinks: low precision shifts rows
+                                   rows_may_shift=p.sinks is None)  # without sinks low precision shifts rows
                 out = run_on_grid(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
-                                  p.form, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
+                                  p.form, grid, p.dropout, p.scale, p.gqa, p.sinks)  # (1, H, q_hi - q_lo, Dv)
                 pieces.append(out[0])
                 at = q_hi
             if not pieces:  # no query of this row sees a key: the row's output is 0

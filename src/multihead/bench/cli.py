@@ -27,7 +27,7 @@ from multihead.cli_help import help_texts
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
-SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent")
+SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent", "quant_cache")
 
 
 QUICK_TIME_ZH = "机器空闲时全部测试组约需 1 到 2 分钟，机器忙时更久"

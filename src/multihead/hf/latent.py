@@ -2,6 +2,7 @@
 
     import multihead as mh, multihead.hf
     mh.hf.use_latent_cache(model)            # every DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention -> MLA
+    mh.hf.use_latent_cache(model, kv_dtype=torch.int8)   # the latents as int8 codes (dense layers)
     model.generate(ids, max_new_tokens=32)   # same greedy tokens; each step reads the latents once
 
 transformers' own layer caches the latent too, but re-expands every cached token through kv_b_proj at
@@ -31,6 +32,7 @@ from multihead.errors import AttentionError
 from multihead.hf.attention import as_mask
 from multihead.latent import MultiHeadLatentAttention
 from multihead.latent_cache import LatentCache
+from multihead.quant_cache import check_kv_dtype
 
 FIRST_CAPACITY = 64  # tokens per sequence in a new LatentCache; doubled whenever a call needs more
 
@@ -42,10 +44,10 @@ class LatentLayer(DynamicLayer):
         super().__init__()
         self.latent: LatentCache | None = None
 
-    def room_for(self, mla: MultiHeadLatentAttention, B: int, Lq: int) -> LatentCache:
-        """The LatentCache, made or grown so that Lq more tokens fit."""
+    def room_for(self, mla: MultiHeadLatentAttention, B: int, Lq: int, kv_dtype: torch.dtype | None = None) -> LatentCache:
+        """The LatentCache (of kv_dtype codes when given), made or grown so that Lq more tokens fit."""
         if self.latent is None:
-            self.latent = mla.new_cache(B, max(FIRST_CAPACITY, 2 * Lq))
+            self.latent = mla.new_cache(B, max(FIRST_CAPACITY, 2 * Lq), kv_dtype=kv_dtype)
             self.is_initialized = True
         needed = self.latent.held + Lq
         if needed > self.latent.max_len:
@@ -92,9 +94,10 @@ class LatentAttention(nn.Module):
     passes_indices: the layer returns the keys it attended to as a third value, and a shared layer reads
     the previous layer's from `prev_topk_indices` (GLM-MoE-DSA's decoder layers)."""
 
-    def __init__(self, mla: MultiHeadLatentAttention, layer_idx: int, passes_indices: bool = False) -> None:
+    def __init__(self, mla: MultiHeadLatentAttention, layer_idx: int, passes_indices: bool = False,
+                 kv_dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.mla, self.layer_idx, self.passes_indices = mla, layer_idx, passes_indices
+        self.mla, self.layer_idx, self.passes_indices, self.kv_dtype = mla, layer_idx, passes_indices, kv_dtype
         self.is_causal = True
 
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
@@ -110,7 +113,7 @@ class LatentAttention(nn.Module):
             out = self.mla(hidden_states, mask=mask, positions=positions, **selection)
         else:
             B, Lq, _ = hidden_states.shape
-            latent = self._layer_of(cache).room_for(self.mla, B, Lq)
+            latent = self._layer_of(cache).room_for(self.mla, B, Lq, self.kv_dtype)
             out = self.mla.attend_cached(hidden_states, latent, positions, mask, **selection)
         return (out[0], None, out[1]) if self.passes_indices else (out, None)
 
@@ -128,21 +131,28 @@ class LatentAttention(nn.Module):
         return layer
 
 
-def use_latent_cache(model: nn.Module) -> nn.Module:
+def use_latent_cache(model: nn.Module, *, kv_dtype: torch.dtype | None = None) -> nn.Module:
     """Swap every DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer of `model` for multihead's MLA with a
-    latent cache.
+    latent cache; kv_dtype=torch.int8 or torch.float8_e4m3fn keeps the latents quantized
+    (QuantizedLatentCache; dense layers only: a layer that selects keys raises AttentionError).
 
     Returns the model (changed in place). Raises AttentionError when it has no such layer.
     """
-    swapped = 0
+    if kv_dtype is not None:
+        check_kv_dtype(kv_dtype)
+    swaps = []  # every layer converted first: a refused call leaves the model as it was
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if is_deepseek_attention(child):
                 ours = MultiHeadLatentAttention.from_module(child)
                 passes = hf_config(child).model_type == "glm_moe_dsa"  # its decoder layers pass top-k on
-                setattr(parent, name, LatentAttention(ours, child.layer_idx, passes))
-                swapped += 1
-    if not swapped:
+                if kv_dtype is not None and ours.sparse:
+                    raise AttentionError(f"use_latent_cache(kv_dtype={kv_dtype}) serves dense MLA layers; "
+                                         f"{type(child).__name__} selects keys per query: use kv_dtype=None.")
+                swaps.append((parent, name, LatentAttention(ours, child.layer_idx, passes, kv_dtype)))
+    if not swaps:
         raise AttentionError(f"use_latent_cache expects a transformers DeepSeek model (model_type in "
                              f"{list(MODEL_TYPES)}); found no such attention layer in {type(model).__name__}.")
+    for parent, name, layer in swaps:
+        setattr(parent, name, layer)
     return model

@@ -178,8 +178,8 @@ class NormalForm:
         if self.key_lens is None and self.extents is None and Lq <= HOST_ROWS and not torch.compiler.is_compiling():
             offset = 0 if self.align == "top_left" else Lk - Lq
             los, his = zip(*(self._clamped(i + offset, None, Lk) for i in range(Lq)))  # per query row
-            return (torch.tensor([los] * B, dtype=torch.long, device=ix.device),
-                    torch.tensor([his] * B, dtype=torch.long, device=ix.device))  # (B, Lq) each
+            lo_hi = torch.tensor([[los] * B, [his] * B], dtype=torch.long, device=ix.device)  # one tensor made
+            return lo_hi[0], lo_hi[1]  # (B, Lq) each, contiguous
         key_len = None
         if self.key_lens is not None:
             key_len = self.key_lens[:, None] if self.key_lens.dim() == 1 else self.key_lens  # (B, 1) or (B, Lq)

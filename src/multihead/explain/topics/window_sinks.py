@@ -168,5 +168,8 @@ def tell_sinks(story: Story, say: Say, g: torch.Generator) -> None:
     say.check("check.zero-value-key", max_diff(as_key, out) < 1e-12, diff_text(as_key, out))
     unsunk = mh.attention(q, k, v, sinks=torch.full((H,), NO_SINK, dtype=torch.float64))
     say.check("check.no-sink", max_diff(unsunk, plain) < 1e-12, diff_text(unsunk, plain), sink=f"{NO_SINK:g}")
+    lse = torch.logsumexp(q @ k.transpose(-2, -1) / D**0.5, dim=-1, keepdim=True)     # (B, H, Lq, 1)
+    rescaled = plain * torch.sigmoid(lse - sinks.view(1, H, 1, 1))                   # the sink's share taken out
     sink_decision = mh.dispatch(q, k, v, sinks=sinks)
-    say.check("check.math-backend", sink_decision.backend == "math", sink_decision.reasons.get("sdpa", ""))
+    say.check("check.fused-rescale", max_diff(rescaled, out) < 1e-12 and sink_decision.backend == "sdpa",
+              diff_text(rescaled, out))
