@@ -144,11 +144,15 @@ def test_attn_implementation_multihead_attends_to_the_selected_keys(model_type):
     torch.testing.assert_close(logits["multihead"][kept], logits["eager"][kept], rtol=0, atol=1e-5)
 
 
-def test_selected_keys_is_the_keep_mask_of_the_listed_keys():
-    from multihead.hf.attention import selected_keys
+def test_hf_indices_attend_through_mask_sparse():
+    from multihead.hf.attention import hf_attention
 
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g) for n in (2, 4, 4))  # (B, H, L, D), HF's layout
     indices = torch.tensor([[[2, 0, -1], [1, -1, -1]]])  # (B=1, Lq=2, K=3)
-    keep, _ = selected_keys(indices, 4).materialize(1, 1, 2, 4)
-    assert keep.tolist() == [[[[True, False, True, False], [False, True, False, False]]]]
-    with pytest.raises(mh.AttentionError, match=r"integer \(B, Lq, K\)"):
-        selected_keys(torch.zeros(2, 3), 4)
+    out, _ = hf_attention(torch.nn.Module(), q, k, v, None, scaling=0.5, is_causal=False, indices=indices)
+    keep = torch.tensor([[True, False, True, False], [False, True, False, False]])
+    expected = mh.attention(q, k, v, mh.Mask.keep(keep), scale=0.5, backend="math")
+    torch.testing.assert_close(out, expected.transpose(1, 2))
+    with pytest.raises(mh.AttentionError, match="int32 or int64"):
+        hf_attention(torch.nn.Module(), q, k, v, None, is_causal=False, indices=torch.zeros(1, 2, 3))

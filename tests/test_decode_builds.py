@@ -208,3 +208,30 @@ def test_the_kernel_refuses_layouts_it_cannot_read_before_reading_them():
         kernel.latent_product(w.float(), torch.randn(2, 1, 16), True)
     with pytest.raises(ValueError, match="share K"):
         kernel.latent_product(w, torch.randn(2, 1, 15), True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_build_reads_listed_rows_as_float64_does(build, dtype):
+    """decode_listed (Mask.sparse's step): each row reads only the cache slots it lists, in any order, with
+    sinks and softcap; a row listing nothing gives 0. Against float64 attention over the same rows."""
+    _, kernel = build
+    g = torch.Generator().manual_seed(3)
+    for G, Hkv, D, Dv, K in ((16, 1, 128, 128, 40), (3, 2, 33, 17, 19), (2, 2, 64, 96, 5)):
+        B, H = 3, G * Hkv
+        q = torch.randn(B, H, 1, D, generator=g).to(dtype)
+        k, v = torch.randn(B, Hkv, N, D, generator=g).to(dtype), torch.randn(B, Hkv, N, Dv, generator=g).to(dtype)
+        idx = torch.stack([torch.randperm(N, generator=g)[:K] for _ in range(B)])  # (B, K), unsorted
+        count = torch.tensor([K, K // 2, 0])
+        sinks = torch.randn(H, generator=g)
+        out = kernel.decode_listed(q, k, v, idx, count, sinks, D ** -0.5, 20.0)
+        for b in range(B):
+            rows = idx[b, :count[b]]
+            if not len(rows):
+                assert torch.equal(out[b], torch.zeros_like(out[b]))
+                continue
+            args = (k[b:b + 1, :, rows], v[b:b + 1, :, rows])
+            ref = mh.attention(q[b:b + 1].double(), *(t.double() for t in args), softcap=20.0, sinks=sinks.double(),
+                               backend="math")
+            same = mh.attention(q[b:b + 1], *args, softcap=20.0, sinks=sinks.to(dtype), backend="math")
+            drift = (same.double() - ref).abs().max().item()
+            assert (out[b:b + 1].double() - ref).abs().max().item() <= 2 * drift + 1e-5, (G, D, b)

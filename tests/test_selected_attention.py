@@ -1,4 +1,4 @@
-"""attend_selected: each query attends to its listed keys only, in both forms (gathered rows and blocked keep masks)."""
+"""attend_selected: each query attends to its listed keys only (Mask.sparse), gathered, the C++ step and dense."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import multihead as mh
-import multihead.selected_attention as selected
+import multihead.backends.sparse as sparse_backend
 from multihead.selected_attention import attend_selected, restrict_indices
 
 
@@ -43,16 +43,19 @@ def test_both_forms_equal_the_softmax_over_the_listed_keys_fp32(B, Hkv, groups, 
     s = torch.randn(H) if sinks else None
     indices = random_selection(B, Lq, Lk, K, seed)
     expected = reference(q, k, v, indices, s)
-    options = {"scale": None, "softcap": None, "sinks": s, "dropout": 0.0, "backend": "auto"}
     torch.testing.assert_close(attend_selected(q, k, v, indices, sinks=s).double(), expected, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(selected._gathered(q, k, v, indices, options).double(), expected, rtol=1e-5, atol=1e-5)
-    with pytest.MonkeyPatch.context() as patch:  # the keep-mask form, one query per block
-        patch.setattr(selected, "KEEP_BUDGET", 1)
-        torch.testing.assert_close(selected._masked(q, k, v, indices, options).double(), expected, rtol=1e-5,
-                                   atol=1e-5)
+    if Lk:  # the dense keep (math) and the gathered rows, one query per block, with and without a gradient
+        torch.testing.assert_close(attend_selected(q, k, v, indices, sinks=s, backend="math").double(), expected,
+                                   rtol=1e-5, atol=1e-5)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sparse_backend, "GATHER_BUDGET", 1)
+            for grad in (False, True):
+                with torch.set_grad_enabled(grad):
+                    out = attend_selected(q.requires_grad_(grad), k, v, indices, sinks=s, backend="sparse")
+                torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("Lq", [1, 40])  # gathered rows, then blocked keep masks
+@pytest.mark.parametrize("Lq", [1, 40])  # a step, a prefill
 def test_gradients_match_float64_and_free_rows_are_zero(Lq):
     torch.manual_seed(0)
     B, H, Lk, K = 2, 4, 64, 6
@@ -88,7 +91,7 @@ def test_bf16_stays_within_twice_the_drift_of_a_bf16_dense_reference():
     keep = torch.zeros(2, 1, 30, 30, dtype=torch.bool).scatter_(-1, indices[:, None], True)
     dense = mh.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mh.Mask.keep(keep))
     drift = (dense.double() - exact).abs().max().item()
-    for step in (slice(0, 30), slice(29, 30)):  # the prefill's masked form and a step's gathered form
+    for step in (slice(0, 30), slice(29, 30)):  # a prefill and a step
         out = attend_selected(q[:, :, step].bfloat16(), k.bfloat16(), v.bfloat16(), indices[:, step])
         assert (out.double() - exact[:, :, step]).abs().max().item() <= 2 * drift + 1e-3
 

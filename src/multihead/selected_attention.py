@@ -7,17 +7,15 @@ Dv head dim of v, K keys listed per query.
           q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv), indices (B, Lq, K)  ->  (B, H, Lq, Dv)
 
 indices[b, i] lists the keys query i of sequence b may attend to, shared by every head; -1 is a free
-slot (FlashMLA's and vLLM's convention). A listed key must appear once per row. The lists are the
+slot (FlashMLA's and vLLM's convention); a key listed twice counts once. The lists are the
 whole truth: no other mask applies, so a caller lists only keys that are causal and not padding (the
 lightning indexer's top-k does). A row with no key returns zeros (with sinks too: no value to carry).
 
 DeepSeek Sparse Attention (V3.2, GLM-MoE-DSA) and DeepSeek V4's compressed-sparse layers reach their
-selected keys through this one function. Two forms, equal in value:
-
-- few rows (Lq · K < Lk, a decode step): the listed rows are gathered, so the step reads K rows per
-  query, not the context; each query becomes its own batch row against its own K keys;
-- otherwise (a prefill), blocks of queries attend over all keys under a Mask.keep built from their
-  lists, at most KEEP_BUDGET booleans at a time: never the whole (Lq, Lk) grid at once.
+selected keys through this one function: mh.attention under Mask.sparse(indices). The sparse backend
+gathers each query's listed rows, a block of queries at a time, so neither a decode step nor a prefill
+touches the whole (Lq, Lk) grid; a decode step on the CPU runs the C++ decode kernel over the gathered
+rows (backends/sparse.py).
 """
 from __future__ import annotations
 
@@ -26,8 +24,6 @@ import torch
 from multihead.attention import attention
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
-
-KEEP_BUDGET = 1 << 24  # booleans of one block's keep mask (B · block · Lk): 16 MiB
 
 
 def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indices: torch.Tensor, *,
@@ -41,40 +37,8 @@ def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, indices: 
         raise AttentionError(f"q and k must be (B, H, Lq, D) and (B, Hkv, Lk, D); got {shape_str(q.shape)} and "
                              f"{shape_str(k.shape)}.")
     check_indices(indices, q.shape[0], q.shape[2], k.shape[2], q.device)
-    B, H, Lq, _ = q.shape
-    Lk, K = k.shape[2], indices.shape[-1]
-    options = {"scale": scale, "softcap": softcap, "sinks": sinks, "dropout": dropout, "backend": backend}
-    if Lq * K < Lk:
-        return _gathered(q, k, v, indices, options)
-    block = max(1, KEEP_BUDGET // max(1, B * Lk))
-    outs = [_masked(q[:, :, s:s + block], k, v, indices[:, s:s + block], options) for s in range(0, Lq, block)]
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-
-
-def _gathered(q, k, v, indices, options) -> torch.Tensor:
-    """Gather each query's K rows and attend with the queries folded into the batch: (B, H, Lq, Dv)."""
-    B, H, Lq, D = q.shape
-    Hkv, K = k.shape[1], indices.shape[-1]
-    flat = indices.clamp_min(0).reshape(B, 1, Lq * K, 1)  # free slots read row 0, then are masked
-
-    def rows(t: torch.Tensor) -> torch.Tensor:  # (B, Hkv, Lk, X) -> (B * Lq, Hkv, K, X)
-        X = t.shape[-1]
-        picked = t.gather(2, flat.expand(B, Hkv, Lq * K, X))  # (B, Hkv, Lq * K, X)
-        return picked.view(B, Hkv, Lq, K, X).transpose(1, 2).reshape(B * Lq, Hkv, K, X)
-
-    keep = (indices >= 0).reshape(B * Lq, 1, 1, K)
-    queries = q.transpose(1, 2).reshape(B * Lq, H, 1, D)  # (B * Lq, H, 1, D)
-    out = attention(queries, rows(k), rows(v), Mask.keep(keep), **options)  # (B * Lq, H, 1, Dv)
-    return out.view(B, Lq, H, v.shape[-1]).transpose(1, 2)  # (B, H, Lq, Dv)
-
-
-def _masked(q, k, v, indices, options) -> torch.Tensor:
-    """q (B, H, Lb, D) over all Lk keys, keeping only the listed ones: (B, H, Lb, Dv)."""
-    B, _, Lb, _ = q.shape
-    Lk = k.shape[2]
-    slots = torch.where(indices >= 0, indices, Lk).long()  # free slots land in a spare column
-    keep = torch.zeros(B, Lb, Lk + 1, dtype=torch.bool, device=q.device).scatter_(-1, slots, True)
-    return attention(q, k, v, Mask.keep(keep[:, None, :, :Lk]), **options)
+    return attention(q, k, v, Mask.sparse(indices), scale=scale, softcap=softcap, sinks=sinks, dropout=dropout,
+                     backend=backend)
 
 
 def check_indices(indices, B: int, Lq: int, Lk: int, device: torch.device) -> None:

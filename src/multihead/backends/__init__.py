@@ -28,8 +28,9 @@ from multihead.backends.problem import Problem
 from multihead.backends.reasons import Reason
 from multihead.backends.reference import MathBackend
 from multihead.backends.sdpa import SdpaBackend
+from multihead.backends.sparse import SparseBackend
 from multihead.backends.varlen import VarlenBackend
 
-BUILTIN = (DecodeBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
+BUILTIN = (DecodeBackend(), SparseBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
 
 __all__ = ["BUILTIN", "Problem", "Reason"]

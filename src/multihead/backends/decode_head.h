@@ -303,6 +303,26 @@ inline QRows query_rows(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   return q;
 }
 
+// Row r's output (Dv floats at o) from its sums: acc / l, exactly 0 where the row keeps no key.
+template <typename T>
+inline void finish_row(const Args& a, bool keeps, float* o, int64_t r, const Scratch& w) {
+  const int64_t Dv = a.Dv;
+  const bool interleaved = decode_simd::split_pairs<T>() && grouped_values(Dv);  // acc: even, odd columns
+  const float* ar = w.acc + r * Dv;
+  const float l = w.l[r];
+  const float inv = !keeps || l == 0.0f ? 0.0f : 1.0f / l;  // no key: exactly 0
+  for (int64_t c = 0; c < Dv; ++c) {
+    const int64_t from = interleaved ? c / (2 * W) * (2 * W) + (c & 1) * W + c % (2 * W) / 2 : c;
+    o[c] = inv == 0.0f ? 0.0f : ar[from] * inv;
+  }
+}
+
+// Rows 0..R-1 (Dv apart from out), every one keeping keys or none.
+template <typename T>
+inline void finish_rows(const Args& a, int64_t R, bool keeps, float* out, const Scratch& w) {
+  for (int64_t r = 0; r < R; ++r) finish_row<T>(a, keeps, out + r * a.Dv, r, w);
+}
+
 template <typename T>
 void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
   const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, Dv = a.Dv;
@@ -336,17 +356,7 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
     if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
     block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
   }
-  const bool interleaved = decode_simd::split_pairs<T>() && grouped_values(Dv);  // acc: even, odd columns
-  for (int64_t r = 0; r < R; ++r) {
-    float* o = out + r * Dv;
-    const float* ar = w.acc + r * Dv;
-    const float l = w.l[r];
-    const float inv = lo[r % a.Lq] >= hi[r % a.Lq] || l == 0.0f ? 0.0f : 1.0f / l;  // no key: exactly 0
-    for (int64_t c = 0; c < Dv; ++c) {
-      const int64_t from = interleaved ? c / (2 * W) * (2 * W) + (c & 1) * W + c % (2 * W) / 2 : c;
-      o[c] = inv == 0.0f ? 0.0f : ar[from] * inv;
-    }
-  }
+  for (int64_t r = 0; r < R; ++r) finish_row<T>(a, lo[r % a.Lq] < hi[r % a.Lq], out + r * Dv, r, w);
 }
 
 }  // namespace decode_head

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "decode_head.h"
+#include "decode_listed.h"
 #include "decode_quant_step.h"
 #include "latent_products.h"
 #include "nan_rows.h"
@@ -62,6 +63,25 @@ void decode_step(std::uintptr_t q, std::uintptr_t qb, std::uintptr_t k, std::uin
   }
 }
 
+// decode_step over listed rows (decode_listed.h): Lq = 1, idx (B, K) int64 slots, the first hi[b] of row b
+// read (lo unused); slopes absent.
+void listed_step(std::uintptr_t q, std::uintptr_t qb, std::uintptr_t k, std::uintptr_t v, std::uintptr_t idx,
+                 int64_t K, std::uintptr_t hi, std::uintptr_t sinks, std::uintptr_t out, bool bf16,
+                 const std::array<int64_t, 6>& sizes, const std::array<int64_t, 6>& strides, double scale,
+                 double softcap) {
+  const auto [B, H, Hkv, Lq, D, Dv] = sizes;
+  const Args a{at_address<const float>(q), at_address<const uint16_t>(qb), at_address<const void>(k),
+               at_address<const void>(v), nullptr, at_address<const int64_t>(hi), nullptr, nullptr,
+               at_address<const float>(sinks), at_address<float>(out), B, H, Hkv, Lq, D, Dv, strides[0],
+               strides[1], strides[2], strides[3], strides[4], strides[5], static_cast<float>(scale),
+               static_cast<float>(softcap)};
+  if (bf16) {
+    decode_listed::run_listed<uint16_t>(a, at_address<const int64_t>(idx), K);
+  } else {
+    decode_listed::run_listed<float>(a, at_address<const int64_t>(idx), K);
+  }
+}
+
 // y (H, M, N) float32 = x (H, M, K) float32 @ W (H, K, N) bfloat16 per head (fold), or W (H, N, K) @ x.
 void latent_product(std::uintptr_t w, std::uintptr_t x, std::uintptr_t y, const std::array<int64_t, 4>& sizes,
                     bool fold) {
@@ -83,6 +103,7 @@ std::string isa() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step (addresses, sizes and strides)");
+  m.def("decode_listed", &listed_step, "one decode step over listed cache rows (Mask.sparse)");
   m.def("decode_step_quantized", &decode_quant::decode_step_quantized,
         "the decode step over int8 or fp8 e4m3 codes with a scale per token and kv head");
   m.def("latent_product", &latent_product, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");

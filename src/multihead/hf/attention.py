@@ -52,7 +52,7 @@ def hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
     mask = as_mask(module, attention_mask, is_causal, sliding_window)
     indices = kwargs.pop("indices", None)
     if indices is not None:
-        mask = selected_keys(indices, key.shape[-2]) if mask is None else mask & selected_keys(indices, key.shape[-2])
+        mask = Mask.sparse(indices) if mask is None else mask & Mask.sparse(indices)
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     weights = None
     if weights_requested(kwargs):
@@ -84,17 +84,6 @@ def as_mask(module, attention_mask, is_causal: bool | None, sliding_window: int 
         return None
     mask = Mask.causal("bottom_right")  # the last query sits at the last key: right for prefill and decoding
     return mask if not sliding_window else mask & Mask.window(int(sliding_window), "bottom_right")
-
-
-def selected_keys(indices: torch.Tensor, Lk: int) -> Mask:
-    """The keys an indexer selected, indices (B, Lq, K) with -1 for none, as a keep mask (B, 1, Lq, Lk)."""
-    if indices.dim() != 3 or indices.dtype.is_floating_point:
-        raise AttentionError(f"indices must be integer (B, Lq, K) key positions; got {indices.dtype} of shape "
-                             f"{shape_str(indices.shape)}.")
-    listed = indices >= 0
-    keep = torch.zeros(*indices.shape[:2], Lk + 1, dtype=torch.bool, device=indices.device)  # slot Lk takes -1
-    keep.scatter_(-1, torch.where(listed, indices.long(), Lk), True)
-    return Mask.keep(keep[:, None, :, :Lk])
 
 
 def _check_mask_function_registered(module) -> None:

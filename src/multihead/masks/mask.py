@@ -27,6 +27,7 @@ from multihead.masks.normal_form import NormalForm, normal_form
 from multihead.masks.part import Part, part_fields, part_tensors
 from multihead.masks.score_mod import score_mod_part
 from multihead.masks.segments import segments_part
+from multihead.masks.sparse import sparse_part
 from multihead.masks.window import window_part
 
 TensorLike = torch.Tensor | Sequence[Any]
@@ -102,6 +103,12 @@ class Mask:
         """Packed sequences: ids (B, L) give each token's segment; tokens attend within their segment.
         For cross-attention pass the query ids (B, Lq) and the key ids (B, Lk)."""
         return cls((segments_part(ids, key_ids),))
+
+    @classmethod
+    def sparse(cls, indices: torch.Tensor) -> Mask:
+        """Query i keeps only the keys it lists: indices (B, Lq, K) or (B, H, Lq, K), int32 or int64, -1 = none
+        (FlashMLA's and vLLM's convention); a key listed twice is kept once."""
+        return cls((sparse_part(indices),))
 
     @classmethod
     def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:

@@ -10,6 +10,7 @@ Shapes: B batch, H heads, Lq queries, Lk keys.
                               bottom-right alignment lines up
     segments                  query ids (B, Lq) and key ids (B, Lk): attend within the same id
     key_keep                  (B or 1, 1, 1, Lk) bool: keys some query may see, when parts block whole keys
+    sparse                    the first Mask.sparse part: its listed keys per query (also residual)
     slopes, alibi_align       ALiBi: adds slopes[h] * (j - p) to the scores
     residual                  the parts no slot takes (dense keeps, offsets, user functions, and positional
                               parts whose alignment disagrees with the first): only a dense or scored
@@ -52,6 +53,7 @@ class NormalForm:
     extents: tuple[torch.Tensor | None, torch.Tensor] | None = None
     segments: tuple[torch.Tensor, torch.Tensor] | None = None
     segments_part: Part | None = None
+    sparse: Part | None = None  # the first Mask.sparse part (also residual: every dense form evaluates it)
     key_keep: torch.Tensor | None = None
     key_parts: tuple[Part, ...] = ()
     slopes: torch.Tensor | None = None
@@ -286,6 +288,12 @@ class Fold:
         previous = self.slots.get("key_keep")
         self.slots["key_keep"] = keep if previous is None else previous & keep
         self.folded["key_parts"].append(part)
+
+    def sparse(self, part: Part) -> None:
+        """Listed keys per query (Mask.sparse): the first such part fills the slot the sparse backend gathers
+        by; every one stays residual, so the dense and point forms evaluate it as they do any keep."""
+        self.slots.setdefault("sparse", part)
+        self.residual(part)
 
     def alibi(self, part: Part, slopes: torch.Tensor, align: str) -> None:
         """ALiBi slopes (H,), distances measured from the query position under `align`."""

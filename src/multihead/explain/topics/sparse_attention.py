@@ -106,7 +106,7 @@ def step_cost(N: int, sparse: bool, s: dict[str, int] = V32, dtype: torch.dtype 
     index_k = torch.empty(1, N, Di, **meta)                               # the indexer's key cache
     index_macs = flop_counts(lambda: select_keys(index_q, index_k, index_w, Di ** -0.5, None, K))["bmm"] // 2
     picked = torch.empty(1, 1, min(K, N), dtype=torch.long, device="meta")
-    attend = flop_counts(lambda: attend_selected(q, rows, rows[..., :C], picked, backend="math"))["bmm"] // 2
+    attend = flop_counts(lambda: attend_selected(q, rows, rows[..., :C], picked, backend="sparse"))["bmm"] // 2
     return StepCost(index_macs, attend, nbytes(index_k), min(K, N) * (C + R) * rows.element_size())
 
 
@@ -178,7 +178,7 @@ def tell_top_k(story: Story, say: Say, indices: torch.Tensor) -> None:
     picked = torch.randperm(N, generator=g)[:K].view(1, 1, K)                 # (B, 1, K)
     work = {name: flop_counts(fn)["bmm"] // 2 for name, fn in (
         ("dense", lambda: mh.attention(q1, rows, rows[..., :C], backend="math")),
-        ("sparse", lambda: attend_selected(q1, rows, rows[..., :C], picked, backend="math")))}
+        ("sparse", lambda: attend_selected(q1, rows, rows[..., :C], picked, backend="sparse")))}
     per_row = H * (2 * C + R)                                                 # scores over C + R, values over C
     read = {name: n // per_row for name, n in work.items()}
     story.table([say("label.step"), say("label.macs"), say("label.rows")],

@@ -1,0 +1,52 @@
+// The decode step over listed rows (Mask.sparse): for sequence row b (one query each), every kv head
+// reads the cache slots idx[b, 0 .. hi[b]) of k and v and nothing else. Each block of listed slots is
+// copied into a small contiguous buffer, then runs through decode_head.h's score tiles, online softmax
+// and value tiles, as a block of consecutive keys does there (lo = 0, hi = the listed count).
+#pragma once
+#include <cstring>
+#include <vector>
+
+#include "decode_head.h"
+
+namespace decode_listed {
+
+using namespace decode_head;
+
+template <typename T>
+void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t b, int64_t hk, Scratch& w,
+                     std::vector<T>& kc, std::vector<T>& vc) {
+  const int64_t G = a.H / a.Hkv, R = G, D = a.D, Dv = a.Dv, count = a.hi[b];
+  const QRows q = query_rows<T>(a, b, hk, w);  // Lq = 1: the G rows of this kv head
+  const T* Kb = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
+  const T* Vb = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
+  const int64_t* slots = idx + b * K;
+  for (int64_t r = 0; r < R; ++r) {
+    w.m[r] = a.sinks ? a.sinks[hk * G + r] : -kInf;
+    w.l[r] = a.sinks ? 1.0f : 0.0f;
+  }
+  std::fill(w.acc, w.acc + w.acc_size, 0.0f);
+  const Ahead none{nullptr, nullptr, 0, 0, 0, 0, 0};  // the buffer is in the cache already
+  for (int64_t j0 = 0; j0 < count; j0 += block_keys<T>()) {
+    const int64_t n = std::min(block_keys<T>(), count - j0);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t slot = slots[j0 + j];
+      std::memcpy(kc.data() + j * D, Kb + slot * a.k_sm, D * sizeof(T));
+      std::memcpy(vc.data() + j * Dv, Vb + slot * a.v_sm, Dv * sizeof(T));
+    }
+    block_scores(q, R, kc.data(), D, n, D, a.scale, w.s, none, j0);
+    for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, 0, count, w.s + r * kBlock, w);
+    block_values(w.s, R, vc.data(), Dv, n, Dv, w.acc);
+  }
+  finish_rows<T>(a, R, count > 0, a.out + (b * a.H + hk * G) * Dv, w);
+}
+
+template <typename T>
+void run_listed(const Args& a, const int64_t* idx, int64_t K) {
+  at::parallel_for(0, a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
+    Scratch w(a.H / a.Hkv, a.D, a.Dv);
+    std::vector<T> kc(block_keys<T>() * a.D), vc(block_keys<T>() * a.Dv);
+    for (int64_t t = begin; t < end; ++t) one_listed_head<T>(a, idx, K, t / a.Hkv, t % a.Hkv, w, kc, vc);
+  });
+}
+
+}  // namespace decode_listed
