@@ -135,7 +135,12 @@ def _rows_scaled(roles, role: str, rows: slice | None):
 
 def _scale_rows(proj, index: torch.Tensor, factor: float) -> bool:
     """Scale rows ``index`` of the projection's weight and bias in place; False when the projection gives a
-    copy (the scaling did not reach the learner's parameters; it is then undone by itself)."""
+    copy (the scaling did not reach the learner's parameters; it is then undone by itself). A projection traced
+    from the call (a raw parameter, slices of one) is scaled through the elements it reads."""
+    if proj.kind == "traced" and proj.heads == 1:
+        traced = proj.traced
+        done = traced.weight.scale_rows_(index, factor)
+        return done and (traced.bias is None or traced.bias.scale_rows_(index, factor))
     with torch.no_grad():
         weight = proj.weight_bias()[0]
         before = weight[index[:1]].clone()

@@ -103,9 +103,25 @@ def measure_scale(module, spec, assignments, cases, wanted, tol: float, fills, f
 def _name(match: ScaleMatch) -> ScaleMatch:
     """Fill in the bug id(s) whose scale is the measured one."""
     weights = match.roles.weights()
-    H, D = weights.num_heads, weights.head_dim
-    close = [BUG_OF_FORM[form].id for form, factor in SCALE_FORMS.items()
-             if abs(match.scale - factor(H, D)) <= _CLOSE * factor(H, D)]
-    if close:
-        match.bug, match.ambiguous = close[0], close if len(close) > 1 else []
+    match.bug, match.ambiguous = scale_bug(match.scale, weights.num_heads, weights.head_dim)
     return match
+
+
+def scale_bug(scale: float, heads: int, head_dim: int) -> tuple[str, list[str]]:
+    """(the scale bug a measured ``scale`` names for H heads of D features, the ids it fits when more than one
+    does); "wrong-scale" when it fits no known mistake."""
+    close = [BUG_OF_FORM[form].id for form, factor in SCALE_FORMS.items()
+             if abs(scale - factor(heads, head_dim)) <= _CLOSE * factor(heads, head_dim)]
+    return (close[0], close if len(close) > 1 else []) if close else ("wrong-scale", [])
+
+
+def fit_scale(error_at, right: float) -> tuple[float, float]:
+    """(the factor s, its error) that minimises ``error_at(s)``: a scan over powers of sqrt(2) around ``right``
+    (the correct 1/sqrt(D)), then a golden-section search on log s around the best two."""
+    scanned = sorted((error_at(right * step), step) for step in _SCAN)
+    best = (math.inf, right)
+    for _, step in scanned[:2]:
+        log_s, error = _golden(lambda log: error_at(right * math.exp(log)), math.log(step) - 0.35,
+                               math.log(step) + 0.35)
+        best = min(best, (error, right * math.exp(log_s)))
+    return best[1], best[0]
