@@ -194,10 +194,9 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     else:
         match = name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
         retry = turned and not report.bug  # no rotation fitted and no bug named yet: RoPE and another bug?
-        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if retry else ():
+        if retry:  # RoPE and another bug, named under the pairing that fits best
+            rotated = _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases)[0]
             match = name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
-            if report.bug:  # RoPE and another bug, named under the pairing that fits best
-                break
         if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
@@ -246,7 +245,9 @@ def _rope_match(module, spec: CallSpec, assignments, cases, wanted, bases):
 
 def _pairings_by_fit(module, spec: CallSpec, assignments, cases, wanted, bases) -> list[list]:
     """The assignments turned by each correct pairing (first base), the pairing whose closest catalogue
-    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing."""
+    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing
+    (only that one is searched: the other pairing's search costs as much and has never named a bug the
+    nearer one missed)."""
     forms = [None] + forms_to_try(spec.encoding is not None, spec.causal)
     turned = [[replace(roles, rope=rope) for roles in assignments] for rope in rotaries(bases[:1], True)[1::2]]
     return sorted(turned, key=lambda rotated: closest(module, spec, rotated, cases, wanted, forms).error)
