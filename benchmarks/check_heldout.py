@@ -19,11 +19,16 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
 
 ZOO = Path(__file__).resolve().parent / "check_heldout"
+sys.path.insert(0, str(ZOO))
+
+from zoo_files import write_cases  # noqa: E402  (the learner files, mutants rebuilt)
+
 ID = re.compile(r"[(（]([a-z0-9]+(?:-[a-z0-9]+)+)[)）]")
 
 
@@ -58,9 +63,9 @@ def claims_supported() -> bool:
     return "mask=" in _cli("--help").stdout
 
 
-def command(case: dict, lang: str, with_claim: bool) -> list[str]:
-    """The arguments a learner types for this case."""
-    args = [f"{ZOO / 'cases' / case['file']}:{case['target']}"]
+def command(case: dict, lang: str, with_claim: bool, folder: Path) -> list[str]:
+    """The arguments a learner types for this case, its file written under folder."""
+    args = [f"{folder / case['file']}:{case['target']}"]
     for option in ("init", "config"):
         if case.get(option):
             args += [f"--{option}", case[option]]
@@ -100,12 +105,12 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float) -> dict:
+def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float, folder: Path) -> dict:
     """One check in its own process: the verdict, its exit code, its wall and CPU seconds (children run one
     at a time, so the children's CPU clock's step is this process's)."""
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
-        done = _cli(*command(case, lang, with_claim), timeout=timeout)
+        done = _cli(*command(case, lang, with_claim, folder), timeout=timeout)
         returncode, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired:
         returncode, output = None, ""
@@ -146,13 +151,16 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
     ids, with_claim = known_bug_ids(), claims_supported()
     started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
     rows = []
+    files = tempfile.TemporaryDirectory(prefix="heldout-")
+    folder = write_cases(cases, Path(files.name) / "cases")
     for case in cases:
-        row = {lang: check_case(case, lang, ids, with_claim, timeout) for lang in langs}
+        row = {lang: check_case(case, lang, ids, with_claim, timeout, folder) for lang in langs}
         rows.append(row)
         if progress:
             marks = "  ".join(f"{lang} {row[lang]['got']:<30s} {row[lang]['seconds']:5.1f}s" for lang in langs)
             print(f"{'ok  ' if all(r['ok'] for r in row.values()) else 'MISS'} {case['name']:22s} "
                   f"want {case['expected']:<30s} {marks}", flush=True)
+    files.cleanup()
     agree = sum(len({row[lang]["got"] for lang in langs}) == 1 for row in rows)
     return {
         "cases": cases, "rows": rows, "langs": langs,

@@ -60,11 +60,17 @@ class Case:
         return self.layout or ("zigzag" if causal else "contiguous")
 
 
-def _masks(B: int, Nq: int, Nk: int) -> dict:
-    lens = torch.tensor([Nk, 0, Nk // 2, 1][:B])  # row 1 keeps no key: fully masked rows must be exact zeros
+def _padding(B: int, Nk: int) -> torch.Tensor:
+    """(B, Nk), True = padding key: the last three keys of row 0, the first two of the last row."""
     pad = torch.zeros(B, Nk, dtype=torch.bool)
     pad[0, -3:] = True
     pad[-1, :2] = True
+    return pad
+
+
+def _masks(B: int, Nq: int, Nk: int) -> dict:
+    lens = torch.tensor([Nk, 0, Nk // 2, 1][:B])  # row 1 keeps no key: fully masked rows must be exact zeros
+    pad = _padding(B, Nk)
     seg = torch.arange(Nq).div(5, rounding_mode="floor").expand(B, Nq)  # packed sequences of 5 tokens
     return {
         "lengths": mh.Mask.lengths(lens),
@@ -122,7 +128,7 @@ def _run_sequence_case(case: Case, name: str) -> dict:
     dout = torch.randn(case.B, case.H, case.Nq, case.D, generator=g, dtype=case.dtype)
     mask = None if case.mask is None else _masks(case.B, case.Nq, Nk)[case.mask]
     if case.nan_in_padding:  # padded keys are inert: NaN stored there never reaches the output
-        pad = _masks(case.B, case.Nq, Nk)["key_padding"].parts[0].keep_tensor.logical_not().view(case.B, 1, Nk, 1)
+        pad = _padding(case.B, Nk).view(case.B, 1, Nk, 1)
         k, v = k.masked_fill(pad, float("nan")), v.masked_fill(pad, float("nan"))
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = mh.attention(*full, mask, causal=case.causal)

@@ -27,6 +27,7 @@ def _load(name: str, path: Path):
 
 harness = _load("check_heldout_harness", BENCHMARKS / "check_heldout.py")
 verify = _load("check_heldout_verify", BENCHMARKS / "check_heldout" / "verify.py")
+zoo_files = sys.modules["zoo_files"]  # imported by both, from the zoo's folder
 
 IDS = {"mask-sign-flipped", "scale-halved", "causal-off-by-one"}
 
@@ -52,10 +53,27 @@ def test_manifest_records_what_the_readme_promises():
     cases = verify.load_manifest()
     for case in cases:
         assert {"name", "file", "target", "idiom", "source", "expected", "lang", "adapter"} <= set(case), case["name"]
-        assert case["lang"] in ("EN", "ZH") and (verify.CASES / case["file"]).is_file()
+        assert case["lang"] in ("EN", "ZH"), case["name"]
         assert case["expected"] == "PASS" or case.get("fix"), case["name"]
-    on_disk = {path.name for path in verify.CASES.glob("*.py")}
-    assert on_disk == {case["file"] for case in cases}
+    stored = {case.get("mutant_of", case["file"]) for case in cases}
+    on_disk = {path.name for path in zoo_files.CASES.glob("*.py")}
+    assert on_disk == stored == {case["file"] for case in cases if "mutant_of" not in case}
+    correct = {case["file"] for case in cases if case["expected"] == "PASS"}
+    assert {case["mutant_of"] for case in cases if "mutant_of" in case} <= correct
+
+
+def test_a_mutant_is_its_correct_sibling_with_the_fix_undone(tmp_path):
+    """The learner's file is rebuilt from the sibling; applying the fix gives the sibling back, byte for byte."""
+    mutants = [case for case in verify.load_manifest() if "mutant_of" in case]
+    assert len(mutants) >= 30
+    folder = zoo_files.write_cases(mutants, tmp_path)
+    for case in mutants:
+        written = (folder / case["file"]).read_text(encoding="utf-8")
+        sibling = (zoo_files.CASES / case["mutant_of"]).read_text(encoding="utf-8")
+        assert written != sibling and zoo_files.fixed_source(case) == sibling, case["name"]
+    broken = {**mutants[0], "fix": [["text that is nowhere", "also nowhere"]]}
+    with pytest.raises(ValueError, match="occurs 0 times, expected once"):
+        zoo_files.case_source(broken)
 
 
 @pytest.mark.parametrize("returncode, output, expected", [
@@ -83,9 +101,9 @@ def test_right_counts_any_fail_for_mistakes_without_an_id(expected, got, ok):
 
 def test_command_passes_the_learners_hints_and_the_claim_only_when_asked():
     case = {"file": "f.py", "target": "A", "init": '{"d": 1}', "call": "causal=yes", "claim": "keep"}
-    args = harness.command(case, "zh", with_claim=False)
-    assert args[1:] == ["--init", '{"d": 1}', "--call", "causal=yes", "--lang", "zh"]
-    assert harness.command(case, "en", with_claim=True)[4] == "causal=yes,mask=keep"
+    args = harness.command(case, "zh", with_claim=False, folder=Path("/learner"))
+    assert args == ["/learner/f.py:A", "--init", '{"d": 1}', "--call", "causal=yes", "--lang", "zh"]
+    assert harness.command(case, "en", with_claim=True, folder=Path("/learner"))[4] == "causal=yes,mask=keep"
 
 
 @pytest.mark.slow

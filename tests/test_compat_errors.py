@@ -141,12 +141,22 @@ def test_a_failed_call_leaves_the_module_unchanged():
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
 
 
-def test_a_bad_key_padding_mask_is_both_of_torchs_types():
-    """torch answers it with AssertionError on its regular path and RuntimeError on its fast path."""
-    m = MultiheadAttention(E, H, batch_first=True)
-    with pytest.raises(CompatPaddingMaskError) as caught:
-        m(x(B, L, E), x(B, S, E), x(B, S, E), key_padding_mask=bools(B, S + 1))
-    assert all(isinstance(caught.value, t) for t in (mh.AttentionError, AssertionError, RuntimeError))
+def test_a_bad_key_padding_mask_is_the_type_of_the_path_torch_takes():
+    """torch answers it with AssertionError on its regular path and RuntimeError on its fused fast path (eval,
+    no grad, batched self-attention, batch_first): the drop-in raises the one torch raises, never both."""
+    for train, grad, self_attention, expected, other in ((True, True, True, AssertionError, RuntimeError),
+                                                         (False, True, False, AssertionError, RuntimeError),
+                                                         (False, False, True, RuntimeError, AssertionError)):
+        pad = bools(B, S + 1)
+        for module in (nn.MultiheadAttention(E, H, batch_first=True), MultiheadAttention(E, H, batch_first=True)):
+            module.train(train)
+            q = x(B, S, E)
+            args = (q, q, q) if self_attention else (x(B, L, E), q, q)
+            with torch.set_grad_enabled(grad), pytest.raises(expected) as caught:
+                module(*args, key_padding_mask=pad)
+            assert not isinstance(caught.value, other), (type(module).__module__, train, grad, self_attention)
+            if isinstance(module, MultiheadAttention):
+                assert isinstance(caught.value, CompatPaddingMaskError)
 
 
 @torch.no_grad()

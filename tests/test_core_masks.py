@@ -58,10 +58,10 @@ def test_additive_minus_inf_becomes_structure():
 
 
 def test_structure_queries_and_repr():
-    grid = mh.Mask.causal().index(1, 1, 3, 3, "cpu")
-    assert len(mh.Mask.causal().causal_parts(grid)) == 1  # SDPA can take it as is_causal=True
-    wide = mh.Mask.causal("bottom_right").index(1, 1, 2, 3, "cpu")
-    assert mh.Mask.causal("bottom_right").causal_parts(wide) == ()  # Lq != Lk: not SDPA's top-left
+    form = mh.Mask.causal().normal_form()
+    assert len(form.causal_on(form.index(1, 1, 3, 3, "cpu"))) == 1  # SDPA can take it as is_causal=True
+    form = mh.Mask.causal("bottom_right").normal_form()
+    assert form.causal_on(form.index(1, 1, 2, 3, "cpu")) == ()  # Lq != Lk: not SDPA's top-left
     text = repr(mh.Mask.causal() & mh.Mask.lengths(torch.tensor([1, 2])) & mh.Mask.additive(torch.zeros(3, 4)))
     assert text == "Mask(causal(top_left) & lengths(2,) & additive(3, 4))"
 

@@ -1,5 +1,5 @@
 """The core at the seams where it broke: long lengths under torch.compile, bf16/fp16, inference mode,
-NaN, per-query lengths, and the small holes (banded's empty blocks, the mask memo, the KV cache).
+NaN, per-query lengths, and the small holes (banded's empty blocks, the KV cache).
 
 Each test runs at the length, dtype and mode where the defect appeared, against float64 references
 with the 2x drift rule of tests/helpers.py.
@@ -131,7 +131,7 @@ def test_every_backend_runs_under_inference_mode_with_masks_built_inside_it(back
     with torch.inference_mode():
         mask = mh.Mask.lengths(torch.tensor([3, 6]))
         out = mh.attention(q, k, v, mask, causal=True, backend=backend)
-        again = mh.attention(q, k, v, mask, causal=True, backend=backend)  # the memo's second look
+        again = mh.attention(q, k, v, mask, causal=True, backend=backend)  # the remembered plan's second look
     keep = (torch.arange(6) < torch.tensor([3, 6]).view(2, 1, 1, 1)) & torch.ones(6, 6, dtype=torch.bool).tril()
     exact = reference_attention(q, k, v, keep=keep)
     assert max_abs_diff(out, exact) < 1e-5
@@ -203,18 +203,7 @@ def test_a_banded_block_that_sees_no_key_is_exact_zero_even_for_nan_queries():
     assert torch.equal(q.grad[0, 0, :64], torch.zeros(64, 8))
 
 
-# ---------------------------------------------------------------- the memo and the cache
-def test_the_mask_memo_returns_what_was_built_for_its_own_key_when_another_call_replaces_it():
-    mask = mh.Mask.causal()
-
-    def build_a():
-        mask.memoized(("b",), lambda: "built for b")  # another thread's call lands in between
-        return "built for a"
-
-    assert mask.memoized(("a",), build_a) == "built for a"
-    assert mask.memoized(("b",), lambda: "rebuilt") == "rebuilt"
-
-
+# ---------------------------------------------------------------- the cache
 def test_a_compiled_kv_cache_refuses_to_write_past_max_len_and_is_left_unchanged():
     torch.manual_seed(0)
     attn = mh.MultiHeadAttention(16, 2, causal=True).eval()

@@ -5,7 +5,10 @@ import pytest
 import torch
 
 import multihead as mh
+from multihead.errors import CannotRunError
+from multihead.attention import make_problem
 from multihead.backends import decode_build
+from multihead.backends.decode import MASK, DecodeBackend
 from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import decode_step
 
@@ -111,14 +114,15 @@ def test_auto_runs_the_decode_backend_for_decode_steps_only():
     mask = mh.Mask.lengths(LENS) & mh.Mask.causal("bottom_right")
     assert mh.dispatch(q, k, v, mask).backend == "decode"
     prefill = mh.dispatch(*_qkv(torch.float32, 2, 5), mask)
-    assert prefill.backend != "decode" and "not a decode step" in prefill.reasons["decode"]
-    with pytest.raises(mh.AttentionError, match="float32 and bfloat16"):
-        mh.attention(*(t.half() for t in (q, k, v)), mask, backend="decode")
-    leaf = q.clone().requires_grad_()
-    with pytest.raises(mh.AttentionError, match="no backward"):
-        mh.attention(leaf, k, v, mask, backend="decode")
-    with pytest.raises(mh.AttentionError, match="one interval of keys per query row"):
-        mh.attention(q, k, v, mh.Mask.keep(torch.ones(N, dtype=torch.bool)), backend="decode")
+    assert prefill.backend != "decode" and prefill.codes["decode"] == "decode.rows"
+    refusals = {"decode.dtype": lambda: mh.attention(*(t.half() for t in (q, k, v)), mask, backend="decode"),
+                "decode.grad": lambda: mh.attention(q.clone().requires_grad_(), k, v, mask, backend="decode"),
+                "decode.mask": lambda: mh.attention(q, k, v, mh.Mask.keep(torch.ones(N, dtype=torch.bool)),
+                                                    backend="decode")}
+    for code, call in refusals.items():
+        with pytest.raises(CannotRunError) as refused:
+            call()
+        assert refused.value.code == code
 
 
 def test_without_the_kernel_dispatch_says_why_and_runs_plain_torch(monkeypatch):
@@ -190,7 +194,8 @@ PART_KINDS = {
 
 @pytest.mark.parametrize("seed", range(40))
 def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
-    """Part.key_interval (the decode kernel's form) keeps exactly the keys Part.keep keeps, alone and combined."""
+    """The row intervals (the decode kernel's form of the normal form) keep exactly the keys the dense keep keeps,
+    alone and combined."""
     g = torch.Generator().manual_seed(seed)
     B, Lq, Lk = 3, int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 90, (), generator=g))
     names = list(PART_KINDS)
@@ -200,10 +205,15 @@ def test_every_interval_part_gives_the_same_keys_as_its_dense_keep(seed):
     for name in chosen:
         part = PART_KINDS[name](B, Lq, Lk, g)
         mask = part if mask is None else mask & part
-    lo, hi, _, _ = key_ranges(mask, B, 1, Lq, Lk, "cpu")
+    q, k = torch.zeros(B, 1, Lq, 1), torch.zeros(B, 1, Lk, 1)
+    problem = make_problem(q, k, k, mask, False, None, 0.0)
+    if problem.form.unaligned:  # terms of two alignments: the decode step refuses, the dense backends run it
+        assert DecodeBackend().plan(problem, False) is MASK, chosen
+        return
+    lo, hi, _, _ = DecodeBackend().plan(problem, False)
     j = torch.arange(Lk)
     intervals = (j >= lo[..., None]) & (j < hi[..., None])  # (B, Lq, Lk)
-    keep, _ = mask.score_terms(mask.index(B, 1, Lq, Lk, "cpu"), torch.float32)
+    keep, _ = mask.materialize(B, 1, Lq, Lk)
     dense = torch.ones(B, Lq, Lk, dtype=torch.bool) if keep is None else keep.expand(B, 1, Lq, Lk)[:, 0]
     assert torch.equal(intervals, dense), chosen
 

@@ -36,23 +36,39 @@ def test_both_languages_have_the_same_keys_in_the_same_order():
     assert list(EN) == list(ZH)
 
 
-@pytest.mark.parametrize("key", list(EN), ids="/".join)
-def test_each_message_is_filled_in_and_has_the_same_placeholders(key):
+def message_problems(key: tuple[str, ...]) -> list[str]:
+    """What is wrong with one message's pair of texts (empty, of different kinds, other placeholders)."""
     en, zh = EN[key], ZH[key]
-    assert en and zh and type(en) is type(zh)
-    if isinstance(en, list):
-        assert all(isinstance(line, str) for line in en + zh)
-    assert collections.Counter(words.placeholders(en)) == collections.Counter(words.placeholders(zh))
+    if not en or not zh:
+        return [f"{'English' if not en else 'Chinese'} is empty"]
+    if type(en) is not type(zh):
+        return [f"English is a {type(en).__name__}, Chinese a {type(zh).__name__}"]
+    if isinstance(en, list) and not all(isinstance(line, str) for line in en + zh):
+        return ["a list holds something other than lines of text"]
+    en_holes, zh_holes = collections.Counter(words.placeholders(en)), collections.Counter(words.placeholders(zh))
+    if en_holes != zh_holes:
+        return [f"placeholders differ: English {dict(en_holes)}, Chinese {dict(zh_holes)}"]
+    return []
+
+
+def test_every_message_is_filled_in_and_has_the_same_placeholders():
+    """One table of every message: each failure names the message's key and what is wrong with it."""
+    bad = [f"{'/'.join(key)}: {problem}" for key in EN for problem in message_problems(key)]
+    assert bad == [], f"{len(bad)} of {len(EN)} messages:\n" + "\n".join(bad)
 
 
 def is_prose(key: tuple[str, ...]) -> bool:
     return key[0] == "topics" and key[-1].startswith(PROSE)
 
 
-@pytest.mark.parametrize("key", [k for k in EN if is_prose(k)], ids="/".join)
-def test_prose_is_english_in_english_and_chinese_in_chinese(key):
-    assert not CJK.search(words.template(EN[key])), EN[key]
-    assert CJK.search(words.template(ZH[key])), ZH[key]
+def test_prose_is_english_in_english_and_chinese_in_chinese():
+    """Every topic sentence (titles, questions, headings, texts, checks): each failure names the key and the text."""
+    prose = [key for key in EN if is_prose(key)]
+    bad = [f"{'/'.join(key)}: English holds Chinese: {EN[key]!r:.80}" for key in prose
+           if CJK.search(words.template(EN[key]))]
+    bad += [f"{'/'.join(key)}: Chinese has no Chinese: {ZH[key]!r:.80}" for key in prose
+            if not CJK.search(words.template(ZH[key]))]
+    assert prose and bad == [], f"{len(bad)} of {len(prose)} sentences:\n" + "\n".join(bad)
 
 
 def test_every_topic_has_its_words_and_every_word_has_its_topic():

@@ -67,9 +67,9 @@ def test_masks_arrive_as_structure():
     describe = lambda mask: [p.describe() for p in mask.parts]  # noqa: E731
     assert describe(create_causal_mask(config, embeds, real, past_key_values=None)) == ["causal(top_left)"]
     assert describe(create_causal_mask(config, embeds, padded, past_key_values=None)) == [
-        "causal(top_left)", "keep(2, 1, 1, 12)"]
+        "causal(top_left)", "key_padding(2, 12)"]
     assert describe(create_sliding_window_causal_mask(config, embeds, padded, past_key_values=None)) == [
-        "window(5, top_left)", "causal(top_left)", "keep(2, 1, 1, 12)"]
+        "window(5, top_left)", "causal(top_left)", "key_padding(2, 12)"]
     assert describe(create_bidirectional_mask(config, embeds, real)) == []  # an empty Mask, never None
     cache = DynamicCache(config=config)
     cache.update(torch.zeros(2, 2, 12, 8), torch.zeros(2, 2, 12, 8), 0)

@@ -56,8 +56,8 @@ def test_export_takes_a_mask_with_dynamic_batch_and_length(kind):
     batch, length = Dim("batch", min=1, max=64), Dim("length", min=2, max=256)
     make = {"key_padding": lambda B, L, s: mh.Mask.key_padding(padding(B, L, s)),
             "lengths": lambda B, L, s: mh.Mask.lengths((~padding(B, L, s)).sum(-1))}[kind]
-    # A Mask flattens to its parts, each part to its tensor fields: the spec follows that structure.
-    mask_spec = {"key_padding": [[{0: batch, 3: length}]], "lengths": [[{0: batch}, None]]}[kind]
+    # A Mask flattens to its parts' tensors, in order (the padding as given, (B, L)): the spec lists them.
+    mask_spec = {"key_padding": [{0: batch, 1: length}], "lengths": [{0: batch}]}[kind]
     program = torch.export.export(WithMask(mod), (torch.randn(3, 6, E), make(3, 6, 0)),
                                   dynamic_shapes=({0: batch, 1: length}, mask_spec))
     for B, L in [(3, 6), (5, 11), (1, 2)]:

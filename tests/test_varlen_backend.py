@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import multihead as mh
+from multihead.errors import CannotRunError
 from multihead.attention import make_problem
 from multihead.backends.varlen import VarlenBackend
 from tests.helpers import drift_tolerance, max_abs_diff, reference_attention
@@ -91,22 +92,21 @@ def test_auto_picks_varlen_for_heavy_padding_and_says_why():
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor([64, 512])))
     assert decision.backend == "varlen"
     assert "per slice" in decision.detail and "44% of the (Lq, Lk) grid" in decision.detail
-    assert "ranks first" in decision.reasons["sdpa"]
+    assert decision.codes["sdpa"] == "ranked-after"
 
 
-@pytest.mark.parametrize("lens, L, why", [
-    ([500, 512], 512, "only 1% of the (Lq, Lk) grid is padding"),  # little padding
-    ([2, 8], 8, "separate kernel calls would cost more"),  # tiny sequences
+@pytest.mark.parametrize("lens, L, code", [
+    ([500, 512], 512, "varlen.little-padding"),  # 1% of the grid is padding
+    ([2, 8], 8, "varlen.too-little-saved"),  # tiny sequences: separate calls would cost more
 ])
-def test_auto_declines_when_slicing_does_not_pay(lens, L, why):
+def test_auto_declines_when_slicing_does_not_pay(lens, L, code):
     q, k, v = _qkv(B=2, H=2, L=L, D=8)
     decision = mh.dispatch(q, k, v, mh.Mask.lengths(torch.tensor(lens)))
-    assert decision.backend == "sdpa" and why in decision.reasons["varlen"]
+    assert decision.backend == "sdpa" and decision.codes["varlen"] == code
 
 
 @pytest.mark.parametrize("mask, why", [
     (mh.Mask.causal(), "cuts rows into slices"),
-    (mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(KEY_LENS), "cuts rows into slices"),
     (mh.Mask.lengths(torch.full((4, 7), 3)), "cuts rows into slices"),
 ])
 def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
@@ -114,8 +114,17 @@ def test_masks_it_cannot_slice_are_refused_with_the_reason(mask, why):
     problem = make_problem(q, k, v, mask, False, None, 0.0)
     reason = VarlenBackend().plan(problem, auto=False)
     assert reason.cannot and why in reason.text(problem)
-    with pytest.raises(mh.AttentionError, match="cannot run this call"):
+    with pytest.raises(CannotRunError, match="cannot run this call") as refused:
         mh.attention(q, k, v, mask, backend="varlen")
+    assert refused.value.code == reason.code == "varlen.no-slicer"
+
+
+def test_two_lengths_parts_slice_at_the_tighter_of_each_pair():
+    q, k, v = _qkv()
+    other = torch.tensor([2, 7, 7, 1])
+    mask = mh.Mask.lengths(KEY_LENS) & mh.Mask.lengths(other)
+    expected = mh.attention(q, k, v, mh.Mask.lengths(torch.minimum(KEY_LENS, other)), backend="math")
+    torch.testing.assert_close(mh.attention(q, k, v, mask, backend="varlen"), expected, atol=1e-5, rtol=1e-5)
 
 
 PAD = torch.rand(4, 7, generator=torch.Generator().manual_seed(3)) > 0.7

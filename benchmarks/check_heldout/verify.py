@@ -24,8 +24,8 @@ sys.path.insert(0, str(HERE))
 
 from adapters import ADAPTERS, Plan  # noqa: E402
 from reference import attend, mha, mla  # noqa: E402
+from zoo_files import fixed_source, write_cases  # noqa: E402
 
-CASES = HERE / "cases"
 MANIFEST = HERE / "manifest.toml"
 B, L, LK = 2, 7, 5  # batch, length, and the key length of cross-attention calls
 
@@ -198,20 +198,16 @@ def compare(case: dict, path: Path) -> tuple[float, str]:
 
 def patched(case: dict, folder: Path) -> Path:
     """The case's file with its recorded fix applied (each old text must occur exactly once)."""
-    source = (CASES / case["file"]).read_text(encoding="utf-8")
-    for old, new in case["fix"]:
-        if source.count(old) != 1:
-            raise ValueError(f"{case['name']}: fix text occurs {source.count(old)} times: {old!r}")
-        source = source.replace(old, new)
-    path = folder / case["file"]
-    path.write_text(source, encoding="utf-8")
+    path = folder / "fixed" / case["file"]
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(fixed_source(case), encoding="utf-8")
     return path
 
 
 def verify(case: dict, folder: Path) -> tuple[bool, str]:
     """Whether the case is what the manifest says, and the measured errors."""
     tolerance = case.get("tol", 1e-9)
-    error, notes = compare(case, CASES / case["file"])
+    error, notes = compare(case, write_cases([case], folder / "as-written") / case["file"])
     if case["expected"] == "PASS":
         return error <= tolerance, f"max error {error:.1e} (tolerance {tolerance:.0e}); {notes}"
     if not case.get("fix"):

@@ -12,7 +12,6 @@ use, as attributes of this package (`mh.check`, `mh.explain(...)`) or by their o
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from multihead.attention import attention
@@ -28,7 +27,7 @@ from multihead.module import MultiHeadAttention
 from multihead.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
 from multihead.shared_kv import SharedKVAttention
-from multihead import doors  # noqa: F401  (wires the tools' services onto the core's classes)
+from multihead import doors  # the facade's table of tools: each loads on first use
 
 if TYPE_CHECKING:
     from multihead import compat, explain, textbook
@@ -36,27 +35,17 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# name -> (module, attribute or None for the module itself), loaded on first access (PEP 562)
-_LAZY = {
-    "check": ("multihead.checker", "check"),
-    "explain": ("multihead.explain", None),
-    "compat": ("multihead.compat", None),
-    "textbook": ("multihead.textbook", None),
-}
-
-
 def __getattr__(name: str):
-    if name not in _LAZY:
+    """The tools, loaded on first access (PEP 562) through the facade's one table (doors.TOOLS)."""
+    if name not in doors.TOOLS:
         raise AttributeError(f"module 'multihead' has no attribute {name!r}")
-    module_name, attribute = _LAZY[name]
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
+    value = doors.load(*doors.TOOLS[name])
     globals()[name] = value  # the next access is a plain attribute
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(doors.TOOLS))
 
 
 __all__ = [

@@ -10,7 +10,8 @@ Empty inputs: Lq = 0 gives an empty (B, H, 0, Dv) result; Lk = 0 means no query 
 attend to, so every row is fully masked and the output is zeros.
 
 The checks read shapes, dtypes and devices only: nothing here waits for a value on the device, so
-the call compiles with torch.compile(fullgraph=True) whatever the mask.
+the call compiles with torch.compile(fullgraph=True) whatever the mask. A call is checked and planned
+once per value (multihead.dispatch), then remembered.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from multihead import capture
 from multihead.backends.problem import make_problem
-from multihead.dispatch import pick
+from multihead.dispatch import plan_call
 from multihead.masks import Mask
 
 __all__ = ["attention", "make_problem"]
@@ -38,8 +39,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | No
     Query rows that keep no key return exactly 0, with zero gradient. Keys that no query may see
     (padding, lengths) are inert: NaN or inf stored there never reaches the output.
     """
-    problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
+    problem, chosen, plan = plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
     if capture.ACTIVE:
-        capture.notify(problem)
-    chosen, plan = pick(problem, backend)  # one decision: the backend and its plan for this call
+        return capture.recorded(problem, lambda: chosen.run(problem, plan))
     return chosen.run(problem, plan)

@@ -13,17 +13,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from multihead.attention import make_problem
-from multihead.backends.reference import inert_keys, repeat_kv
+from multihead.backends.common import inert_keys, reference_weights, repeat_kv
+from multihead.backends.problem import make_problem
 
 
 def attention_with_weights(q, k, v, mask=None, *, causal=False, scale=None, softcap=None, sinks=None,
                            dropout=0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Lq, Dv) in v's dtype, weights (B, H, Lq, Lk) in the softmax dtype); see mh.attention."""
-    problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
-    weights = problem.weights()  # (B, H, Lq, Lk)
-    if problem.dropout:
-        weights = F.dropout(weights, problem.dropout)
-    _, v = inert_keys(problem, problem.index())  # NaN stored at keys nobody sees stays out
+    p = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
+    keep, bias = p.dense_mask()
+    weights = reference_weights(p.q, p.k, keep, bias, p.scale, p.softcap, p.sinks)  # (B, H, Lq, Lk)
+    if p.dropout:
+        weights = F.dropout(weights, p.dropout)
+    _, v = inert_keys(p.form, p.index(), p.k, p.v)  # NaN stored at keys nobody sees stays out
     out = weights.to(v.dtype) @ repeat_kv(v, q.shape[1])  # (B, H, Lq, Dv)
     return out, weights

@@ -25,10 +25,9 @@ from torch import nn
 
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
-from multihead.masks.causal import CausalPart
-from multihead.masks.lengths import LengthsPart
-from multihead.masks.mask import values_checkable
+from multihead.masks.values import values_checkable
 
+BOTTOM_RIGHT = Mask.causal("bottom_right")  # every sequence's new tokens line up with its last cached ones
 OVERFLOW = "the KV cache has no room for these tokens: make a larger cache with new_cache(batch_size, max_len)"
 
 
@@ -95,11 +94,9 @@ class KVCache(nn.Module):
             self._same_lengths = self._same_lengths and new_tokens is None
             keys, values = self.keys[:, :, :self._filled], self.values[:, :, :self._filled]
             if self._same_lengths:  # every sequence fills the grid: bottom-right causal says it all
-                return keys, values, Mask((CausalPart("bottom_right"),))
-        # The slots past each length hold zeros or padding of finite projections, so they need no
-        # inert-key guard; the lengths give each sequence its own bottom-right alignment.
-        lengths = LengthsPart(self.lengths.clone(), new_tokens, inert_keys=False)
-        return keys, values, Mask((lengths, CausalPart("bottom_right")))
+                return keys, values, BOTTOM_RIGHT
+        # the lengths give each sequence its own bottom-right alignment (a copy: the cache moves on)
+        return keys, values, Mask.lengths(self.lengths.clone(), new_tokens) & BOTTOM_RIGHT
 
     def _write(self, buffer: torch.Tensor, new: torch.Tensor) -> None:
         """Copy new (B, Hkv, Lq, D) into buffer after each sequence's length (lengths not yet advanced).

@@ -7,12 +7,13 @@
     record["layers.0.attn"]  # every call made inside that module
 
 Three kinds of call are seen while the model runs:
-- `multihead.attention` (our module and anything built on it);
-- `torch.nn.functional.scaled_dot_product_attention` (HF "sdpa" models, nanoGPT, ...), patched
-  only for the duration of the block;
+- `multihead.attention` (our module and anything built on it), which reports its own weights (and the
+  SDPA calls it makes itself are not recorded again);
+- `torch.nn.functional.scaled_dot_product_attention` (HF "sdpa" models, nanoGPT, ...), seen by a
+  TorchFunctionMode active only inside the block (torch itself is never patched);
 - `torch.nn.MultiheadAttention` modules, asked for per-head weights and handed back what their
   caller asked for.
-Outside the block nothing is patched and no weights are ever computed.
+Outside the block nothing watches and no weights are ever computed.
 Attention written out by hand (`softmax(q @ k.T)`, as the tutorials and HF's "eager" models do) is
 not a call anyone can see: convert such a module with `MultiHeadAttention.from_module` first.
 """
@@ -26,10 +27,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from multihead.backends.reference import attention_weights
+from multihead.backends.common import reference_weights
+from multihead.services import service
 
-ACTIVE: list[Recorder] = []  # the attention core checks this (one list lookup) before notifying
+ACTIVE: list[Recorder] = []  # the attention core checks this (one list lookup) before reporting
+_OURS = [0]  # > 0 while multihead.attention runs a recorded call: its own SDPA calls are not recorded
 
 
 @dataclass(frozen=True)
@@ -70,19 +74,43 @@ class Recorder:
     def weights(self) -> list[torch.Tensor]:
         return [c.weights for c in self.calls]
 
-    # _repr_html_ (the notebook view) is attached by multihead.doors: drawing is the explain tool's work
+    def _repr_html_(self) -> str:
+        """Jupyter draws a record as multihead explain's interactive attention page (the explain tool)."""
+        return service("record_html")(self)
 
 
-def notify(problem) -> None:
-    """Called by `multihead.attention` while a capture is active: compute and record the weights."""
+def recorded(problem, run):
+    """Called by `multihead.attention` while a capture is active: record the call's weights, then `run()` it
+    with the SDPA calls it makes itself unrecorded (they are the same call)."""
     with torch.no_grad():
-        weights = problem.weights()
+        keep, bias = problem.dense_mask()
+        weights = reference_weights(problem.q, problem.k, keep, bias, problem.scale, problem.softcap, problem.sinks)
     for recorder in ACTIVE:
         recorder.add(weights)
+    _OURS[0] += 1
+    try:
+        return run()
+    finally:
+        _OURS[0] -= 1
 
 
-def _sdpa_weights(query, key, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """The weights torch's SDPA computes for these arguments, (B, H, Lq, Lk) float32."""
+class _WatchSdpa(TorchFunctionMode):
+    """Records the weights of every scaled_dot_product_attention call made while it is active."""
+
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and not _OURS[0]:
+            self.recorder.add(_sdpa_weights(*args, **kwargs))
+        return func(*args, **kwargs)
+
+
+def _sdpa_weights(query, key, value=None, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+    """The weights torch's SDPA computes for these arguments (SDPA's own signature), (B, H, Lq, Lk) float32."""
     Lq, Lk = query.shape[-2], key.shape[-2]
     keep = bias = None
     if is_causal:
@@ -99,7 +127,7 @@ def _sdpa_weights(query, key, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         keep = keep if keep is None or keep.dim() < 3 else keep[:, None]
         bias = bias if bias is None or bias.dim() < 3 else bias[:, None]
     with torch.no_grad():
-        return attention_weights(q, k, keep, bias, scale)
+        return reference_weights(q, k, keep, bias, scale)
 
 
 @contextlib.contextmanager
@@ -112,19 +140,12 @@ def capture_attention(model: nn.Module | None = None) -> Iterator[Recorder]:
             handles += _watch_torch_mha(sub, recorder)
         handles.append(sub.register_forward_pre_hook(_push(recorder, name)))
         handles.append(sub.register_forward_hook(_pop(recorder), always_call=True))
-    original = F.scaled_dot_product_attention
-
-    def recording_sdpa(query, key, value, *args, **kwargs):
-        recorder.add(_sdpa_weights(query, key, *args, **kwargs))
-        return original(query, key, value, *args, **kwargs)
-
-    F.scaled_dot_product_attention = recording_sdpa
     ACTIVE.append(recorder)
     try:
-        yield recorder
+        with _WatchSdpa(recorder):
+            yield recorder
     finally:
         ACTIVE.remove(recorder)
-        F.scaled_dot_product_attention = original
         for h in handles:
             h.remove()
 

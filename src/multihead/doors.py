@@ -1,68 +1,53 @@
-"""Doors from the core's classes to the tools: services a tool offers on a core object.
+"""The package's doors to its tools: every tool loads on first use, through the one table below.
 
-The core (attention, masks, backends, dispatch, module, cache, positions, capture) never imports a
-tool. A few methods users expect on core objects are a tool's work:
-
-    MultiHeadAttention.from_module(other)   convert: weights from another attention module
-    MultiHeadLatentAttention.from_module    convert: a DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer
-    SharedKVAttention.from_module           convert: a DeepSeek V4 attention layer
-    attn.to_torch()                         convert: an equal nn.MultiheadAttention
-    record._repr_html_()                    explain: a capture record drawn as the interactive page
-
-This module belongs to the package's facade, like cli.py: it attaches those methods to the core's
-classes and loads each tool by name on first use. So `import multihead` loads the core alone, and no
-import cycle exists, hidden or not: the tools import the core at their top, and nothing the core
-imports reaches back to them. The classes declare these methods for type checkers (TYPE_CHECKING).
+`import multihead` loads the core alone (attention, masks, backends, the module, the cache, positions,
+capture). A tool is reached in one of two ways, both listed in TOOLS:
+- as an attribute of the package (`mh.check`, `mh.explain(...)`, `mh.compat`): multihead/__init__.py's
+  __getattr__ (PEP 562) loads it;
+- as a service a core class offers (`MultiHeadAttention.from_module`, a capture record's `_repr_html_`):
+  the class's plain method calls `multihead.services.service(name)`, and `wire()` below gives SERVICES a
+  loader for each.
+This module and __init__.py are the package's facade, like cli.py: they alone import tools, by name and
+on first use, so no import cycle exists, hidden or not: the tools import the core at their top, and
+nothing the core imports reaches back to them.
 """
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from collections.abc import Callable
 
-from torch import nn
+from multihead.services import SERVICES
 
-from multihead.capture import Recorder
-from multihead.latent import MultiHeadLatentAttention
-from multihead.module import MultiHeadAttention
-from multihead.shared_kv import SharedKVAttention
-
-
-def tool(name: str) -> ModuleType:
-    """The tool module `multihead.<name>`, imported on first use."""
-    return importlib.import_module(f"multihead.{name}")
-
-
-def from_module(cls: type[MultiHeadAttention], module: nn.Module, **hints) -> MultiHeadAttention:
-    """A MultiHeadAttention with the weights of `module`, giving the same outputs (same layout).
-
-    Recognises torch.nn.MultiheadAttention, the textbook styles and the common naming conventions;
-    hints such as num_heads=... help where the module does not say.
-    """
-    return tool("convert.registry").from_module(module, **hints)
+# name -> (module, attribute or None for the module itself)
+TOOLS = {
+    "check": ("multihead.checker", "check"),
+    "explain": ("multihead.explain", None),
+    "compat": ("multihead.compat", None),
+    "textbook": ("multihead.textbook", None),
+}
+SERVICE_TOOLS = {
+    "from_module": ("multihead.convert.registry", "from_module"),
+    "to_torch": ("multihead.convert.to_torch", "to_torch"),
+    "latent_from_module": ("multihead.convert.hf_latent", "latent_from_module"),
+    "shared_kv_from_module": ("multihead.convert.hf_deepseek_v4", "shared_kv_from_module"),
+    "record_html": ("multihead.explain.notebook", "record_html"),
+}
 
 
-def latent_from_module(cls: type[MultiHeadLatentAttention], module: nn.Module) -> MultiHeadLatentAttention:
-    """The MLA of a transformers DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer, same weights and outputs."""
-    return tool("convert.hf_latent").latent_from_module(module)
+def load(module_name: str, attribute: str | None):
+    """The tool module `module_name` (imported on first use), or its `attribute`."""
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)
 
 
-def shared_kv_from_module(cls: type[SharedKVAttention], module: nn.Module) -> SharedKVAttention:
-    """The SharedKVAttention of a transformers DeepseekV4Attention layer, same weights and outputs."""
-    return tool("convert.hf_deepseek_v4").shared_kv_from_module(module)
+def _loader(module_name: str, attribute: str) -> Callable[[], Callable]:
+    return lambda: load(module_name, attribute)
 
 
-def to_torch(self: MultiHeadAttention) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention with the same weights and outputs (where torch can express it)."""
-    return tool("convert.to_torch").to_torch(self)
+def wire() -> None:
+    """Give every service its loader (idempotent)."""
+    for name, (module_name, attribute) in SERVICE_TOOLS.items():
+        SERVICES.setdefault(name, _loader(module_name, attribute))
 
 
-def record_html(self: Recorder) -> str:
-    """Jupyter draws a capture record as multihead explain's interactive attention page."""
-    return tool("explain.notebook").record_html(self)
-
-
-MultiHeadAttention.from_module = classmethod(from_module)
-MultiHeadAttention.to_torch = to_torch
-MultiHeadLatentAttention.from_module = classmethod(latent_from_module)
-SharedKVAttention.from_module = classmethod(shared_kv_from_module)
-Recorder._repr_html_ = record_html
+wire()

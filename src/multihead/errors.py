@@ -7,6 +7,15 @@ class AttentionError(ValueError):
     """Bad input to multihead: the message says what was expected and what came."""
 
 
+class CannotRunError(AttentionError):
+    """The backend asked for by name cannot compute this call exactly. `backend` names it and `code` is the
+    stable reason code (e.g. "decode.grad") that mh.dispatch also reports."""
+
+    def __init__(self, message: str, *, backend: str, code: str):
+        super().__init__(message)
+        self.backend, self.code = backend, code
+
+
 class KeywordError(AttentionError, TypeError):
     """A keyword multihead does not take (often torch's name for one it does): a TypeError, as Python
     raises for unknown keywords, and an AttentionError whose message points to the right one."""

@@ -30,8 +30,6 @@ another layer picked (`shared_selection=True`, `indices=`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -44,6 +42,7 @@ from multihead.masks import Mask
 from multihead.module import MultiHeadAttention
 from multihead.positions import RoPE
 from multihead.selected_attention import attend_selected, check_indices, restrict_indices
+from multihead.services import service
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -112,9 +111,11 @@ class MultiHeadLatentAttention(nn.Module):
         self.rope, self.indexer, self.shared_selection = rope, indexer, shared_selection
         self._contiguous_halves = None  # (kv_b_proj's weight, its state, (W_UK, W_UV)): see _absorb_weights
 
-    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
-        @classmethod
-        def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention: ...
+    @classmethod
+    def from_module(cls, module: nn.Module) -> MultiHeadLatentAttention:
+        """The MLA of a transformers DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer, same weights and outputs
+        (the convert tool's work)."""
+        return service("latent_from_module")(module)
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> LatentCache:
         """An empty LatentCache: latents (batch_size, max_len, C), rotary keys (batch_size, max_len, R), and

@@ -11,7 +11,6 @@ RMSNorm of q and k); `new_cache()` gives a KV cache that `forward(..., cache=cac
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,6 +22,7 @@ from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Mask
 from multihead.padding_check import warn_if_all_keys_padded
 from multihead.positions import QueryTemperature, alibi_slopes
+from multihead.services import service
 from multihead.torch_state import torch_mha_state_to_ours
 
 PROJECTIONS = ("q", "k", "v", "out")
@@ -211,20 +211,27 @@ class MultiHeadAttention(nn.Module):
         return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
 
     def _variant_masks(self, mask, align: str):
-        """The caller's mask & this module's sliding window, chunk and ALiBi parts."""
-        parts = [] if mask is None else [mask]
-        if self.window is not None:
-            parts.append(Mask.window(self.window, align))
-        if self.chunk_size is not None:
-            parts.append(Mask.chunks(self.chunk_size, align))
-        if self.alibi_slopes is not None:
-            parts.append(Mask.alibi(self.alibi_slopes, align))
-        if not parts:
-            return None
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = combined & part
-        return combined
+        """The caller's mask & this module's sliding window, chunk and ALiBi parts (None when neither)."""
+        own = self._own_mask(align)
+        if own is None or mask is None:
+            return mask if own is None else own
+        return mask & own
+
+    def _own_mask(self, align: str) -> Mask | None:
+        """This module's window, chunk and ALiBi parts as one Mask, made once per alignment and setting (eager):
+        the plan cache then finds every forward's mask at once. Under torch.compile it is made afresh."""
+        slopes, setting = self.alibi_slopes, (self.window, self.chunk_size)
+        compiling = torch.compiler.is_compiling()  # nothing remembered is read there (no guards on it)
+        kept = None if compiling else self.__dict__.setdefault("_own_masks", {}).get(align)
+        if kept is not None and kept[0] == setting and kept[1] is slopes:
+            return kept[2]
+        parts = ([Mask.window(self.window, align)] if self.window is not None else []) + (
+            [Mask.chunks(self.chunk_size, align)] if self.chunk_size is not None else []) + (
+            [Mask.alibi(slopes, align)] if slopes is not None else [])
+        own = Mask(tuple(p for m in parts for p in m.parts)) if parts else None
+        if not compiling:
+            self.__dict__["_own_masks"][align] = (setting, slopes, own)
+        return own
 
     def _check_cache_call(self, cache, mask, B: int, self_attention: bool):
         """The per-sequence count of real new tokens (None: all Lq), after checking the call."""
@@ -239,7 +246,7 @@ class MultiHeadAttention(nn.Module):
             )
         if mask is None:
             return None
-        extents = mask.extents() if isinstance(mask, Mask) else None
+        extents = mask.normal_form().extents if isinstance(mask, Mask) else None
         if extents is None or len(mask.parts) != 1:
             raise AttentionError(
                 "with a cache, mask may only be Mask.lengths(lens, query_lens=lens) (a right-padded prompt); "
@@ -281,10 +288,18 @@ class MultiHeadAttention(nn.Module):
             raise AttentionError(f"query has batch {query.shape[0]} but key/value have batch {key.shape[0]}.")
         return query, key, value
 
-    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
-        @classmethod
-        def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention: ...
-        def to_torch(self) -> nn.MultiheadAttention: ...
+    @classmethod
+    def from_module(cls, module: nn.Module, **hints) -> MultiHeadAttention:
+        """A MultiHeadAttention with the weights of `module`, giving the same outputs (same layout).
+
+        Recognises torch.nn.MultiheadAttention, the textbook styles and the common naming conventions;
+        hints such as num_heads=... help where the module does not say. (The convert tool's work.)
+        """
+        return service("from_module")(module, **hints)
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An nn.MultiheadAttention with the same weights and outputs, where torch can express this module."""
+        return service("to_torch")(self)
 
     def extra_repr(self) -> str:
         extra = f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}"

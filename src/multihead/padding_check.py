@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from multihead.masks import Mask
-from multihead.masks.mask import values_checkable
+from multihead.masks.values import values_checkable
 
 LOOKS = 8            # padding masks a module examines before it stops looking (and after it warned)
 LOOKED = "_padding_masks_looked_at"   # the count, in the module's __dict__
@@ -32,24 +32,23 @@ class AllKeysPaddedWarning(UserWarning):
 
 
 def warn_if_all_keys_padded(module: torch.nn.Module, mask: object) -> None:
-    """Warn when a Mask.key_padding part of `mask` blocks every key of some sequence; `module` looks at its
-    first LOOKS padding masks only, and warns at most once."""
+    """Warn when the key padding of `mask` (its normal form's keep of whole keys) blocks every key of some
+    sequence; `module` looks at its first LOOKS padding masks only, and warns at most once."""
     if torch.compiler.is_compiling() or not isinstance(mask, Mask):
         return
     state = module.__dict__
-    for part in mask.parts:
-        keep = getattr(part, "keep_tensor", None)   # (B, 1, 1, Lk), True = may attend
-        if (getattr(part, "given_as", "") != "key_padding" or state.get(LOOKED, 0) >= LOOKS
-                or not values_checkable(keep)):
-            continue
-        blocked = ~keep.any(dim=-1).flatten()      # (B,): True where every key is padding
-        if not bool(blocked.any()):
-            state[LOOKED] = state.get(LOOKED, 0) + 1
-            continue
-        state[LOOKED] = LOOKS                      # warned: look no more
-        rows = blocked.nonzero().flatten().tolist()
-        warnings.warn(message(rows, keep.shape[0]), AllKeysPaddedWarning, stacklevel=_caller_level())
+    if state.get(LOOKED, 0) >= LOOKS:
         return
+    keep = mask.normal_form().key_keep  # (B or 1, 1, 1, Lk), True = some query may see the key: the key-only terms
+    if keep is None or not values_checkable(keep):
+        return
+    blocked = ~keep.reshape(keep.shape[0], -1).any(dim=-1)  # (B,): True where every key is padding
+    if not bool(blocked.any()):
+        state[LOOKED] = state.get(LOOKED, 0) + 1
+        return
+    state[LOOKED] = LOOKS  # warned: look no more
+    rows = blocked.nonzero().flatten().tolist()
+    warnings.warn(message(rows, keep.shape[0]), AllKeysPaddedWarning, stacklevel=_caller_level())
 
 
 def message(rows: list[int], batch: int) -> str:

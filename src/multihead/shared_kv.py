@@ -26,8 +26,6 @@ The selected keys of compressed layers are attended through `attend_selected`.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
@@ -37,6 +35,7 @@ from multihead.errors import AttentionError, check_hidden, check_number
 from multihead.indexer import BlockIndexer, complete_blocks
 from multihead.masks import Mask
 from multihead.positions import RoPE
+from multihead.services import service
 from multihead.selected_attention import attend_selected
 from multihead.shared_kv_cache import SharedKVCache
 
@@ -112,9 +111,11 @@ class SharedKVAttention(nn.Module):
             embed_dim, q_lora_rank, index_heads, index_head_dim, index_topk, compress_rate, rope=rope,
             norm_eps=norm_eps, **factory)
 
-    if TYPE_CHECKING:  # attached by multihead.doors: conversion is the convert tool's work
-        @classmethod
-        def from_module(cls, module: nn.Module) -> SharedKVAttention: ...
+    @classmethod
+    def from_module(cls, module: nn.Module) -> SharedKVAttention:
+        """The SharedKVAttention of a transformers DeepseekV4Attention layer, same weights and outputs (the
+        convert tool's work)."""
+        return service("shared_kv_from_module")(module)
 
     @property
     def layer_type(self) -> str:

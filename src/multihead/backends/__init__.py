@@ -1,17 +1,19 @@
-"""Attention backends: each computes the same function with its own kernels.
+"""Attention backends: each computes the same function with its own kernels, reading the mask's normal form.
 
 A backend is an object with
     name: str
     plan(problem, auto) -> plan | Reason
-        One look at the call. Either what the backend will run (its own plan object: a mask form,
-        blocks, slices; anything, None included) or a `Reason` constant saying why not. With
-        auto=False the backend was asked for by name: it returns a Reason only when it cannot compute
-        the call exactly (`Reason.cannot`). With auto=True it may also decline (cannot=False) a call
-        another backend runs better. A plan reads every host value it needs once; nothing is formatted.
+        One look at the call (problem.form is the mask's normal form). Either what the backend will run
+        (its own plan object: SDPA arguments, blocks, slices, row intervals; anything, None included) or
+        a `Reason` constant saying why not. With auto=False the backend was asked for by name: it returns
+        a Reason only when it cannot compute the call exactly (`Reason.cannot`). With auto=True it may also
+        decline (cannot=False) a call another backend runs better. A plan reads every host value it needs
+        once; nothing is formatted.
     run(problem, plan) -> Tensor          (B, H, Lq, Dv), from the plan it made for this problem
     describe(problem, plan) -> str        how it will run (kernel, mask form), for mh.dispatch only
-`BACKENDS` lists them in the order "auto" tries them: fastest first, the reference math last.
-Reasons are constant codes (reasons.py); only `mh.dispatch` turns them into words.
+Backends are siblings: each imports only the shared modules (problem, reasons, common, sdpa_args and the
+kernel wrappers), never another backend. `BUILTIN` lists them in the order "auto" tries them: fastest
+first, the reference math last; `multihead.dispatch.register_backend` adds one.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from multihead.backends.reference import MathBackend
 from multihead.backends.sdpa import SdpaBackend
 from multihead.backends.varlen import VarlenBackend
 
+BUILTIN = (DecodeBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
 
-BACKENDS = [DecodeBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend()]
-
-__all__ = ["BACKENDS", "Problem", "Reason"]
+__all__ = ["BUILTIN", "Problem", "Reason"]

@@ -6,7 +6,8 @@ the block, so the work is about Lq * (block + W) instead of Lq * Lk: it follows 
 
     scores of one block:  q[:, :, i0:i1] (B, H, Bq, D)  x  k[:, :, lo:hi] (B, Hkv, hi - lo, D)
 
-The spans come from the mask's parts (`Part.key_span`) as host ints, from shapes alone: no values
+The spans come from the normal form's interval formula (`NormalForm.span`) on host ints, from shapes
+alone: no values
 are read, so this backend also runs under torch.compile when asked for by name (one graph per length).
 "auto" picks it in eager mode when there are at least min_keys(device type) keys and the spans skip
 at least MIN_SKIPPED of the (Lq, Lk) grid; under torch.compile it leaves the call to one dense or
@@ -16,11 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.common import connected_zeros, score_variants_unsupported
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
-from multihead.backends.reference import connected_zeros
-from multihead.backends.scored import scored_note
-from multihead.backends.sdpa import run_on_grid, score_variants_unsupported
+from multihead.backends.sdpa_args import run_on_grid, scored_note
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
 # below this many keys one dense call is cheaper than several blocks, per device type
@@ -60,14 +60,14 @@ def _blocks(p: Problem):
     """([(q_lo, q_hi, k_lo, k_hi)] for the problem's query blocks, or None when a span is unknown; the grid)."""
     B, H, Lq, Lk = p.dims
     ix = p.index(rows_may_shift=True)
-    last = p.mask.key_span(Lq - 1, Lq, ix)  # the last query sees a full window
+    last = p.form.span(Lq - 1, Lq, Lq, Lk)  # the last query sees a full window
     if last is None:
         return None, ix
     size = block_size(Lq, max(1, last[1] - last[0]))
     blocks = []
     for q_lo in range(0, Lq, size):
         q_hi = min(Lq, q_lo + size)
-        span = p.mask.key_span(q_lo, q_hi, ix)
+        span = p.form.span(q_lo, q_hi, Lq, Lk)
         if span is None:
             return None, ix
         blocks.append((q_lo, q_hi) + span)
@@ -86,7 +86,7 @@ class BandedBackend:
     name = "banded"
 
     def plan(self, p: Problem, auto: bool = True):
-        if p.mask is None:
+        if len(p.form.parts) == 0:
             return NEEDS_SPANS
         B, H, Lq, Lk = p.dims
         if Lq == 0 or Lk == 0:
@@ -121,5 +121,5 @@ class BandedBackend:
                 outs.append(connected_zeros((*q.shape[:3], p.v.shape[-1]), p.v.dtype, q, p.k, p.v))
                 continue
             k, v = p.k[:, :, k_lo:k_hi], p.v[:, :, k_lo:k_hi]  # (B, Hkv, span, D)
-            outs.append(run_on_grid(q, k, v, p.mask, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))
+            outs.append(run_on_grid(q, k, v, p.form, ix.block(q_lo, q_hi, k_lo, k_hi), p.dropout, p.scale, p.gqa))
         return torch.cat(outs, dim=2)  # (B, H, Lq, Dv)

@@ -2,16 +2,18 @@
 
 Runs `decode_step` (decode_step.py): the C++ kernel reads each kv head's keys and values once for all
 its query heads, with an online softmax in fp32; where the kernel could not be built, the plain-torch
-form of the same step. It takes the masks a decode step carries (lengths, causal, window, chunks, ALiBi),
-softcap and sinks, in float32 and bfloat16. Inference only: it has no backward.
+form of the same step. It takes the masks whose normal form is one interval of keys per query row
+(lengths, causal, window, chunks) with at most one ALiBi, softcap and sinks, in float32 and bfloat16.
+Inference only: it has no backward. Its plan is the rows' intervals (decode_ranges.DecodeRows), made once
+per planned call.
 """
 from __future__ import annotations
 
 import torch
 
-from multihead.backends.decode_ranges import MASK_REASONS, key_ranges, unsupported_mask
+from multihead.backends.common import needs_grad
+from multihead.backends.decode_ranges import DecodeRows, rows_of
 from multihead.backends.decode_step import decode_step, describe_step
-from multihead.backends.flex import needs_grad
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
@@ -26,13 +28,19 @@ DROPOUT = cannot("decode.dropout", "the decode kernel has no dropout")
 GRAD = cannot("decode.grad", "the decode kernel is for inference: it has no backward")
 EXPORT = cannot("decode.export", "an exported graph keeps to torch's own ops (the decode kernel is a custom op)")
 NO_ROWS = cannot("decode.empty", "no query rows")
-MASK = {why: cannot("decode.mask", why) for why in MASK_REASONS}
+MASK = cannot("decode.mask", "the decode step takes masks that keep one interval of keys per query row (lengths, "
+                             "causal, window, chunks) and one ALiBi")
 TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per sequence: not a decode step")
 TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
 
 
+def decode_rows(p: Problem) -> DecodeRows:
+    """The decode kernel's form of the problem's mask (decode_ranges.py); reads no values on the host."""
+    return rows_of(p.form, *p.dims, p.q.device)
+
+
 class DecodeBackend:
-    """Plan: each row's kept keys, ALiBi positions and slopes (decode_ranges.key_ranges), made once."""
+    """Plan: DecodeRows, each row's kept keys and ALiBi's positions and slopes."""
 
     name = "decode"
 
@@ -50,20 +58,19 @@ class DecodeBackend:
             return EXPORT
         if Lq == 0:
             return NO_ROWS
-        why = unsupported_mask(p.mask)
-        if why is not None:
-            return MASK[why]
+        if not p.form.intervals_only:
+            return MASK
         if auto and Lq > MAX_ROWS:
             return TOO_MANY_ROWS
         if auto and Lk < MIN_KEYS:
             return TOO_FEW_KEYS
-        return key_ranges(p.mask, B, H, Lq, Lk, p.q.device)
+        return decode_rows(p)
 
-    def describe(self, p: Problem, plan) -> str:
+    def describe(self, p: Problem, plan: DecodeRows) -> str:
         B, H, Lq, Lk = p.dims
         return describe_step(p.q.dtype, f"{H // p.k.shape[1] * Lq} query rows per kv head")
 
-    def run(self, p: Problem, plan) -> torch.Tensor:
-        lo, hi, qpos, slopes = plan
+    def run(self, p: Problem, plan: DecodeRows) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
-        return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)
+        return decode_step(p.q, p.k, p.v, plan.lo, plan.hi, plan.qpos, p.scale, p.softcap, plan.slopes, p.sinks,
+                           use_kernel=contiguous)

@@ -22,6 +22,7 @@
 
 #include "decode_head.h"
 #include "latent_products.h"
+#include "nan_rows.h"
 
 namespace {
 
@@ -83,4 +84,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_step", &decode_step, "one attention decode step (addresses, sizes and strides)");
   m.def("latent_product", &latent_product, "MLA: y = x @ W (fold, W (H, K, N)) or W @ x per head");
   m.def("isa", &isa, "the path this build runs: avx512-bf16, avx512, avx2 or portable-<vector ISA>");
+  m.def("keep_nan_rows", &nan_rows::keep_nan_rows, "out rows NaN where the query row holds NaN or inf, in place");
 }

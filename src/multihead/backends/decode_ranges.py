@@ -1,56 +1,39 @@
 """The decode kernel's form of a mask: each query row's kept keys [lo, hi), and ALiBi's positions and slopes.
 
-    key_ranges(mask, B, H, Lq, Lk, device) -> (lo, hi, qpos, slopes) | reason
+    key_ranges(mask, B, H, Lq, Lk, device) -> DecodeRows(lo, hi, qpos, slopes)
         lo, hi (B, Lq) int64: query i of sequence b keeps keys lo <= j < hi; qpos (B, Lq) float32: the
         query position ALiBi measures from; slopes (H,) float32 or None.
 
-Every part says its own form (`Part.key_interval`, `Part.distance_bias`), so this file never asks which
-kind a part is: a mask kind that keeps one interval of keys per row runs in the decode kernel by
-defining its `key_interval`.
+It is read from the mask's normal form (`NormalForm.row_intervals`: the interval formula on rows), so this
+file never asks which kind a part is; it holds for forms that are `intervals_only` (the decode backend
+refuses the others). Reads no values on the host.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from multihead.masks import Mask
-from multihead.masks.mask import Part
-
-ONLY_INTERVALS = "the decode step takes masks that keep one interval of keys per query row (lengths, causal, " \
-    "window, chunks) and ALiBi"
-ONE_ALIBI = "the decode step takes one ALiBi part"
-MASK_REASONS = (ONLY_INTERVALS, ONE_ALIBI)
+from multihead.masks import Mask, NormalForm
+from multihead.masks.normal_form import EMPTY
 
 
-def _defines(part: Part, hook: str) -> bool:
-    """Whether the part's kind defines `hook` itself (a structural fact: no grid, no tensors)."""
-    return getattr(type(part), hook) is not getattr(Part, hook)
+class DecodeRows(NamedTuple):
+    lo: torch.Tensor  # (B, Lq) int64
+    hi: torch.Tensor  # (B, Lq) int64
+    qpos: torch.Tensor  # (B, Lq) float32
+    slopes: torch.Tensor | None  # (H,) float32
 
 
-def unsupported_mask(mask: Mask | None) -> str | None:
-    """Why the decode step cannot take this mask (None: it can); one of MASK_REASONS. Structural: no tensors."""
-    if mask is None:
-        return None
-    if not all(_defines(part, "key_interval") for part in mask.parts):
-        return ONLY_INTERVALS
-    if sum(_defines(part, "distance_bias") for part in mask.parts) > 1:
-        return ONE_ALIBI
-    return None
+def rows_of(form: NormalForm, B: int, H: int, Lq: int, Lk: int, device) -> DecodeRows:
+    """The decode kernel's form of `form` on the (B, H, Lq, Lk) grid (see the module docstring)."""
+    ix = form.index(B, H, Lq, Lk, device)
+    lo, hi = form.row_intervals(ix)
+    if form.slopes is None:
+        return DecodeRows(lo, hi, torch.zeros(B, Lq, device=device), None)
+    return DecodeRows(lo, hi, form.alibi_positions(ix), form.slopes.float().contiguous())
 
 
-def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device):
-    """(lo, hi, qpos, slopes) for a mask `unsupported_mask` accepts (see the module docstring).
-    Reads no values on the host."""
-    lo = torch.zeros(B, Lq, dtype=torch.long, device=device)
-    hi = torch.full((B, Lq), Lk, dtype=torch.long, device=device)
-    qpos, slopes = torch.zeros(B, Lq, device=device), None
-    if mask is None:
-        return lo, hi, qpos, slopes
-    ix = mask.index(B, H, Lq, Lk, device)
-    start = lo
-    for part in mask.parts:
-        lo, hi = part.key_interval(ix, lo, hi)
-        bias = part.distance_bias(ix)
-        if bias is not None:
-            qpos, slopes = bias
-    hi = hi if lo is start else torch.maximum(hi, lo)  # an empty range stays empty: hi >= lo
-    return lo.contiguous(), hi.contiguous(), qpos.contiguous(), slopes
+def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device) -> DecodeRows:
+    """`rows_of` for a mask (None: every key of every row)."""
+    return rows_of(EMPTY if mask is None else mask.normal_form(), B, H, Lq, Lk, device)

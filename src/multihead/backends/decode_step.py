@@ -9,7 +9,7 @@
 Keys at or past max(hi) of a sequence are never read. Rows that keep no key give exactly 0; NaN in a
 query or in a kept key or value propagates. The softmax runs in float32.
 
-`decode_ranges.key_ranges` turns a mask into (lo, hi, qpos, slopes).
+The decode backend (decode.py) turns a mask's normal form into (lo, hi, qpos, slopes).
 The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
 also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes
 the same with torch ops; so it does where that form measured faster for the build's ISA and the dtype
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.common import masked_softmax
 from multihead.backends.decode_build import kernel, loaded, unavailable
 from multihead.backends.decode_choice import KERNEL, faster_form
 
@@ -78,7 +79,8 @@ def describe_step(dtype: torch.dtype, rows: str) -> str:
 
 
 def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None) -> torch.Tensor:
-    """The same step in torch ops: scores as K @ q^T made (rows, keys) contiguous, softmax in float32, p @ V.
+    """The same step in torch ops: scores as K @ q^T made (rows, keys) contiguous, the reference masked softmax
+    (common.py) in float32, p @ V.
 
     Reads keys up to the longest row's hi; slots past a row's range are zeroed first, so NaN stored
     there never reaches the output.
@@ -103,12 +105,7 @@ def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=
     if slopes is not None:
         scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
     kept = keep[:, None, None]  # (B, 1, 1, Lq, N)
-    scores = scores.masked_fill(~kept, float("-inf"))
-    if sinks is not None:
-        sink = sinks.float().view(1, Hkv, G, 1, 1).expand(B, Hkv, G, Lq, 1)
-        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :N]
-    else:
-        weights = torch.softmax(scores, dim=-1)
-    weights = torch.where(kept, weights, 0)  # rows with no key: exactly 0 (not NaN)
+    sink = None if sinks is None else sinks.float().view(1, Hkv, G, 1, 1)
+    weights = masked_softmax(scores, kept, sink)  # rows with no key: exactly 0 (not NaN)
     out = weights.view(B, Hkv, G * Lq, N).to(v.dtype) @ v  # (B, Hkv, R, Dv)
     return out.view(B, H, Lq, v.shape[-1]).to(q.dtype)

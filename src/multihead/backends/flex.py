@@ -1,7 +1,8 @@
 """The FlexAttention backend: torch's flex_attention, with the mask as a mask_mod and a score_mod.
 
 Flex asks for the mask one entry at a time, as functions of scalar indices. Every part of the mask
-already is such a function (`Index.point` is the grid of one entry), so both come from the parts:
+already is such a function (`Index.point` is the grid of one entry), so both come from the normal
+form's parts:
 
     mask_mod(b, h, q_idx, kv_idx)        = AND of every part's keep          -> a BlockMask
     score_mod(score, b, h, q_idx, kv_idx) = softcap(score) + every part's bias
@@ -53,11 +54,10 @@ from typing import NamedTuple
 
 import torch
 
+from multihead.backends.common import LOSES_NAN_QUERIES, inert_keys, needs_grad, score_variants_unsupported
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
-from multihead.backends.reference import inert_keys
-from multihead.backends.sdpa import LOSES_NAN_QUERIES, score_variants_unsupported, sdpa_mask
-from multihead.masks import Index, Mask
+from multihead.masks import Index, NormalForm
 
 try:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -74,36 +74,40 @@ COMPILED_HEAD_DIMS = (16, 256)  # torch.compile's GPU kernel: tl.dot needs 16; a
 EAGER_WARNING = "flex_attention called without torch.compile"
 
 
-def point_index(mask: Mask, b, h, q_idx, kv_idx, Lq: int, Lk: int) -> Index:
-    """The mask's grid at entry (b, h, q_idx, kv_idx), with each sequence's extents."""
-    return Index.point(b, h, q_idx, kv_idx, Lq, Lk, mask.extents())
+def point_index(form: NormalForm, b, h, q_idx, kv_idx, Lq: int, Lk: int) -> Index:
+    """The form's grid at entry (b, h, q_idx, kv_idx), with each sequence's extents."""
+    return Index.point(b, h, q_idx, kv_idx, Lq, Lk, form.extents)
 
 
-def make_mask_mod(mask: Mask, Lq: int, Lk: int):
+def make_mask_mod(form: NormalForm, Lq: int, Lk: int):
     """mask_mod(b, h, q_idx, kv_idx) -> bool: AND of every part's keep at that entry."""
     def mask_mod(b, h, q_idx, kv_idx):
-        keep, _ = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk))
+        keep, _ = form.dense(point_index(form, b, h, q_idx, kv_idx, Lq, Lk))
         return keep
 
     return mask_mod
 
 
-def make_score_mod(mask: Mask | None, softcap: torch.Tensor | None, Lq: int, Lk: int, nan_as_inf: bool = False):
+def make_score_mod(form: NormalForm | None, softcap: torch.Tensor | None, Lq: int, Lk: int, nan_as_inf: bool = False,
+                   exact: bool = False):
     """score_mod(score, b, h, q_idx, kv_idx) -> softcap(score) + every part's bias at that entry.
 
     softcap is a 0-dim tensor on the inputs' device: a Python float captured here would become a
     symbolic number once its value changes between calls, which flex's backward cannot trace.
     nan_as_inf: a NaN score becomes +inf, so the row's softmax is NaN (inf - inf) as in torch's math; the
     compiled CPU kernel otherwise reads a NaN row as fully masked (zeros) and drops a NaN key's score.
+    exact: the terms are summed in float64 and rounded once (eager flex, which is unfused anyway): a large
+    bias (ALiBi far from its keys) then costs one rounding, as in the reference math, not two.
     """
     def score_mod(score, b, h, q_idx, kv_idx):
         if softcap is not None:
             score = softcap * torch.tanh(score / softcap)
-        if mask is not None and mask.transforms_scores:  # Mask.score_mod: every term in part order
-            score = mask.scores(score, point_index(mask, b, h, q_idx, kv_idx, Lq, Lk))
-        elif mask is not None:
-            _, bias = mask.dense(point_index(mask, b, h, q_idx, kv_idx, Lq, Lk), score.dtype)
-            score = score + bias
+        work = torch.float64 if exact else score.dtype
+        if form is not None and form.scored:  # Mask.score_mod: every term in part order
+            score = form.scores(score.to(work), point_index(form, b, h, q_idx, kv_idx, Lq, Lk)).to(score.dtype)
+        elif form is not None:
+            _, bias = form.dense(point_index(form, b, h, q_idx, kv_idx, Lq, Lk), work)
+            score = (score.to(work) + bias).to(score.dtype)
         if nan_as_inf:
             score = torch.where(torch.isnan(score), float("inf"), score)
         return score
@@ -116,25 +120,18 @@ class FlexForms(NamedTuple):
     adds_bias: bool  # some part adds to the scores (the score_mod must add the biases)
 
 
-def flex_forms(mask: Mask, B: int, H: int, Lq: int, Lk: int, device) -> FlexForms:
-    """The mask as Flex takes it. The BlockMask covers only the batch rows and heads that the keep
+def flex_forms(form: NormalForm, B: int, H: int, Lq: int, Lk: int, device) -> FlexForms:
+    """The form as Flex takes it. The BlockMask covers only the batch rows and heads that the keep
     terms vary over (the others broadcast); which those are is read from the shapes of the dense form."""
-    keep, bias = mask.dense(mask.index(B, H, Lq, Lk, device))
-    if keep is None:
-        return FlexForms(None, bias is not None or mask.transforms_scores)
-    rows, heads = ((1,) * (4 - keep.dim()) + tuple(keep.shape))[:2]
-    block_mask = create_block_mask(make_mask_mod(mask, Lq, Lk), B if rows > 1 else None, H if heads > 1 else None,
-                                   Lq, Lk, device=device)
-    return FlexForms(block_mask, bias is not None or mask.transforms_scores)
-
-
-def forms_for(p: Problem) -> FlexForms:
-    """The problem's forms, built once per mask and grid (eager, no grad on the mask's tensors)."""
-    if p.mask is None:
+    if len(form.parts) == 0:
         return FlexForms(None, False)
-    B, H, Lq, Lk = p.dims
-    device = p.q.device
-    return p.mask.memoized(("flex", B, H, Lq, Lk, device), lambda: flex_forms(p.mask, B, H, Lq, Lk, device))
+    keep, bias = form.dense(form.index(B, H, Lq, Lk, device))
+    if keep is None:
+        return FlexForms(None, bias is not None or form.scored)
+    rows, heads = ((1,) * (4 - keep.dim()) + tuple(keep.shape))[:2]
+    block_mask = create_block_mask(make_mask_mod(form, Lq, Lk), B if rows > 1 else None, H if heads > 1 else None,
+                                   Lq, Lk, device=device)
+    return FlexForms(block_mask, bias is not None or form.scored)
 
 
 def skipped_blocks(block_mask) -> float:
@@ -143,16 +140,6 @@ def skipped_blocks(block_mask) -> float:
     if block_mask.full_kv_num_blocks is not None:
         computed = computed + block_mask.full_kv_num_blocks.sum()
     return 1.0 - float(computed) / block_mask.kv_indices.numel()
-
-
-def needs_grad(p: Problem) -> bool:
-    """Whether autograd will ask for a gradient through this call."""
-    if not torch.is_grad_enabled():
-        return False
-    if p.mask is not None and p.mask.has_functions:  # a mask_mod / score_mod may capture learnable tensors
-        return True
-    tensors = (p.q, p.k, p.v, p.sinks) + (p.mask.tensors if p.mask is not None else ())
-    return any(t is not None and t.requires_grad for t in tensors)
 
 
 def _flex(q, k, v, score_mod, block_mask, scale: float, gqa: bool, lse: bool):
@@ -190,6 +177,13 @@ SDPA_FASTER = declines("flex.sdpa-faster", "SDPA runs this call with no dense ma
 PICKED_ON = ("cuda",)  # device types where "auto" picks it under torch.compile
 
 
+def _sdpa_takes_it_plainly(form: NormalForm, ix: Index) -> bool:
+    """Whether SDPA runs this mask with no dense mask at all (none, or a top-left causal term alone)."""
+    if len(form.parts) == 0:
+        return True
+    return len(form.causal_on(ix)) > 0 and len(form.parts) == len(form.causal_parts)
+
+
 class FlexBackend:
     """Plan: FlexForms (the BlockMask and whether a score_mod adds biases)."""
 
@@ -204,10 +198,10 @@ class FlexBackend:
                 return EAGER
             if p.q.device.type not in PICKED_ON:
                 return NOT_CUDA
-            # the dense form is only traced here (torch.compile drops what nothing uses)
-            if score_variants_unsupported(p) is None and sdpa_mask(p.mask, p.index(True), p.q.dtype).attn_mask is None:
+            if score_variants_unsupported(p) is None and _sdpa_takes_it_plainly(p.form, p.index()):
                 return SDPA_FASTER
-        return forms_for(p)
+        B, H, Lq, Lk = p.dims
+        return flex_forms(p.form, B, H, Lq, Lk, p.q.device)
 
     def _cannot(self, p: Problem):
         if flex_attention is None:
@@ -236,10 +230,10 @@ class FlexBackend:
     def describe(self, p: Problem, forms: FlexForms) -> str:
         B, H, Lq, Lk = p.dims
         ix = p.index()
-        parts = p.mask.parts if p.mask is not None else ()
+        parts = p.form.parts
         keeps = [part.describe() for part in parts if part.keep(ix) is not None]
         biases = [f"{part.describe()} bias" for part in parts if part.bias(ix, torch.float32) is not None]
-        biases += [part.describe() for part in parts if part.changes_scores]
+        biases += [part.describe() for part in p.form.score_parts]
         scores = (["softcap"] if p.softcap is not None else []) + biases
         text = "torch.nn.attention.flex_attention"
         text += f", mask_mod = {' & '.join(keeps)}" if keeps else ", no mask_mod"
@@ -258,23 +252,27 @@ class FlexBackend:
         return text
 
     def run(self, p: Problem, forms: FlexForms) -> torch.Tensor:
-        k, v = inert_keys(p, p.index())
+        k, v = inert_keys(p.form, p.index(), p.k, p.v)
         _, _, Lq, Lk = p.dims
         score_mod = None
         nan_as_inf = torch.compiler.is_compiling() and p.q.device.type in LOSES_NAN_QUERIES
         if p.softcap is not None or forms.adds_bias or nan_as_inf:
             softcap = p.softcap if p.softcap is None else torch.full((), p.softcap, dtype=p.softmax_dtype,
                                                                       device=p.q.device)
-            score_mod = make_score_mod(p.mask if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf)
-        args = (p.q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
+            score_mod = make_score_mod(p.form if forms.adds_bias else None, softcap, Lq, Lk, nan_as_inf,
+                                       exact=not torch.compiler.is_compiling())
+        q = p.q
         if torch.compiler.is_compiling():
-            result = _flex(*args)
+            result = _flex(q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
         else:
+            # eager flex scores in the inputs' dtype, so a large bias rounds away in bf16 / fp16: it runs in the
+            # softmax dtype, as the compiled kernel scores in float32 (eager flex is unfused either way)
+            q, k, v = (t.to(p.softmax_dtype) for t in (q, k, v))
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=EAGER_WARNING)
-                result = _flex(*args)
+                result = _flex(q, k, v, score_mod, forms.block_mask, p.scale, p.gqa, p.sinks is not None)
         if p.sinks is None:
-            return result
+            return result.to(p.q.dtype)
         out, lse = result  # (B, H, Lq, Dv), (B, H, Lq)
         keep = torch.sigmoid(lse - p.sinks.to(lse.dtype).view(1, -1, 1))  # the share the sink leaves the keys
-        return out * keep.unsqueeze(-1).to(out.dtype)
+        return (out * keep.unsqueeze(-1).to(out.dtype)).to(p.q.dtype)

@@ -6,16 +6,18 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.backends.reference import attention_weights
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
-from multihead.masks import Index, Mask
+from multihead.masks import Index, Mask, NormalForm
+from multihead.masks.causal import causal_part
+from multihead.masks.normal_form import EMPTY, normal_form
 
-_CAUSAL = Mask.causal()
+_CAUSAL = (causal_part(),)  # what causal=True adds to the mask's parts
 
 
 @dataclass(eq=False, slots=True)
 class Problem:
-    """q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); mask already includes `causal=True`.
+    """q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); `form`, the mask's normal form (causal=True
+    included; no parts without a mask).
 
     softcap: scores -> softcap * tanh(scores / softcap) before the mask, or None.
     sinks: (H,) logits joining each row's softmax denominator (carrying no value), or None.
@@ -24,7 +26,7 @@ class Problem:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    mask: Mask | None
+    form: NormalForm
     scale: float
     dropout: float
     softcap: float | None = None
@@ -52,27 +54,20 @@ class Problem:
         rows_may_shift: the consumer's softmax has no sinks, so per-row constants may be dropped.
         """
         B, H, Lq, Lk = self.dims
-        if self.mask is None:
-            return Index.grid(B, H, Lq, Lk, self.q.device, rows_may_shift)
-        return self.mask.index(B, H, Lq, Lk, self.q.device, rows_may_shift)
+        return self.form.index(B, H, Lq, Lk, self.q.device, rows_may_shift)
 
     def dense_mask(self, dtype=None):
-        """(keep, bias) broadcastable to (B, H, Lq, Lk), or (None, None) without a mask.
+        """(keep, bias) broadcastable to (B, H, Lq, Lk), each None when absent.
 
         bias is in `dtype`, by default the softmax dtype; with Mask.score_mod it is a function of the scores.
         """
-        if self.mask is None:
+        if len(self.form.parts) == 0:
             return None, None
-        return self.mask.score_terms(self.index(), dtype or self.softmax_dtype)
-
-    def weights(self) -> torch.Tensor:
-        """The reference attention weights (B, H, Lq, Lk) in the softmax dtype; blocked entries exactly 0."""
-        keep, bias = self.dense_mask()
-        return attention_weights(self.q, self.k, keep, bias, self.scale, self.softcap, self.sinks)
+        return self.form.score_terms(self.index(), dtype or self.softmax_dtype)
 
 
 def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None) -> Problem:
-    """Check every input and fold `causal` into the mask. Raises AttentionError."""
+    """Check every input, fold `causal` and the mask into the normal form. Raises AttentionError."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise AttentionError(f"{name} must be a torch.Tensor of shape (B, H, L, D); got {type(t).__name__}.")
@@ -111,8 +106,9 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
             "Mask.keep(t) (True = attend), Mask.block(t) (True = blocked), Mask.additive(t) (float "
             "offsets), Mask.key_padding(t) (True = padding) or Mask.lengths(valid_lens)."
         )
+    parts = () if mask is None else mask.parts
     if causal is True or (causal is not False and check_flag(causal, "causal")):
-        mask = _CAUSAL if mask is None else mask.and_cached(_CAUSAL)
+        parts = parts + _CAUSAL
     if mask is not None:
         mask.check(B, H, Lq, Lk, q.device)
     if scale is None:
@@ -126,7 +122,8 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
         softcap = float(softcap)
     if sinks is not None:
         _check_sinks(sinks, H, q)
-    return Problem(q, k, v, mask, float(scale), float(dropout), softcap, sinks)
+    form = normal_form(parts) if len(parts) else EMPTY
+    return Problem(q, k, v, form, float(scale), float(dropout), softcap, sinks)
 
 
 def _check_sinks(sinks, H: int, q: torch.Tensor) -> None:

@@ -1,7 +1,7 @@
 """The length-aware backend: each row attends over its valid slices only.
 
-A part that cuts rows into independent slices (`Mask.lengths` with valid_lens (B,): one slice per
-row; `Mask.segments`: one per packed segment) gives [(b, q_lo, q_hi, k_lo, k_hi)]. Each slice runs
+The normal form's lengths (valid_lens (B,): one slice per row) or segments (one slice per packed
+segment) cut rows into independent slices [(b, q_lo, q_hi, k_lo, k_hi)] (`slices`). Each slice runs
 SDPA on q[b, :, q_lo:q_hi] against k, v[b, :, k_lo:k_hi]; rows no slice covers stay exactly zero. The
 work follows the real lengths, sum of (q_hi - q_lo) * (k_hi - k_lo), instead of B * Lq * Lk. Every
 other part of the mask (causal, window, ALiBi, dense masks) is evaluated on the slice itself: a
@@ -19,12 +19,11 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from multihead.backends.common import connected_zeros, score_variants_unsupported
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
-from multihead.backends.reference import connected_zeros
-from multihead.backends.scored import scored_note
-from multihead.backends.sdpa import run_on_grid, score_variants_unsupported
-from multihead.masks import Index
+from multihead.backends.sdpa_args import run_on_grid, scored_note
+from multihead.masks import Index, NormalForm
 
 # "auto" picks this backend only when the padding is worth the extra kernel calls, per device type:
 # at least MIN_PADDING of the (Lq, Lk) grid is skipped, and at least MIN_SAVED_PER_CALL multiply-adds
@@ -35,14 +34,38 @@ FREE_HOST_READS = ("cpu",)
 
 
 class VarlenPlan(NamedTuple):
-    part: object  # the part that cuts rows into slices
+    parts: tuple  # the parts that cut rows into slices (each slice keeps every entry they keep)
     slices: list  # [(b, q_lo, q_hi, k_lo, k_hi)], read on the host once
 
 
-def _slicer(p: Problem):
-    """The one part that cuts rows into slices, or None."""
-    found = [part for part in p.mask.parts if part.can_slice()] if p.mask is not None else []
-    return found[0] if len(found) == 1 else None
+def slices(form: NormalForm, Lq: int) -> list | str:
+    """[(b, q_lo, q_hi, k_lo, k_hi)]: the only entries the form's lengths (B,) or segments keep, read on
+    the host; or why they cannot be cut."""
+    if form.segments is None:
+        klens = form.key_lens.tolist()
+        qlens = form.query_lens.tolist() if form.query_lens is not None else [Lq] * len(klens)
+        return [(b, 0, q, 0, k) for b, (q, k) in enumerate(zip(qlens, klens))]
+    out = []
+    q_ids, k_ids = form.segments
+    for b, (q_row, k_row) in enumerate(zip(q_ids.tolist(), k_ids.tolist())):
+        q_runs, k_runs = _runs(q_row), _runs(k_row)
+        if q_runs is None or k_runs is None:
+            return "a segment id appears in more than one run of a row; the dense path takes those"
+        out += [(b, q_lo, q_hi) + k_runs[i] for i, (q_lo, q_hi) in q_runs.items() if i in k_runs]
+    return out
+
+
+def _runs(ids: list[int]) -> dict[int, tuple[int, int]] | None:
+    """{id: (start, end)} of each run of equal ids; None when an id comes back after another."""
+    runs: dict[int, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[start]:
+            if ids[start] in runs:
+                return None
+            runs[ids[start]] = (start, i)
+            start = i
+    return runs
 
 
 def _skipped(p: Problem, slices) -> tuple[float, int]:
@@ -59,7 +82,7 @@ def _skipped(p: Problem, slices) -> tuple[float, int]:
 
 def _slices_of(p: Problem) -> list:
     """The slices again, for mh.dispatch's words only (never on the hot path)."""
-    return _slicer(p).slices(*p.dims[2:])
+    return slices(p.form, p.dims[2])
 
 
 NO_SLICER = cannot("varlen.no-slicer", "needs one part that cuts rows into slices: Mask.lengths with valid_lens "
@@ -83,13 +106,13 @@ def _unsliceable(words: str):
 
 
 class VarlenBackend:
-    """Plan: VarlenPlan (the slicing part and its slices, read on the host once per call)."""
+    """Plan: VarlenPlan (the slicing parts and their slices, read on the host once per planned call)."""
 
     name = "varlen"
 
     def plan(self, p: Problem, auto: bool = True):
-        part = _slicer(p)
-        if part is None:
+        parts = p.form.slicer()
+        if parts is None:
             return NO_SLICER
         if torch.compiler.is_compiling() or torch.jit.is_tracing():
             return COMPILING
@@ -101,16 +124,16 @@ class VarlenBackend:
             return variants
         if auto and p.q.device.type not in FREE_HOST_READS:
             return DEVICE_STALL
-        slices = part.slices(Lq, Lk)  # the one host read of this call
-        if isinstance(slices, str):
-            return _unsliceable(slices)
+        cut = slices(p.form, Lq)  # the one host read of this call
+        if isinstance(cut, str):
+            return _unsliceable(cut)
         if auto:
-            fraction, saved = _skipped(p, slices)
+            fraction, saved = _skipped(p, cut)
             if fraction < MIN_PADDING:
                 return LITTLE_PADDING
-            if saved < MIN_SAVED_PER_CALL * len(slices):
+            if saved < MIN_SAVED_PER_CALL * len(cut):
                 return TOO_LITTLE_SAVED
-        return VarlenPlan(part, slices)
+        return VarlenPlan(parts, cut)
 
     def describe(self, p: Problem, plan: VarlenPlan) -> str:
         fraction, _ = _skipped(p, plan.slices)
@@ -122,7 +145,7 @@ class VarlenBackend:
         B, H, Lq, Lk = p.dims
         # Each sequence's extents are its slice's ends: only Mask.lengths (B,) gives extents, and then
         # it is the part that cut the slices (b, 0, query_len, 0, key_len). No second host read.
-        own_extents = p.mask.extents() is not None
+        own_extents = p.form.extents is not None
         # unbind / cat / stack rather than writing slices into one zero tensor: their backward
         # allocates each gradient once, where slice writes would allocate one full-size gradient each.
         qs, ks, vs = p.q.unbind(0), p.k.unbind(0), p.v.unbind(0)  # B x (H or Hkv, L, D)
@@ -137,9 +160,10 @@ class VarlenBackend:
                 if q_lo > at:
                     pieces.append(qs[b].new_zeros(H, q_lo - at, p.v.shape[-1]))  # rows no slice covers
                 ext = (q_hi, k_hi) if own_extents else (Lq, Lk)
-                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, (plan.part,), p.q.device, H=H)
+                grid = Index.slice(b, q_lo, q_hi, k_lo, k_hi, *ext, plan.parts, p.q.device, H=H,
+                                   rows_may_shift=True)  # SDPA's softmax has no sinks: low precision shifts rows
                 out = run_on_grid(qs[b][None, :, q_lo:q_hi], ks[b][None, :, k_lo:k_hi], vs[b][None, :, k_lo:k_hi],
-                                  p.mask, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
+                                  p.form, grid, p.dropout, p.scale, p.gqa)  # (1, H, q_hi - q_lo, Dv)
                 pieces.append(out[0])
                 at = q_hi
             if not pieces:  # no query of this row sees a key: the row's output is 0

@@ -24,7 +24,9 @@ Everything a caller of nn.MultiheadAttention relies on is the same: the construc
   heads (B, L, S), or per head (B, H, L, S) with average_attn_weights=False.
 - a bad call raises what torch raises (AssertionError or RuntimeError), as a CompatAssertionError or
   CompatRuntimeError, which are also multihead.AttentionError. A bad key_padding_mask, which torch
-  answers with AssertionError or, on its fast path, RuntimeError, raises CompatPaddingMaskError: both.
+  answers with AssertionError or, on its fast path, RuntimeError, raises a CompatPaddingMaskError of the
+  type of the path torch would take (tests/test_compat_transformer.py runs torch's own nn.Transformer
+  argument checks with the drop-in inside).
 - a bias of another dtype than the query (a half in_proj_bias with a double query) is promoted.
 
 Differences: a query whose keys are all blocked gives 0 and all-zero weights, where torch gives 0 with

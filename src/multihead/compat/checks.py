@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from multihead.compat.errors import CompatAssertionError, CompatPaddingMaskError, CompatRuntimeError
+from multihead.compat.errors import (CompatAssertionError, CompatPaddingMaskError, CompatRuntimeError,
+                                     PaddingMaskAssertionError, PaddingMaskRuntimeError)
 from multihead.errors import AttentionError, check_flag, shape_str
 
 __all__ = ["CallShape", "check_call", "check_construction"]
@@ -68,10 +69,32 @@ def check_call(m: nn.MultiheadAttention, query, key, value, key_padding_mask, at
     if key_padding_mask is not None:
         expected = (S,) if unbatched else (B, S)
         if tuple(key_padding_mask.shape) != expected:
-            raise CompatPaddingMaskError(
-                f"key_padding_mask must be {'(S,)' if unbatched else '(B, S)'} = {shape_str(expected)}: one entry "
-                f"per key{'' if unbatched else ' of each sequence'}; got {shape_str(key_padding_mask.shape)}.")
+            raise padding_error(m, query, key, value,
+                                f"key_padding_mask must be {'(S,)' if unbatched else '(B, S)'} = {shape_str(expected)}: "
+                                f"one entry per key{'' if unbatched else ' of each sequence'}; got "
+                                f"{shape_str(key_padding_mask.shape)}.")
     return CallShape(unbatched, B, L, S, drop)
+
+
+def padding_error(m, query, key, value, message: str) -> CompatPaddingMaskError:
+    """The bad-key_padding_mask error of the type torch raises on the path it takes for this call."""
+    return (PaddingMaskRuntimeError if torch_fast_path(m, query, key, value) else PaddingMaskAssertionError)(message)
+
+
+def torch_fast_path(m: nn.MultiheadAttention, query, key, value) -> bool:
+    """Whether torch.nn.MultiheadAttention.forward takes its fused inference path for this call: batched
+    self-attention (one tensor for query, key and value) in eval mode, batch_first, an even head count, one
+    in-projection of the query's dtype, no bias_k / zero attention, no autocast, nothing that needs grad."""
+    if not torch.backends.mha.get_fastpath_enabled() or query.dim() != 3 or query is not key or key is not value:
+        return False
+    if m.training or m.num_heads % 2 or not m.batch_first or m.bias_k is not None or m.add_zero_attn:
+        return False
+    if not m._qkv_same_embed_dim or m.in_proj_weight is None or query.dtype != m.in_proj_weight.dtype:
+        return False
+    if m.in_proj_bias is not None and query.dtype != m.in_proj_bias.dtype or torch.is_autocast_enabled():
+        return False
+    tensors = (query, m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias)
+    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
 
 
 def _check_mask_dtype(mask, name: str) -> None:
@@ -98,7 +121,8 @@ def _check_ranks(m, query, key, value, key_padding_mask, attn_mask) -> bool:
                                    f"{key.dim()}-D and {value.dim()}-D tensors respectively: key "
                                    f"{shape_str(key.shape)}, value {shape_str(value.shape)}.")
     if key_padding_mask is not None and key_padding_mask.dim() != (1 if unbatched else 2):
-        raise CompatPaddingMaskError(
+        raise padding_error(
+            m, query, key, value,
             f"For {kind} `query`, expected `key_padding_mask` to be `None` or {1 if unbatched else 2}-D but found "
             f"{key_padding_mask.dim()}-D tensor instead: it is {'(S,)' if unbatched else '(B, S)'}, one entry per "
             f"key; got shape {shape_str(key_padding_mask.shape)}.")

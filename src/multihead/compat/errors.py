@@ -24,6 +24,17 @@ class CompatRuntimeError(AttentionError, RuntimeError):
     mask, dtypes), and torch.jit.script on a model holding the drop-in."""
 
 
-class CompatPaddingMaskError(AttentionError, AssertionError, RuntimeError):
+class CompatPaddingMaskError(AttentionError):
     """A key_padding_mask of the wrong rank or size. torch raises AssertionError on its regular path and
-    RuntimeError on its fused fast path (eval, no grad, self-attention) for the same mask; this is both."""
+    RuntimeError on its fused fast path (eval, no grad, self-attention) for the same mask; the drop-in raises
+    the one for the path torch would take, a PaddingMaskAssertionError or a PaddingMaskRuntimeError, both of
+    this class. (Being both types at once would be caught by the wrong handler: code that expects
+    RuntimeError from one check and AssertionError from another, as torch's own tests do, tells them apart.)"""
+
+
+class PaddingMaskAssertionError(CompatPaddingMaskError, CompatAssertionError):
+    """A bad key_padding_mask where torch takes its regular path (training, grad, cross-attention, ...)."""
+
+
+class PaddingMaskRuntimeError(CompatPaddingMaskError, CompatRuntimeError):
+    """A bad key_padding_mask where torch takes its fused inference fast path."""

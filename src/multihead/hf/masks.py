@@ -27,7 +27,7 @@ from transformers import masking_utils as hf
 
 from multihead.hf.prepared_mask import PreparedMask
 from multihead.masks import Mask
-from multihead.masks.mask import values_checkable
+from multihead.masks.values import values_checkable
 
 # The code objects of transformers' mask-function factories, to recognise the closures they return.
 _AND_CODE = hf.and_masks(hf.causal_mask_function).__code__

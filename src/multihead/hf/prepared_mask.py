@@ -18,12 +18,13 @@ import torch
 import torch.utils._pytree as pytree
 
 from multihead.masks import Mask
+from multihead.masks.mask import flatten_keys, flatten_parts, unflatten_parts
 
 
 class PreparedMask(Mask):
     """A Mask for the (B, 1, Lq, Lk) grid that also behaves as HF's eager float mask; see the module docstring."""
 
-    __slots__ = ("shape", "dtype", "device")
+    __slots__ = ("shape", "dtype", "device", "_eager")
 
     def __init__(self, parts: tuple = (), shape: tuple[int, ...] = (0, 1, 0, 0), dtype: torch.dtype = torch.float32,
                  device=None):
@@ -31,6 +32,7 @@ class PreparedMask(Mask):
         self.shape = torch.Size(shape)
         self.dtype = dtype
         self.device = torch.device("cpu") if device is None else torch.device(device)
+        self._eager = None  # (the parts' tensor versions, the eager tensor), eager only
 
     @property
     def ndim(self) -> int:
@@ -41,7 +43,13 @@ class PreparedMask(Mask):
 
     def eager(self) -> torch.Tensor:
         """(B, 1, Lq, Lk) `dtype`: 0 = attend, finfo(dtype).min = blocked, as transformers' eager_mask builds it."""
-        return self.memoized(("eager", self.shape, self.dtype, self.device), self._build_eager)
+        if torch.compiler.is_compiling() or any(t.is_inference() for t in self.tensors):
+            return self._build_eager()
+        versions = tuple(t._version for t in self.tensors)
+        kept = self._eager
+        if kept is None or kept[0] != versions:
+            kept = self._eager = (versions, self._build_eager())
+        return kept[1]
 
     def _build_eager(self) -> torch.Tensor:
         keep, _ = self.materialize(*self.shape, device=self.device)  # no part hf_mask builds adds a bias
@@ -78,9 +86,14 @@ for _name in ("__getitem__", "__add__", "__radd__", "__sub__", "__rsub__", "__mu
     setattr(PreparedMask, _name, _on_eager(_name))
 
 
+def _flatten(m: PreparedMask):
+    leaves, parts = flatten_parts(m.parts)
+    return leaves, (parts, tuple(m.shape), m.dtype, m.device)
+
+
 pytree.register_pytree_node(
-    PreparedMask, lambda m: (list(m.parts), (tuple(m.shape), m.dtype, m.device)),
-    lambda parts, context: PreparedMask(tuple(parts), *context), serialized_type_name="multihead.hf.PreparedMask",
-    flatten_with_keys_fn=lambda m: ([(pytree.SequenceKey(i), p) for i, p in enumerate(m.parts)],
-                                    (tuple(m.shape), m.dtype, m.device)),
+    PreparedMask, _flatten,
+    lambda leaves, context: PreparedMask(unflatten_parts(leaves, context[0]), *context[1:]),
+    serialized_type_name="multihead.hf.PreparedMask",
+    flatten_with_keys_fn=lambda m: (list(zip(flatten_keys(m.parts), _flatten(m)[0])), _flatten(m)[1]),
 )

@@ -1,11 +1,16 @@
-"""Masks: one structured `Mask`, and one file per kind of part (each registers its constructors).
+"""Masks: one structured `Mask`, one file per kind of part, and the normal form every backend reads.
 
-See mask.py for the design: every part knows its own forms, so backends never branch on kinds.
+part.py says what a part knows; normal_form.py what kernels take; intervals.py the one formula for
+the keys a query keeps under causal, window, chunk and length terms.
+
+A new kind of mask: one file here (a frozen dataclass Part: its check, keep or bias or score, describe, and
+the one Fold call that says where it goes), a plain class method on Mask that builds it, and its tests
+(tests/test_core_new_mask_kind.py is a whole kind in a test file). A kind kernels should take natively in a
+way no slot expresses yet adds that slot: a field of NormalForm and a method of Fold.
 """
-from multihead.masks import (  # noqa: F401 (constructors)
-    additive, alibi, causal, chunks, keep, lengths, mask_mod, score_mod, segments, window,
-)
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part
+from multihead.masks.mask import Mask
+from multihead.masks.normal_form import NormalForm
+from multihead.masks.part import Part
 
-__all__ = ["Index", "Mask", "Part"]
+__all__ = ["Index", "Mask", "NormalForm", "Part"]

@@ -7,7 +7,8 @@ import torch
 
 from multihead.errors import AttentionError, shape_str
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, check_broadcast, mask_constructor, values_checkable
+from multihead.masks.part import Part
+from multihead.masks.values import check_broadcast, values_checkable
 
 
 @dataclass(frozen=True, eq=False)
@@ -16,7 +17,6 @@ class AdditivePart(Part):
     blocked key (so rows stay NaN-free) and the bias there is 0."""
 
     offsets: torch.Tensor
-    tensor_fields = ("offsets",)
 
     def check(self, B, H, Lq, Lk, device) -> None:
         super().check(B, H, Lq, Lk, device)
@@ -37,8 +37,7 @@ class AdditivePart(Part):
         return f"additive{shape_str(self.offsets.shape)}"
 
 
-@mask_constructor
-def additive(cls, t) -> Mask:
+def additive_part(t) -> AdditivePart:
     """A float added to the scaled scores (broadcastable to (B, H, Lq, Lk)); -inf blocks."""
     t = torch.as_tensor(t)
     if not t.is_floating_point():
@@ -48,4 +47,4 @@ def additive(cls, t) -> Mask:
         )
     if values_checkable(t) and bool((torch.isnan(t) | torch.isposinf(t)).any()):
         raise AttentionError("Mask.additive expects finite values or -inf; got NaN or +inf.")
-    return cls((AdditivePart(t),))
+    return AdditivePart(t)

@@ -8,22 +8,23 @@ import torch
 from multihead.errors import AttentionError, shape_str
 from multihead.masks.causal import check_align
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, mask_constructor
+from multihead.masks.normal_form import Fold
+from multihead.masks.part import Part
 
 
 @dataclass(frozen=True, eq=False)
 class AlibiPart(Part):
     """Per-head slopes (H,): adds -slope[h] * (i - j), i the query position under `align`.
 
-    Softmax ignores a term that is constant along a row, so where the backend allows it
+    Softmax ignores a term that is constant along a row, so on the whole grid, where the backend allows it
     (`Index.rows_may_shift`) and the bias is wanted in float32 or wider, it is slope[h] * (j - Lk) of
-    shape (1, H, 1, Lk): no (Lq, Lk) grid. In bf16 / fp16 it is always built from absolute distances
-    in float32 and cast once.
+    shape (1, H, 1, Lk): no (Lq, Lk) grid. Elsewhere (a slice, a block: small grids whose keys sit far from
+    0, where the shifted terms would be large and round) and in bf16 / fp16 it is built from absolute
+    distances in float32 and cast once.
     """
 
     slopes: torch.Tensor
     align: str = "top_left"
-    tensor_fields = ("slopes",)
 
     def check(self, B, H, Lq, Lk, device) -> None:
         super().check(B, H, Lq, Lk, device)
@@ -33,24 +34,20 @@ class AlibiPart(Part):
     def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor:
         work = torch.promote_types(dtype, torch.float32)  # built in the softmax dtype, at least float32
         slopes = ix.dense(self.slopes.to(work).view(1, -1, 1, 1))  # (1, H, 1, 1)
-        if ix.rows_may_shift and work == dtype:  # dropping the row constant is exact only in float32+
+        if ix.rows_may_shift and ix.whole and work == dtype:  # dropping the row constant: float32+, whole grid
             return slopes * (ix.k - ix.Lk).to(work)  # (1, H, 1, Lk)
         # from absolute distances: the keys near each query get small, exactly representable biases
         # even when cast to bf16 / fp16 (a shifted bias would round their differences away)
         return (-slopes * (ix.query_position(self.align) - ix.k).to(work)).to(dtype)  # (1 or B, H, Lq, Lk)
 
-    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return lo, hi  # blocks nothing
-
-    def distance_bias(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor]:
-        return ix.row_positions(self.align).float(), self.slopes.float()  # -slope (i - j) = slope (j - i)
+    def fold(self, form: Fold) -> None:
+        form.alibi(self, self.slopes, self.align)
 
     def describe(self) -> str:
         return f"alibi{shape_str(self.slopes.shape)}"
 
 
-@mask_constructor
-def alibi(cls, slopes, align: str = "top_left") -> Mask:
+def alibi_part(slopes, align: str = "top_left") -> AlibiPart:
     """ALiBi: adds -slopes[h] * (i - j) to the scaled scores; slopes (H,), e.g. mh.alibi_slopes(H)."""
     slopes = torch.as_tensor(slopes)
     if slopes.dim() != 1 or not slopes.is_floating_point():
@@ -58,4 +55,4 @@ def alibi(cls, slopes, align: str = "top_left") -> Mask:
             f"Mask.alibi expects float slopes of shape (H,); got {slopes.dtype} of shape {shape_str(slopes.shape)}."
         )
     check_align(align, "Mask.alibi")
-    return cls((AlibiPart(slopes, align),))
+    return AlibiPart(slopes, align)

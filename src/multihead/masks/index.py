@@ -50,16 +50,16 @@ class Index:
 
     @classmethod
     def slice(cls, b: int, q_lo: int, q_hi: int, k_lo: int, k_hi: int, q_extent, k_extent, satisfied: tuple,
-              device, H: int | None = None) -> Index:
+              device, H: int | None = None, rows_may_shift: bool = False) -> Index:
         """Row b's queries [q_lo, q_hi) and keys [k_lo, k_hi), cut out by the parts in `satisfied`.
 
         Positions stay absolute; extents are the row's (ints). The grid is plain when both spans start
-        together, so a causal mask on it is SDPA's own.
+        together, so a causal mask on it is SDPA's own. rows_may_shift: as in `grid`.
         """
         q = torch.arange(q_lo, q_hi, device=device).view(1, 1, -1, 1)
         k = torch.arange(k_lo, k_hi, device=device).view(1, 1, 1, -1)
         return cls(b, None, q, k, q_hi - q_lo, k_hi - k_lo, q_extent, k_extent, whole=False, plain=q_lo == k_lo,
-                   satisfied=satisfied, device=device, H=H)
+                   satisfied=satisfied, rows_may_shift=rows_may_shift, device=device, H=H)
 
     @classmethod
     def point(cls, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, Lq: int, Lk: int,

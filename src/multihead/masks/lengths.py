@@ -7,7 +7,10 @@ import torch
 
 from multihead.errors import AttentionError, shape_str
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, mask_constructor, values_checkable
+from multihead.masks.intervals import bounds, within
+from multihead.masks.normal_form import Fold
+from multihead.masks.part import Part
+from multihead.masks.values import values_checkable
 
 
 @dataclass(frozen=True, eq=False)
@@ -16,8 +19,6 @@ class LengthsPart(Part):
 
     key_lens: torch.Tensor
     query_lens: torch.Tensor | None = None
-    inert_keys: bool = True  # zero k and v past each length, so NaN stored there never reaches the output
-    tensor_fields = ("key_lens", "query_lens")
 
     def check(self, B, H, Lq, Lk, device) -> None:
         super().check(B, H, Lq, Lk, device)
@@ -34,51 +35,15 @@ class LengthsPart(Part):
         if q is not None and values_checkable(q) and q.numel() and int(q.max()) > Lq:
             raise AttentionError(f"query_lens must be <= Lq={Lq}; got a maximum of {int(q.max())}.")
 
-    def keep(self, ix: Index) -> torch.Tensor | None:
+    def keep(self, ix: Index) -> torch.Tensor:
         lens = self.key_lens
-        keep = ix.k < (ix.per_batch(lens) if lens.dim() == 1 else ix.per_query(lens))  # (B, 1, Lq or 1, Lk)
+        keep = within(ix.k, *bounds(0, key_len=ix.per_batch(lens) if lens.dim() == 1 else ix.per_query(lens)))
         if self.query_lens is not None:
             keep = keep & (ix.q < ix.per_batch(self.query_lens))  # padded queries keep nothing
-        return keep
+        return keep  # (B, 1, Lq or 1, Lk)
 
-    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lens = self.key_lens
-        hi = torch.minimum(hi, lens[:, None] if lens.dim() == 1 else lens)  # keys j < the row's length
-        if self.query_lens is not None:  # padded queries keep nothing
-            hi = torch.where(torch.arange(ix.Lq, device=hi.device) < self.query_lens[:, None], hi, 0)
-        return lo, hi
-
-    def key_keep(self, ix: Index) -> torch.Tensor | None:
-        if not self.inert_keys:
-            return None
-        return ix.k < ix.per_batch(self.longest_key_lens())  # (B, 1, 1, Lk)
-
-    def blocks_only_keys(self) -> bool:
-        return self.key_lens.dim() == 1 and self.query_lens is None  # (B, Lq) or padded queries: per query
-
-    def longest_key_lens(self) -> torch.Tensor:
-        """(B,) keys any valid query of each row may see: the lengths, or their maximum over queries."""
-        lens = self.key_lens
-        if lens.dim() == 1:
-            return lens
-        Lq = lens.shape[1]
-        if self.query_lens is not None:  # padded queries keep nothing, so their lengths do not count
-            padded = torch.arange(Lq, device=lens.device) >= self.query_lens[:, None]  # (B, Lq)
-            lens = lens.masked_fill(padded, 0)
-        return lens.amax(dim=1) if Lq else lens.new_zeros(lens.shape[0])
-
-    def can_slice(self) -> bool:
-        return self.key_lens.dim() == 1
-
-    def slices(self, Lq: int, Lk: int):
-        if self.key_lens.dim() != 1:
-            return "per-query valid_lens (B, Lq) need a dense mask per sequence"
-        klens = self.key_lens.tolist()
-        qlens = self.query_lens.tolist() if self.query_lens is not None else [Lq] * len(klens)
-        return [(b, 0, q, 0, k) for b, (q, k) in enumerate(zip(qlens, klens))]
-
-    def extents(self):
-        return (self.query_lens, self.key_lens) if self.key_lens.dim() == 1 else None
+    def fold(self, form: Fold) -> None:
+        form.lengths(self, self.key_lens, self.query_lens)
 
     def describe(self) -> str:
         q = "" if self.query_lens is None else f", query_lens{shape_str(self.query_lens.shape)}"
@@ -104,13 +69,8 @@ def as_lengths(t, name: str, ndims: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
-@mask_constructor
-def lengths(cls, valid_lens, query_lens=None) -> Mask:
-    """Keys j < valid_lens[b] (or [b, i]) are kept (d2l); queries i >= query_lens[b] are padding.
-
-    valid_lens: (B,) or (B, Lq) non-negative integers. query_lens: (B,) or None. Padding queries
-    (and queries with no valid key) give exactly zero output.
-    """
+def lengths_part(valid_lens, query_lens=None) -> LengthsPart:
+    """Keys j < valid_lens[b] (or [b, i]) are kept (d2l); queries i >= query_lens[b] are padding."""
     key_lens = as_lengths(valid_lens, "valid_lens", ndims=(1, 2))
     q_lens = None if query_lens is None else as_lengths(query_lens, "query_lens", ndims=(1,))
     if q_lens is not None and q_lens.shape[0] != key_lens.shape[0]:
@@ -120,4 +80,4 @@ def lengths(cls, valid_lens, query_lens=None) -> Mask:
         )
     if q_lens is not None and q_lens.device != key_lens.device:
         raise AttentionError(f"query_lens is on {q_lens.device} but valid_lens is on {key_lens.device}.")
-    return cls((LengthsPart(key_lens, q_lens),))
+    return LengthsPart(key_lens, q_lens)

@@ -1,335 +1,152 @@
-"""Mask: one structured attention mask; Part: one kind of mask or score term, knowing all its forms.
+"""Mask: one structured attention mask, a tuple of parts combined with `&`.
 
 Shapes: B batch, H heads, Lq queries, Lk keys. Every mask broadcasts to (B, H, Lq, Lk).
 
-A Mask is a tuple of parts combined with `&` (a key is kept where every part keeps it; additive
-parts add up). A part is written once as a function of an `Index` (batch row, head, query position,
-key position), and that one function gives every form a backend needs:
-
-    keep(ix)        bool, True = may attend               (dense mask, Flex mask_mod, per-sequence slice)
-    bias(ix, dtype) float added to the scaled scores      (dense bias, Flex score_mod)
-    is_causal(ix)   the part is exactly SDPA's is_causal   (no dense mask at all)
-    key_keep(ix)    (B, 1, 1, Lk) keys no query may see   (those keys are made inert)
-    extents()       valid queries / keys per sequence     (the length-aware backend's slices)
-    key_span(..)    the keys a block of queries may see   (the banded backend's blocks)
-    slices(..)      the independent pieces of each row     (the length-aware backend's calls)
-    key_interval(..) each row's kept keys [lo, hi)         (the decode kernel)
-    distance_bias(ix) ALiBi's query positions and slopes   (the decode kernel)
-    score(s, ix)    the scores after this part's term     (only parts with changes_scores, e.g. score_mod)
-
-A part whose score term is not an addition (`changes_scores`, Mask.score_mod) makes every backend apply
-the terms in the order of the parts, through `Mask.scores` (see `Mask.score_terms`). A part that calls a
-user's function (`memo_safe = False`) may read tensors the mask cannot see, so its forms are never memoized.
-
-So backends never ask which kind a part is, and a new kind is one file in this package.
-Mask and every part are pytree nodes: torch.compile and torch.export take them as inputs.
+A key is kept where every part keeps it; additive terms add up; score functions apply in part order.
+Each kind of part lives in its own file (part.py says what a part knows); the constructors below are
+plain class methods that build one part each. A mask folds into its normal form (normal_form.py),
+which is what backends read. Mask is a pytree node whose leaves are its parts' tensors, so
+torch.compile and torch.export take masks as inputs.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from multihead.errors import AttentionError, shape_str
-from multihead.masks.index import Index
+from multihead.masks.additive import additive_part
+from multihead.masks.alibi import alibi_part
+from multihead.masks.causal import causal_part
+from multihead.masks.chunks import chunks_part
+from multihead.masks.keep import keep_part
+from multihead.masks.lengths import lengths_part
+from multihead.masks.mask_mod import mask_mod_part
+from multihead.masks.normal_form import NormalForm, normal_form
+from multihead.masks.part import Part, part_fields, part_tensors
+from multihead.masks.score_mod import score_mod_part
+from multihead.masks.segments import segments_part
+from multihead.masks.window import window_part
 
-
-class Part:
-    """One kind of mask or score term. Subclasses are frozen dataclasses; see the module docstring."""
-
-    tensor_fields: ClassVar[tuple[str, ...]] = ()  # the pytree leaves; every other field is static
-    changes_scores: ClassVar[bool] = False  # its score term is `score`, not an added bias
-    memo_safe: ClassVar[bool] = True  # its forms depend only on its tensor fields and the grid
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        pytree.register_pytree_node(
-            cls, _flatten_part, lambda children, ctx, cls=cls: _unflatten_part(cls, children, ctx),
-            serialized_type_name=f"multihead.masks.{cls.__name__}",
-            flatten_with_keys_fn=_flatten_part_with_keys,
-        )
-
-    def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
-        """Raise AttentionError unless the part fits (B, H, Lq, Lk) on `device`. Reads shapes, never values."""
-        for name in self.tensor_fields:
-            t = getattr(self, name)
-            if t is not None and not same_device(t.device, device):
-                raise AttentionError(f"mask is on {t.device} but the inputs are on {device}.")
-
-    def keep(self, ix: Index) -> torch.Tensor | None:
-        """Bool, True = may attend, broadcastable to the grid; None when the part blocks nothing."""
-        return None
-
-    def bias(self, ix: Index, dtype: torch.dtype) -> torch.Tensor | None:
-        """Float added to the scaled scores, broadcastable to the grid; None when the part adds nothing."""
-        return None
-
-    def score(self, s: torch.Tensor, ix: Index) -> torch.Tensor:
-        """The scores (broadcastable to the grid, softmax dtype) after this part's term: s + bias by default."""
-        b = self.bias(ix, s.dtype)
-        return s if b is None else s + b
-
-    def is_causal(self, ix: Index) -> bool:
-        """True when the part equals SDPA's top-left `is_causal` on this grid."""
-        return False
-
-    def key_keep(self, ix: Index) -> torch.Tensor | None:
-        """(B, 1, 1, Lk) bool of keys some query may see, when the part blocks whole keys; else None."""
-        return None
-
-    def blocks_only_keys(self) -> bool:
-        """Whether the part's keep is the same for every query and head: it blocks whole keys and nothing
-        else (key padding, lengths (B,)). A structural fact, read from shapes, never from one grid."""
-        return False
-
-    def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-        """(query_lens (B,) or None, key_lens (B,)) when the part limits each sequence's length."""
-        return None
-
-    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
-        """Keys [lo, hi) that queries [q_lo, q_hi) may keep, as host ints; None when unknown on the host."""
-        return 0, ix.Lk
-
-    def can_slice(self) -> bool:
-        """Whether the part cuts each row into independent slices (see `slices`); shapes only."""
-        return False
-
-    def slices(self, Lq: int, Lk: int) -> list[tuple[int, int, int, int, int]] | str:
-        """[(b, q_lo, q_hi, k_lo, k_hi)]: the only entries the part keeps, read on the host; or why not."""
-        return "does not cut rows into slices"
-
-    def key_interval(self, ix: Index, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Each query row's kept keys [lo, hi), (B, Lq) int64 on the whole grid `ix`, narrowed by this part:
-        the decode kernel's form. None (the default) when the part's keep is not one interval of keys
-        per row. A part that blocks nothing returns them unchanged. Its score term must be none, or
-        `distance_bias`."""
-        return None
-
-    def distance_bias(self, ix: Index) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(qpos (B, Lq) float32, slopes (H,) float32) when the part adds slopes[h] * (j - qpos[b, i]) to
-        the scores (ALiBi), for the decode kernel; None (the default) for every other part."""
-        return None
-
-    def describe(self) -> str:
-        return type(self).__name__
-
-
-def _flatten_part(part):
-    fields = [f.name for f in dataclasses.fields(part)]
-    children = [getattr(part, n) for n in part.tensor_fields]
-    static = tuple((n, getattr(part, n)) for n in fields if n not in part.tensor_fields)
-    return children, static
-
-
-def _flatten_part_with_keys(part):
-    children, static = _flatten_part(part)
-    keys = [pytree.GetAttrKey(n) for n in part.tensor_fields]
-    return list(zip(keys, children)), static
-
-
-def _unflatten_part(cls, children, static):
-    return cls(**dict(zip(cls.tensor_fields, children)), **dict(static))
+TensorLike = torch.Tensor | Sequence[Any]
 
 
 class Mask:
     """One structured attention mask. Build it with a constructor; combine with `&`.
 
-    Constructors (each states its convention once; nothing is guessed from a dtype):
-        Mask.keep(t)            True / 1 = the query may attend to the key
-        Mask.block(t)           True / 1 = the query must not attend to the key
-        Mask.additive(t)        a float added to the scaled scores; -inf blocks the key
-        Mask.lengths(v, q)      key j is kept when j < v[b] (v: (B,) or (B, Lq)); query i >= q[b] is padding
-        Mask.key_padding(t)     (B, Lk), True = padding key
-        Mask.causal(align)      key j is kept when j <= i ("top_left") or, "bottom_right", when the last
-                                valid query of each sequence lines up with its last valid key
-        Mask.window(size)       key j is kept when i - size < j (a sliding window; combine with causal)
-        Mask.alibi(slopes)      adds -slope[h] * (i - j) to the scores (ALiBi), never materialised early
-        Mask.segments(ids)      packed sequences: attend only within the same segment id
-        Mask.chunks(size)       key j is kept when it shares query i's chunk: i // size == j // size
-        Mask.mask_mod(fn)       key j is kept where fn(b, h, i, j) is True (FlexAttention's mask_mod)
-        Mask.score_mod(fn)      scores become fn(score, b, h, i, j) (FlexAttention's score_mod)
+    Each constructor states its convention once; nothing is guessed from a dtype.
     """
 
-    __slots__ = ("parts", "_memo", "tensors", "_extents", "_checked", "_combined", "transforms_scores",
-                 "has_functions")
+    __slots__ = ("parts", "_tensors", "_static", "_form")
 
     def __init__(self, parts: tuple = ()):
         self.parts = tuple(parts)
-        self._memo = None  # eager only: forms already built for a grid, so layers sharing a mask build them once
-        self._checked = None  # eager only: the last (B, H, Lq, Lk, device) every part was checked against
-        self._combined = None  # eager only: (other, self & other) for the last mask combined with `and_cached`
-        # the parts' tensors (the pytree leaves), read without flattening: backends ask if any needs grad
-        self.tensors = tuple(t for p in self.parts for t in (getattr(p, n) for n in p.tensor_fields) if t is not None)
-        found = [e for e in (p.extents() for p in self.parts) if e is not None]
-        self._extents = found[0] if len(found) == 1 else None
-        self.transforms_scores = any(p.changes_scores for p in self.parts)  # a score_mod: see score_terms
-        self.has_functions = not all(p.memo_safe for p in self.parts)  # captures the mask cannot see
+        self._tensors = None  # the parts' tensors, found on first use
+        self._static = None  # the parts' kinds and static fields, for the plan cache's key
+        self._form = None  # (value_key, its normal form), eager only
 
-    if TYPE_CHECKING:  # each kind's file adds its constructor at import (mask_constructor); typed here
-        @classmethod
-        def keep(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
-        @classmethod
-        def block(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
-        @classmethod
-        def additive(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
-        @classmethod
-        def lengths(cls, valid_lens: torch.Tensor | Sequence[Any],
-                    query_lens: torch.Tensor | Sequence[int] | None = None) -> Mask: ...
-        @classmethod
-        def key_padding(cls, t: torch.Tensor | Sequence[Any]) -> Mask: ...
-        @classmethod
-        def causal(cls, align: str = "top_left") -> Mask: ...
-        @classmethod
-        def window(cls, size: int, align: str = "top_left") -> Mask: ...
-        @classmethod
-        def alibi(cls, slopes: torch.Tensor | Sequence[float], align: str = "top_left") -> Mask: ...
-        @classmethod
-        def chunks(cls, size: int, align: str = "top_left") -> Mask: ...
-        @classmethod
-        def segments(cls, ids: torch.Tensor | Sequence[Any], key_ids: torch.Tensor | Sequence[Any] | None = None) -> Mask: ...
-        @classmethod
-        def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask: ...
-        @classmethod
-        def score_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask: ...
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def keep(cls, t: TensorLike) -> Mask:
+        """True / 1 = the query may attend to the key. Bool or 0/1 numbers, broadcastable to (B, H, Lq, Lk)."""
+        return cls((keep_part(t, "keep"),))
 
+    @classmethod
+    def block(cls, t: TensorLike) -> Mask:
+        """True / 1 = the query must not attend to the key. Bool or 0/1 numbers, broadcastable to (B, H, Lq, Lk)."""
+        return cls((keep_part(t, "block"),))
+
+    @classmethod
+    def key_padding(cls, t: TensorLike) -> Mask:
+        """(B, Lk), True / 1 = padding key (the torch convention)."""
+        return cls((keep_part(t, "key_padding"),))
+
+    @classmethod
+    def additive(cls, t: TensorLike) -> Mask:
+        """A float added to the scaled scores, broadcastable to (B, H, Lq, Lk); -inf blocks the key."""
+        return cls((additive_part(t),))
+
+    @classmethod
+    def lengths(cls, valid_lens: TensorLike, query_lens: TensorLike | None = None) -> Mask:
+        """Key j is kept when j < valid_lens[b] (valid_lens (B,) or (B, Lq), d2l); query i >= query_lens[b]
+        is padding. Padding queries, and queries with no valid key, give exactly zero output."""
+        return cls((lengths_part(valid_lens, query_lens),))
+
+    @classmethod
+    def causal(cls, align: str = "top_left") -> Mask:
+        """Key j is kept when j <= i ("top_left") or, "bottom_right", when the last valid query of each
+        sequence lines up with its last valid key (j <= i + klen - qlen, per sequence with Mask.lengths)."""
+        return cls((causal_part(align),))
+
+    @classmethod
+    def window(cls, size: int, align: str = "top_left") -> Mask:
+        """Key j is kept when i - size < j: a sliding window (combine with causal). align as in Mask.causal
+        ("bottom_right" when decoding with a KV cache)."""
+        return cls((window_part(size, align),))
+
+    @classmethod
+    def chunks(cls, size: int, align: str = "top_left") -> Mask:
+        """Key j is kept when it shares query i's chunk of `size` positions: i // size == j // size
+        (Llama 4's chunked attention; combine with causal). align as in Mask.causal."""
+        return cls((chunks_part(size, align),))
+
+    @classmethod
+    def alibi(cls, slopes: TensorLike, align: str = "top_left") -> Mask:
+        """Adds -slopes[h] * (i - j) to the scaled scores (ALiBi; slopes (H,), e.g. mh.alibi_slopes(H)),
+        never materialised early. align as in Mask.causal."""
+        return cls((alibi_part(slopes, align),))
+
+    @classmethod
+    def segments(cls, ids: TensorLike, key_ids: TensorLike | None = None) -> Mask:
+        """Packed sequences: ids (B, L) give each token's segment; tokens attend within their segment.
+        For cross-attention pass the query ids (B, Lq) and the key ids (B, Lk)."""
+        return cls((segments_part(ids, key_ids),))
+
+    @classmethod
+    def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:
+        """Key j is kept where fn(b, h, i, j) is True (FlexAttention's mask_mod; integer index tensors)."""
+        return cls((mask_mod_part(fn),))
+
+    @classmethod
+    def score_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:
+        """The scores become fn(score, b, h, i, j) (FlexAttention's score_mod; integer index tensors)."""
+        return cls((score_mod_part(fn),))
+
+    # ---------------------------------------------------------------- combining and reading
     def __and__(self, other: Mask) -> Mask:
         if not isinstance(other, Mask):
             return NotImplemented
         return Mask(self.parts + other.parts)
 
-    def and_cached(self, other: Mask) -> Mask:
-        """`self & other`, the same Mask object each time for the same `other` (eager): so a call that
-        adds causal=True to a reused mask keeps the combined mask's remembered checks, plan and forms."""
-        if torch.compiler.is_compiling():  # read nothing remembered: eager calls may change it (no guards)
-            return self & other
-        combined = self._combined
-        if combined is not None and combined[0] is other:
-            return combined[1]
-        result = self & other
-        self._combined = (other, result)
-        return result
-
     def __repr__(self) -> str:
         return "Mask(" + " & ".join(p.describe() for p in self.parts) + ")" if self.parts else "Mask()"
 
-    # ---------------------------------------------------------------- checks and grids
-    def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
-        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`; reads no values.
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The parts' tensors, in order: the mask's pytree leaves."""
+        if torch.compiler.is_compiling():  # nothing remembered is read or written under torch.compile
+            return tuple(t for p in self.parts for t in part_tensors(p))
+        if self._tensors is None:
+            self._tensors = tuple(t for p in self.parts for t in part_tensors(p))
+        return self._tensors
 
-        Checks read shapes and devices only, which a mask's tensors keep, so a mask reused at the
-        same sizes is checked once (eager; under torch.compile the checks are traced every time).
-        """
-        if torch.compiler.is_compiling():  # never compare symbolic sizes with remembered ones (no guards)
-            for part in self.parts:
-                part.check(B, H, Lq, Lk, device)
-            return
-        signature = (B, H, Lq, Lk, device)
-        if self._checked == signature:
-            return
+    def check(self, B: int, H: int, Lq: int, Lk: int, device: torch.device) -> None:
+        """Raise AttentionError unless every part fits (B, H, Lq, Lk) on `device`."""
         for part in self.parts:
             part.check(B, H, Lq, Lk, device)
-        self._checked = signature
 
-    def extents(self) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-        """(query_lens or None, key_lens), each (B,), when exactly one part limits sequence lengths."""
-        return self._extents
-
-    def index(self, B: int, H: int, Lq: int, Lk: int, device, rows_may_shift: bool = False) -> Index:
-        """The whole grid, with each sequence's extents when the mask has them."""
-        ix = Index.grid(B, H, Lq, Lk, device, rows_may_shift)
-        extents = self.extents()
-        if extents is None:
-            return ix
-        q_lens, k_lens = extents
-        return ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
-
-    # ---------------------------------------------------------------- forms
-    def dense(self, ix: Index, dtype: torch.dtype = torch.float32, skip=()):
-        """(keep, bias) on the grid, each broadcastable to it or None; bias is finite `dtype`."""
-        keep = bias = None
-        for part in self.parts:
-            if part in skip or part in ix.satisfied:
-                continue
-            k = part.keep(ix)
-            if k is not None:
-                keep = k if keep is None else keep & k
-            b = part.bias(ix, dtype)
-            if b is not None:
-                bias = b if bias is None else bias + b
-        if bias is not None:
-            bias = bias.clamp_min(torch.finfo(bias.dtype).min)  # -1e9 in fp16 stays finite, never -inf
-        return keep, bias
-
-    def scores(self, s: torch.Tensor, ix: Index) -> torch.Tensor:
-        """s (scaled, softcapped scores in the softmax dtype) after every part's score term, in part order."""
-        for part in self.parts:
-            if part not in ix.satisfied:
-                s = part.score(s, ix)
-        return s
-
-    def score_terms(self, ix: Index, dtype: torch.dtype = torch.float32):
-        """(keep, bias) as in `dense`, except that when a part transforms the scores, bias is the function
-        scores -> `self.scores(scores, ix)` (the reference math applies it in place of adding a bias)."""
-        keep, bias = self.dense(ix, dtype)
-        if self.transforms_scores:
-            bias = functools.partial(self.scores, ix=ix)
-        return keep, bias
-
-    def causal_parts(self, ix: Index) -> tuple[Part, ...]:
-        """The parts SDPA can take as is_causal=True on this grid."""
-        return tuple(p for p in self.parts if p not in ix.satisfied and p.is_causal(ix))
-
-    def memoized(self, key: tuple, build):
-        """`build()`, remembered for `key` while the mask's tensors are unchanged (eager, no grad only)."""
-        leaves = self.tensors
-        if (self.has_functions or torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.is_grad_enabled()
-                and any(t.requires_grad for t in leaves)):
-            return build()
-        if leaves:
-            if any(t.is_inference() for t in leaves):  # no version counter: an edit could not be seen
-                return build()
-            key = key + tuple(t._version for t in leaves)
-        memo = self._memo  # read once: another thread may replace it between a check and a read
-        if memo is None or memo[0] != key:
-            memo = (key, build())
-            self._memo = memo
-        return memo[1]
-
-    def only_key_blocks(self, ix: Index) -> bool:
-        """Whether every part that blocks anything on this grid blocks whole keys (padding, lengths) and adds
-        nothing. Each part says so from its own shapes (`Part.blocks_only_keys`): a grid with one query
-        cannot tell a per-query mask from a per-key one."""
-        for part in self.parts:
-            if part in ix.satisfied:
-                continue
-            if part.bias(ix, torch.float32) is not None:
-                return False
-            if part.keep(ix) is not None and not part.blocks_only_keys():
-                return False
-        return True
-
-    def key_span(self, q_lo: int, q_hi: int, ix: Index) -> tuple[int, int] | None:
-        """Keys [lo, hi) that queries [q_lo, q_hi) may keep under every part; None when unknown."""
-        lo, hi = 0, ix.Lk
-        for part in self.parts:
-            span = part.key_span(q_lo, q_hi, ix)
-            if span is None:
-                return None
-            lo, hi = max(lo, span[0]), min(hi, span[1])
-        return lo, max(lo, hi)
-
-    def key_keep(self, ix: Index) -> torch.Tensor | None:
-        """(B, 1, 1, Lk) bool: keys some query may see, where parts block whole keys; else None."""
-        keep = None
-        for part in self.parts:
-            k = None if part in ix.satisfied else part.key_keep(ix)
-            if k is not None:
-                keep = k if keep is None else keep & k
-        return keep
+    def normal_form(self) -> NormalForm:
+        """The mask in the terms kernels take (see normal_form.py); folded again only when its value changed
+        (eager: a tensor edited in place is a new value; under torch.compile it is folded afresh)."""
+        if torch.compiler.is_compiling():
+            return normal_form(self.parts)
+        key, kept = self.value_key(), self._form
+        if key is None or kept is None or kept[0] != key:
+            kept = (key, normal_form(self.parts))
+            if key is not None:
+                self._form = kept
+        return kept[1]
 
     def materialize(self, B: int, H: int, Lq: int, Lk: int, *, device=None, dtype=torch.float32):
         """Dense form, checked: (keep, bias), each broadcastable to (B, H, Lq, Lk) or None.
@@ -338,59 +155,65 @@ class Mask:
         """
         device = torch.device("cpu") if device is None else torch.device(device)
         self.check(B, H, Lq, Lk, device)
-        return self.dense(self.index(B, H, Lq, Lk, device), dtype)
+        form = self.normal_form()
+        return form.dense(form.index(B, H, Lq, Lk, device), dtype)
+
+    def value_key(self) -> tuple | None:
+        """What the mask is, as a hashable value for the plan cache: each part's kind and static fields (a
+        user's function by identity), and each tensor by identity, version and shape. None when a tensor
+        has no version counter (an inference tensor), so an edit could not be seen."""
+        static = self._static
+        if static is None:
+            static = self._static = tuple(_static_key(p) for p in self.parts)
+        tensors = self.tensors
+        if not tensors:
+            return static
+        if any(t.is_inference() for t in tensors):
+            return None
+        return static, tuple((id(t), t._version, t.shape, t.dtype, t.device) for t in tensors)
+
+
+def _static_key(part: Part) -> tuple:
+    """The part's kind and static fields (a user's function by identity), made once per part."""
+    key = part.__dict__.get("_static_key")
+    if key is None:
+        key = (type(part), tuple((n, v) for n, v in part_fields(part) if not isinstance(v, torch.Tensor)))
+        object.__setattr__(part, "_static_key", key)  # a frozen part's cache: not a field, not a pytree leaf
+    return key
+
+
+# ---------------------------------------------------------------- pytree: one registration, leaves = tensors
+def flatten_parts(parts: tuple[Part, ...]) -> tuple[list[torch.Tensor], tuple]:
+    """(the parts' tensors in order, a context of each part's kind, tensor field names and static fields)."""
+    leaves, context = [], []
+    for part in parts:
+        fields = part_fields(part)
+        leaves += [v for _, v in fields if isinstance(v, torch.Tensor)]
+        context.append((type(part), tuple((n, isinstance(v, torch.Tensor), None if isinstance(v, torch.Tensor) else v)
+                                          for n, v in fields)))
+    return leaves, tuple(context)
+
+
+def unflatten_parts(leaves, context) -> tuple[Part, ...]:
+    """The parts `flatten_parts` took apart, with `leaves` in place of their tensors."""
+    leaves, parts = iter(leaves), []
+    for kind, fields in context:
+        parts.append(kind(**{n: next(leaves) if is_tensor else v for n, is_tensor, v in fields}))
+    return tuple(parts)
+
+
+def flatten_keys(parts: tuple[Part, ...]) -> list:
+    """pytree keys of the leaves `flatten_parts` gives: their positions."""
+    return [pytree.SequenceKey(i) for i in range(len(flatten_parts(parts)[0]))]
 
 
 def _flatten_mask(mask: Mask):
-    return list(mask.parts), None
+    return flatten_parts(mask.parts)
 
 
 pytree.register_pytree_node(
-    Mask, _flatten_mask, lambda parts, _: Mask(tuple(parts)), serialized_type_name="multihead.Mask",
-    flatten_with_keys_fn=lambda m: ([(pytree.SequenceKey(i), p) for i, p in enumerate(m.parts)], None),
+    Mask, _flatten_mask, lambda leaves, context: Mask(unflatten_parts(leaves, context)),
+    serialized_type_name="multihead.Mask",
+    flatten_with_keys_fn=lambda m: (list(zip(flatten_keys(m.parts), flatten_parts(m.parts)[0])),
+                                    flatten_parts(m.parts)[1]),
 )
-
-
-def mask_constructor(fn):
-    """Make `fn(cls, ...)` the classmethod `Mask.<name>`: each kind's file declares its own constructors."""
-    setattr(Mask, fn.__name__, classmethod(fn))
-    return fn
-
-
-def same_device(a: torch.device, b) -> bool:
-    """Whether two devices are the same one ("cuda" and "cuda:0" are, for the current device)."""
-    if a == b:
-        return True
-    b = torch.device(b)
-    return a.type == b.type and (a.index == b.index or None in (a.index, b.index))
-
-
-def broadcasts(shape, target) -> bool:
-    """Whether `shape` broadcasts to `target` (every dim 1 or equal, no more dims)."""
-    if len(shape) > len(target):
-        return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
-
-
-def check_broadcast(t: torch.Tensor, B: int, H: int, Lq: int, Lk: int) -> None:
-    if not broadcasts(t.shape, (B, H, Lq, Lk)):
-        raise AttentionError(
-            f"mask shape {shape_str(t.shape)} cannot broadcast to (B={B}, H={H}, Lq={Lq}, Lk={Lk}); "
-            "expected (..., Lq, Lk) with every dim 1 or equal to the target."
-        )
-
-
-def values_checkable(t: torch.Tensor) -> bool:
-    """Whether reading `t`'s values is free: a CPU tensor, outside torch.compile and tracing.
-
-    Value checks (0/1 entries, non-negative lengths) run only then; on accelerators they would stall
-    the device, and under torch.compile they would break the graph.
-    """
-    return (t.device.type == "cpu" and not torch.compiler.is_compiling()
-            and not torch.jit.is_tracing() and not _is_fake(t))
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor) or t.device.type == "meta"

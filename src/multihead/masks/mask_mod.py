@@ -10,7 +10,7 @@ with the indices) runs on every backend.
 
 Tensors the function captures are not pytree leaves: torch.compile traces into the function and
 reads them as it reads any captured tensor (it guards on their identity). The mask cannot see them,
-so its forms are rebuilt on every call rather than memoized. Pytree: the function is static context.
+so the forms made from it are rebuilt on every call rather than remembered. Pytree: the function is static context.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import torch
 
 from multihead.errors import AttentionError
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, mask_constructor
+from multihead.masks.normal_form import Fold
+from multihead.masks.part import Part
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,7 +30,6 @@ class MaskModPart(Part):
     """Keys kept where fn(b, h, q_idx, kv_idx) is True; see the module docstring."""
 
     fn: Callable[..., torch.Tensor]
-    memo_safe = False
 
     def keep(self, ix: Index) -> torch.Tensor:
         out = self.fn(*ix.indices())
@@ -37,6 +37,9 @@ class MaskModPart(Part):
             got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
             raise AttentionError(f"Mask.mask_mod's function must return a bool tensor (True = may attend); got {got}.")
         return out
+
+    def fold(self, form: Fold) -> None:
+        form.residual(self, calls_user=True)
 
     def describe(self) -> str:
         return f"mask_mod({function_name(self.fn)})"
@@ -51,8 +54,7 @@ def check_callable(fn, who: str) -> None:
         raise AttentionError(f"{who} expects a function; got {type(fn).__name__}.")
 
 
-@mask_constructor
-def mask_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:
+def mask_mod_part(fn: Callable[..., torch.Tensor]) -> MaskModPart:
     """Keys kept where fn(b, h, q_idx, kv_idx) is True (FlexAttention's mask_mod; integer index tensors)."""
     check_callable(fn, "Mask.mask_mod")
-    return cls((MaskModPart(fn),))
+    return MaskModPart(fn)

@@ -21,7 +21,8 @@ import torch
 
 from multihead.errors import AttentionError
 from multihead.masks.index import Index
-from multihead.masks.mask import Mask, Part, mask_constructor
+from multihead.masks.normal_form import Fold
+from multihead.masks.part import Part
 from multihead.masks.mask_mod import check_callable, function_name
 
 
@@ -30,8 +31,6 @@ class ScoreModPart(Part):
     """Scores -> fn(score, b, h, q_idx, kv_idx); see the module docstring."""
 
     fn: Callable[..., torch.Tensor]
-    changes_scores = True
-    memo_safe = False
 
     def score(self, s: torch.Tensor, ix: Index) -> torch.Tensor:
         out = self.fn(s, *ix.indices())
@@ -40,12 +39,14 @@ class ScoreModPart(Part):
             raise AttentionError(f"Mask.score_mod's function must return a float tensor of scores; got {got}.")
         return out.to(s.dtype)
 
+    def fold(self, form: Fold) -> None:
+        form.residual(self, scores=True, calls_user=True)
+
     def describe(self) -> str:
         return f"score_mod({function_name(self.fn)})"
 
 
-@mask_constructor
-def score_mod(cls, fn: Callable[..., torch.Tensor]) -> Mask:
+def score_mod_part(fn: Callable[..., torch.Tensor]) -> ScoreModPart:
     """Scores become fn(score, b, h, q_idx, kv_idx) (FlexAttention's score_mod; integer index tensors)."""
     check_callable(fn, "Mask.score_mod")
-    return cls((ScoreModPart(fn),))
+    return ScoreModPart(fn)

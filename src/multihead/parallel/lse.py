@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.common import masked_softmax
+
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype tiles are computed and accumulated in: at least float32."""
@@ -58,14 +60,13 @@ def _scores(q, k, keep, scale: float) -> torch.Tensor:
 
 
 def tile_forward(q, k, v, keep, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (B, H, Tq, Dv), lse (B, H, Tq)) of attention over this tile's keys alone."""
-    s = _scores(q, k, keep, scale)  # (B, Hkv, G, Tq, Tk)
-    top = _finite(s.amax(dim=-1, keepdim=True))  # each row's largest score, for a safe exp
-    p = s.sub_(top).exp_()  # exp(s - top), in place: blocked entries 0
-    total = p.sum(dim=-1, keepdim=True)  # >= 1 in a row that keeps a key (its top gives exp(0)), else 0
-    out = (p @ v.to(s.dtype).unsqueeze(2)) / total.clamp_min(1.0)  # (B, Hkv, G, Tq, Dv); empty rows stay 0
-    lse = top + torch.log(total)  # -inf where the row keeps no key
-    return out.flatten(1, 2), lse.squeeze(-1).flatten(1, 2)
+    """(out (B, H, Tq, Dv), lse (B, H, Tq)) of attention over this tile's keys alone: the reference masked
+    softmax (backends/common.py) with its log-sum-exp."""
+    acc = compute_dtype(q.dtype)
+    s = grouped(q.to(acc) * scale, k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
+    weights, lse = masked_softmax(s, None if keep is None else keep.unsqueeze(1), with_lse=True)
+    out = weights @ v.to(acc).unsqueeze(2)  # (B, Hkv, G, Tq, Dv); a row that keeps no key stays 0
+    return out.flatten(1, 2), lse.flatten(1, 2)
 
 
 def merge(out: torch.Tensor, lse: torch.Tensor, tile_out: torch.Tensor, tile_lse: torch.Tensor) -> None:

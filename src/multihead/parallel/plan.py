@@ -69,7 +69,7 @@ class SequencePlan:
 
     def base_index(self, device) -> Index | None:
         """The mask's grid over the whole sequence with its extents (O(N)), or None without a mask."""
-        return None if self.mask is None else self.mask.index(self.B, self.H, self.Nq, self.Nk, device)
+        return None if self.mask is None else self.mask.normal_form().index(self.B, self.H, self.Nq, self.Nk, device)
 
 
 def plan_sequence_call(q, k, v, mask, causal, shard_layout, group, who: str, *,

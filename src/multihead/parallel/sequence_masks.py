@@ -5,50 +5,44 @@ with valid_lens (B,) counting global positions, Mask.key_padding(pad) with pad (
 whole sequence. Each rank evaluates them only at the (query, key) positions of the tile in hand,
 through an `Index` whose q and k are those global positions; nothing (N, N) is ever built.
 
-Kinds taken: causal (either alignment), lengths, key padding (a keep/block tensor that varies by
-key only), window and segments. Kinds that vary by head (ALiBi, per-head masks) or hold a dense
-(N, N) tensor are refused: ring and Ulysses shard by sequence, and a dense mask would put the full
-N^2 on every rank.
+What is taken is read from the mask's normal form: position terms (causal in either alignment,
+window, chunks), lengths, keeps of whole keys (key padding) and segments. Terms that add to the scores
+or vary by head (ALiBi, offsets, score functions) or hold a dense (N, N) tensor are refused: ring and
+Ulysses shard by sequence, and a dense mask would put the full N^2 on every rank.
 """
 from __future__ import annotations
 
 import hashlib
+
 import torch
 
-from multihead.errors import AttentionError, shape_str
+from multihead.errors import AttentionError
 from multihead.masks import Index, Mask
-from multihead.masks.causal import CausalPart
-from multihead.masks.keep import KeepPart
-from multihead.masks.lengths import LengthsPart
-from multihead.masks.mask import values_checkable
-from multihead.masks.segments import SegmentsPart
-from multihead.masks.window import WindowPart
+from multihead.masks.values import values_checkable
 
-TAKEN = (CausalPart, LengthsPart, KeepPart, WindowPart, SegmentsPart)
+TAKEN = "causal, Mask.lengths, Mask.key_padding, Mask.window, Mask.chunks and Mask.segments masks"
 
 
 def check_sequence_mask(mask, who: str) -> None:
-    """AttentionError unless `mask` is None or a Mask made only of kinds a sharded sequence can take."""
+    """AttentionError unless `mask` is None or a Mask made only of terms a sharded sequence can take."""
     if mask is None:
         return
     if not isinstance(mask, Mask):
         raise AttentionError(f"{who}: mask must be a multihead.Mask or None; got {type(mask).__name__}.")
-    for part in mask.parts:
-        if not isinstance(part, TAKEN):
-            raise AttentionError(
-                f"{who} takes causal, Mask.lengths, Mask.key_padding, Mask.window and Mask.segments masks "
-                f"(global positions); got {part.describe()}, which it cannot shard by sequence.")
-        if isinstance(part, KeepPart) and (part.keep_tensor.dim() >= 2 and part.keep_tensor.shape[-2] != 1
-                                           or part.keep_tensor.dim() >= 3 and part.keep_tensor.shape[-3] != 1):
-            raise AttentionError(
-                f"{who}: a keep/block mask of shape {shape_str(part.keep_tensor.shape)} varies by query or head; "
-                "sharded sequences take key masks only: Mask.key_padding(pad) with pad (B, N) over the whole "
-                "sequence (a dense (N, N) mask would put N^2 on every rank).")
+    form = mask.normal_form()
+    taken = (*form.positional, *form.unaligned, *form.lengths_parts, *form.key_parts, form.segments_part)
+    refused = [p for p in mask.parts if p not in taken]
+    if refused:
+        raise AttentionError(
+            f"{who} takes {TAKEN} (global positions); got {refused[0].describe()}, which it cannot shard by "
+            "sequence: a term that adds to the scores, calls a function, or keeps per query or head (a keep/block "
+            "mask that varies by query or head would put a dense (N, N) mask, N^2, on every rank). For padding "
+            "use Mask.key_padding(pad) with pad (B, N) over the whole sequence.")
 
 
 def is_causal_call(mask: Mask | None, causal: bool) -> bool:
-    """Whether the call is causal (causal=True or a causal part); every rank must agree on it."""
-    return causal or (mask is not None and any(isinstance(p, CausalPart) for p in mask.parts))
+    """Whether the call is causal (causal=True or a causal term); every rank must agree on it."""
+    return causal or (mask is not None and mask.normal_form().causal)
 
 
 def split_static_causal(mask: Mask | None, causal: bool) -> tuple[bool, Mask | None]:
@@ -56,7 +50,8 @@ def split_static_causal(mask: Mask | None, causal: bool) -> tuple[bool, Mask | N
     tiles wholly above the diagonal are skipped and tiles below it need no mask."""
     if mask is None:
         return causal, None
-    top_left = [p for p in mask.parts if isinstance(p, CausalPart) and p.align == "top_left"]
+    form = mask.normal_form()
+    top_left = form.causal_parts if form.align == "top_left" else ()
     rest = tuple(p for p in mask.parts if p not in top_left)
     return causal or bool(top_left), (Mask(rest) if rest else None)
 
@@ -66,16 +61,11 @@ def fingerprint(mask: Mask | None) -> int:
     across ranks: ranks that were handed different masks disagree here instead of computing apart."""
     if mask is None:
         return 0
-    summary = []
-    for part in mask.parts:
-        item = [part.describe()]
-        for name in part.tensor_fields:
-            t = getattr(part, name)
-            if t is not None:
-                item.append(tuple(t.shape))
-                if values_checkable(t) and t.numel():
-                    item.append((int(t.long().sum()), int(t.long().max())))
-        summary.append(tuple(item))
+    summary = [part.describe() for part in mask.parts]
+    for t in mask.tensors:
+        summary.append(tuple(t.shape))
+        if values_checkable(t) and t.numel():
+            summary.append((int(t.long().sum()), int(t.long().max())))
     return int.from_bytes(hashlib.sha1(repr(summary).encode()).digest()[:7], "big")
 
 
@@ -84,13 +74,13 @@ def tile_keep(mask: Mask | None, base: Index | None, q_span: tuple[int, int], k_
     """Bool keep of one tile, broadcastable to (B, H, Tq, Tk), or None when it keeps everything.
 
     q_span, k_span: the tile's global positions [start, end). base: the mask's whole-sequence grid
-    (Mask.index), whose `block` reads the mask at those positions. diagonal: the tile straddles the
+    (NormalForm.index), whose `block` reads the mask at those positions. diagonal: the tile straddles the
     top-left causal diagonal, so key j > query i is blocked here (tiles wholly below it need no
     causal mask). device: where the tile's tensors live.
     """
     keep = None
     if mask is not None:
-        keep, _ = mask.dense(base.block(*q_span, *k_span))  # no taken kind adds a bias
+        keep, _ = mask.normal_form().dense(base.block(*q_span, *k_span))  # no taken term adds a bias
     if diagonal:
         qpos = torch.arange(*q_span, device=device).view(1, 1, -1, 1)
         kpos = torch.arange(*k_span, device=device).view(1, 1, 1, -1)
@@ -103,5 +93,6 @@ def key_visible(mask: Mask | None, base: Index | None, segments) -> torch.Tensor
     """(B, 1, 1, Lk) bool of the keys of a shard made of `segments` that some query may see, or None."""
     if mask is None:
         return None
-    parts = [mask.key_keep(base.block(0, 1, s, e)) for s, e in segments]
+    form = mask.normal_form()
+    parts = [form.key_visible(base.block(0, 1, s, e)) for s, e in segments]
     return None if parts[0] is None else torch.cat(parts, dim=-1)

@@ -216,7 +216,8 @@ def tell_cost(story: Story, say: Say) -> None:
               f"Hi·N·(Di+1) = {sparse[long_].index_macs:,}, H·K·(2C+R) = {sparse[long_].attend_macs:,}")
     say.check("check.short-context", short <= K and sparse[short].macs > dense[short].macs
               and sparse[short].attend_macs == dense[short].macs,
-              f"{sparse[short].index_macs:,} + {sparse[short].attend_macs:,} > {dense[short].macs:,}", N=f"{short:,}",
+              f"Hi·N·(Di+1) + H·K·(2C+R) > H·N·(2C+R): {sparse[short].index_macs:,} + {sparse[short].attend_macs:,} > "
+              f"{dense[short].macs:,}", N=f"{short:,}",
               K=f"{K:,}")
     flat = len({sparse[N].attend_macs for N in CONTEXTS[1:]}) == 1
     growth = sparse[long_].index_macs / sparse[CONTEXTS[1]].index_macs
@@ -226,7 +227,7 @@ def tell_cost(story: Story, say: Say) -> None:
               growth=f"{growth:g}")
     per_key = Hi * (Di + 1) / (H * (2 * C + R))
     say.check("check.indexer-share", abs(sparse[long_].index_macs / dense[long_].macs - per_key) < 1e-12,
-              f"{Hi} · {Di + 1} / ({H} · {2 * C + R}) = {per_key:.4f}", share=f"{per_key:.1%}",
+              f"Hi·(Di+1) / (H·(2C+R)) = {Hi} · {Di + 1} / ({H} · {2 * C + R}) = {per_key:.4f}", share=f"{per_key:.1%}",
               limit=f"{1 / per_key:.0f}")
     scan = sparse[long_].index_bytes / sparse[long_].bytes
     say.check("check.bytes-scan", scan > 0.9 and dense[long_].bytes > 4 * sparse[long_].bytes,

@@ -1,0 +1,163 @@
+"""What every backend shares: the one masked-softmax reference, inert keys, exact zeros, the NaN-row rule.
+
+Shapes: q (B, H, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv); H a multiple of Hkv (GQA).
+
+The reference math (a learner's attention, softmax in float32), written once:
+
+    scores  = q @ k^T * scale                    (B, H, Lq, Lk), at least float32
+    scores  = softcap * tanh(scores / softcap)   (only with softcap, Gemma 2)
+    scores += bias  (or scores = fn(scores))     the mask's terms
+    weights = masked_softmax(scores, keep, sink) blocked entries weigh exactly 0; a row that keeps no key
+                                                 is all 0 (zero gradient); a sink logit joins the denominator
+    out     = weights @ v                        (B, H, Lq, Dv)
+
+math, attention_with_weights, capture, the decode step's torch form and the ring tiles all call it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from multihead.backends.decode_build import kernel
+from multihead.backends.problem import Problem
+from multihead.backends.reasons import cannot
+from multihead.masks import Index, NormalForm
+from multihead.masks.part import part_tensors
+
+# Devices whose fused kernels return a NaN query row as zeros (they read a row whose scores are all NaN
+# as a fully masked one): torch 2.13's CPU flash kernel given no mask, and its compiled CPU flex kernel.
+# (sdpa_args.run_sdpa asks `q.is_cpu`, the cheap form of this question, on its hot path.)
+LOSES_NAN_QUERIES = ("cpu",)
+
+
+def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, Hkv, L, D) -> (B, H, L, D): each kv head serves H // Hkv consecutive query heads."""
+    groups = num_heads // t.shape[1]
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
+def zero_where(where: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """t with exact zeros where `where` (broadcastable) is True, NaN included; one pass, grads blocked there."""
+    return torch.where(where, torch.zeros((), dtype=t.dtype, device=t.device), t)
+
+
+def connected_zeros(shape, dtype: torch.dtype, *tensors: torch.Tensor) -> torch.Tensor:
+    """Exact zeros of `shape`, still connected to each of `tensors` (gradient 0), even where they hold NaN
+    or inf, so that backward() reaches every input of a call that computed nothing."""
+    yes = torch.ones((), dtype=torch.bool, device=tensors[0].device)
+    zero = sum(zero_where(yes, t.reshape(-1)[:1]).sum() for t in tensors)  # 0-dim; an empty t sums to 0
+    return zero.to(dtype).expand(shape)
+
+
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None, sink: torch.Tensor | None = None,
+                   with_lse: bool = False):
+    """Softmax of `scores` (float, at least float32) over the last dim; entries where `keep` (broadcastable,
+    True = kept) is False weigh exactly 0, and a row that keeps nothing is all 0 with zero gradient (NaN
+    stored at blocked entries stays out). sink: logits broadcastable to scores[..., :1] that join each
+    row's denominator and carry no value. with_lse: also return the log-sum-exp over the kept entries
+    (and the sink), -inf for a row that keeps nothing."""
+    blocked = None if keep is None else ~keep
+    if sink is not None:
+        sink = sink.expand(*scores.shape[:-1], 1)
+    if with_lse:
+        kept = scores if blocked is None else scores.masked_fill(blocked, float("-inf"))
+        lse = torch.logsumexp(kept if sink is None else torch.cat([kept, sink], dim=-1), dim=-1)
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)  # the safe fill: never NaN
+    if sink is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    if blocked is not None:
+        weights = weights.masked_fill(blocked, 0.0)
+    return (weights, lse) if with_lse else weights
+
+
+def reference_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None) -> torch.Tensor:
+    """The reference attention weights (B, H, Lq, Lk) in at least float32, blocked entries exactly 0.
+
+    q (B, H, Lq, D), k (B, Hkv, Lk, D). bias: added to the scaled scores, or a function scores -> scores
+    (a mask with a score function). sinks: (H,) logits joining each row's denominator.
+    """
+    k = repeat_kv(k, q.shape[1])
+    scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # at least float32
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if bias is not None:
+        scores = bias(scores) if callable(bias) else scores + bias
+    sink = None if sinks is None else sinks.to(scores.dtype).view(1, -1, 1, 1)
+    return masked_softmax(scores, keep, sink)
+
+
+def inert_keys(form: NormalForm, ix: Index, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """k and v with every key that no query may see set to 0, so NaN or inf there never reaches the output."""
+    visible = form.key_visible(ix)  # (B, 1, 1, Lk) or None
+    if visible is None:
+        return k, v
+    hidden = ~visible.transpose(-1, -2)  # (B, 1, Lk, 1)
+    return zero_where(hidden, k), zero_where(hidden, v)
+
+
+def reference_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, softcap=None,
+                      sinks=None) -> torch.Tensor:
+    """The reference math on one grid (the whole call, a sequence's slice, a block of queries): q (B, H, Lq, D),
+    k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) -> (B, H, Lq, Dv). Keys no query may see are inert. Per-row
+    constants are kept (a score function need not ignore them)."""
+    if ix.rows_may_shift:
+        ix = replace(ix, rows_may_shift=False)
+    k, v = inert_keys(form, ix, k, v)
+    keep, bias = form.score_terms(ix, torch.promote_types(q.dtype, torch.float32))
+    weights = reference_weights(q, k, keep, bias, scale, softcap, sinks)  # (B, H, Lq, Lk)
+    if dropout:
+        weights = F.dropout(weights, dropout)
+    return weights.to(v.dtype) @ repeat_kv(v, q.shape[1])
+
+
+def keep_nan_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """`out` (B, H, Lq, Dv) with NaN in every row whose query (B, H, Lq, D) holds NaN or inf, as torch's math
+    gives (for kernels that return such a row as zeros).
+
+    Eager on the CPU, where no gradient is recorded: one pass of the compiled decode extension over q's rows,
+    by address (nan_rows.h), writing only the rows that hold NaN; for other dtypes or layouts, or without the
+    extension, one sum of q read on the host tells whether any row does. Otherwise, and under torch.compile
+    or where autograd records, each row's sum times 0 is added (NaN where the row holds NaN or inf)."""
+    if not torch.compiler.is_compiling() and q.is_cpu and not out.requires_grad:
+        built, dtype = kernel(), q.dtype
+        if (built is not None and (dtype is torch.float32 or dtype is torch.bfloat16) and out.dtype is dtype
+                and q.stride(3) == 1 and out.is_contiguous()):
+            B, H, L, D = q.shape
+            sb, sh, sl, _ = q.stride()
+            built.module.keep_nan_rows(q.data_ptr(), out.data_ptr(), B, H, L, D, out.shape[3], sb, sh, sl,
+                                       dtype is torch.bfloat16)
+            return out
+        if math.isfinite(q.sum()):
+            return out
+    rows = q.sum(-1, keepdim=True)  # (.., Lq, 1)
+    return out.add_(rows, alpha=0) if not out.requires_grad else torch.add(out, rows, alpha=0)
+
+
+def needs_grad(p: Problem) -> bool:
+    """Whether autograd will ask for a gradient through this call."""
+    if not torch.is_grad_enabled():
+        return False
+    if p.form.calls_user:  # a mask_mod / score_mod may capture learnable tensors
+        return True
+    tensors = (p.q, p.k, p.v, p.sinks) + tuple(t for part in p.form.parts for t in part_tensors(part))
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
+SOFTCAP = cannot("fused.softcap", "SDPA cannot apply softcap (tanh on the scores) inside the kernel")
+SINKS = cannot("fused.sinks", "SDPA has no sink logits in its softmax denominator")
+
+
+def score_variants_unsupported(p: Problem):
+    """Why the fused SDPA kernels cannot compute this problem's score variants (softcap, sinks), or None."""
+    if p.softcap is not None:
+        return SOFTCAP
+    if p.sinks is not None:
+        return SINKS
+    return None
