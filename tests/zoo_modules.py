@@ -83,6 +83,7 @@ CORRECT = {
     "ok_modded_nanogpt_qkvo.py:CausalSelfAttention": {},
     "ok_transformerlens_attention.py:Attention": {},
     "ok_hf_llama_eager.py:LlamaStyleAttention": {},
+    "ok_mla_absorb_default_rotate_half.py:LatentSelfAttention": {},
 }
 
 

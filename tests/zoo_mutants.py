@@ -89,11 +89,15 @@ _ADAPTER_ROPE = "ok_cs336_adapter.py:run_multihead_self_attention_with_rope"
 _QKVO = "ok_modded_nanogpt_qkvo.py:CausalSelfAttention"
 _LENS = "ok_transformerlens_attention.py:Attention"
 _HF_EAGER = "ok_hf_llama_eager.py:LlamaStyleAttention"
+_MLA_COS_SIN = "ok_mla_absorb_default_rotate_half.py:LatentSelfAttention"
 
 MUTANTS = [
     _m(_MLA_SWITCH, "mla-absorbed-wuk-transposed", ('"bshd,hdc->bshc", q_nope', '"bshd,hcd->bshc", q_nope')),
     _m(_MLA_SWITCH, "wrong-scale", ("self.softmax_scale = self.qk_head_dim ** -0.5",
                                     "self.softmax_scale = self.qk_nope_head_dim ** -0.5"), note="nope-only"),
+    _m(_MLA_COS_SIN, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, up[:, :self.nope]',
+                                                     '"bhtd,hcd->bhtc", q_nope, up[:, :self.nope]')),
+    _m(_MLA_COS_SIN, "missing-scale", ("scores = scores * scale", "scores = scores * 1.0")),
     _m(_ADAPTER, "merge-without-transpose", ("t.transpose(-3, -2).reshape(*lead, seq, heads * d)",
                                              "t.reshape(*lead, seq, heads * d)")),
     _m(_ADAPTER, "causal-mask-unused", ("out = scaled_dot_product_attention(q, k, v, causal)\n    return linear(merge",

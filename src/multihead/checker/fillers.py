@@ -5,7 +5,8 @@ the layer besides the hidden states.
 * token positions (``token_positions``, ``position_ids``, ``cache_position``...): 0 ... L-1, as (1, L);
 * a complex rotary table (``freqs_cis``, DeepSeek-V3's and Llama's reference code): (L, R/2) complex,
   position t turned by t * 10000^(-2i/R), R the rotary size the module runs with (``choose_sizes``);
-* HF's ``position_embeddings`` = (cos, sin), each (1, L, D) in the half-split layout ``cat(f, f)``.
+* HF's ``position_embeddings`` = (cos, sin), each (1, L, D) in the half-split layout ``cat(f, f)``;
+* ``cos`` and ``sin`` as two arguments (``rotate_half`` code): each (L, R), the same half-split layout.
 
 The checker then finds the rotation by behaviour as for any module (``rotary.py``): the table it hands over
 is one of the RoPE variants it tries.
@@ -24,16 +25,20 @@ POSITION_NAMES = ("token_positions", "position_ids", "positions", "pos_ids", "in
                   "position_idx", "pos_idx")
 TABLE_NAMES = ("freqs_cis", "freq_cis", "pos_cis", "freqs_complex", "freqs")
 COS_SIN_NAMES = ("position_embeddings", "cos_sin", "rotary_pos_emb")
+COS_NAMES = ("cos", "freqs_cos", "rope_cos")
+SIN_NAMES = ("sin", "freqs_sin", "rope_sin")
+TABLE_KINDS = ("table", "cos_sin", "cos", "sin")  # the kinds whose rotary size is chosen (choose_sizes)
 KINDS = {**{n: "start" for n in START_NAMES}, **{n: "positions" for n in POSITION_NAMES},
-         **{n: "table" for n in TABLE_NAMES}, **{n: "cos_sin" for n in COS_SIN_NAMES}}
+         **{n: "table" for n in TABLE_NAMES}, **{n: "cos_sin" for n in COS_SIN_NAMES},
+         **{n: "cos" for n in COS_NAMES}, **{n: "sin" for n in SIN_NAMES}}
 ROTARY_SIZE_NAMES = ("qk_rope_head_dim", "rope_head_dim", "qk_rope_dim", "rotary_dim", "rope_dim", "rotary_ndims",
                      "head_dim", "d_head", "head_size", "dim_head", "d_k")
 
 
 @dataclass
 class Filler:
-    """One forward argument the checker fills in: ``kind`` "start", "positions", "table" or "cos_sin";
-    ``size``: the table's rotary size R (table, cos_sin), None until chosen."""
+    """One forward argument the checker fills in: ``kind`` "start", "positions", "table", "cos_sin", "cos" or
+    "sin"; ``size``: the table's rotary size R (the TABLE_KINDS), None until chosen."""
 
     name: str
     kind: str
@@ -53,8 +58,12 @@ class Filler:
         if self.kind == "table":
             complex_dtype = torch.complex128 if x.dtype == torch.float64 else torch.complex64
             return torch.polar(torch.ones_like(angles), angles).to(complex_dtype)  # (L, R/2)
-        table = torch.cat((angles, angles), dim=-1)[None]  # (1, L, R)
-        return table.cos().to(x.dtype), table.sin().to(x.dtype)
+        table = torch.cat((angles, angles), dim=-1)  # (L, R)
+        if self.kind == "cos":
+            return table.cos().to(x.dtype)
+        if self.kind == "sin":
+            return table.sin().to(x.dtype)
+        return table[None].cos().to(x.dtype), table[None].sin().to(x.dtype)  # (1, L, R) each
 
 
 def filler_for(name: str) -> Filler | None:
@@ -74,12 +83,13 @@ def size_candidates(width: int, heads: int | None, named: dict) -> list[int]:
 
 
 def choose_sizes(fillers: list[Filler], runs, width: int, heads: int | None, named: dict) -> None:
-    """Give every table filler the first candidate size (``size_candidates``) under which ``runs()`` (one
-    call of the module) returns True."""
-    for filler in [f for f in fillers if f.kind in ("table", "cos_sin")]:
-        for size in size_candidates(width, heads, named):
+    """Give the table fillers (one rotary size for all: ``cos`` and ``sin`` go together) the first candidate
+    size (``size_candidates``) under which ``runs()`` (one call of the module) returns True."""
+    tables = [f for f in fillers if f.kind in TABLE_KINDS]
+    for size in size_candidates(width, heads, named) if tables else ():
+        for filler in tables:
             filler.size = size
-            if runs():
-                break
-        else:
-            filler.size = None
+        if runs():
+            return
+    for filler in tables:
+        filler.size = None
