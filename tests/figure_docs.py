@@ -73,6 +73,7 @@ RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", 
 # decode kernel of every build against the plain-torch form)
 HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
                   "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
+                  "check_heldout-after.md": ("check_heldout-after.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py")}
 
 
