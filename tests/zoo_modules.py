@@ -77,6 +77,13 @@ CORRECT = {
     "ok_custom_linear_class.py:CustomLinearAttention": {},
     "ok_mla_deepseek_linear.py:MLA": {},
     "ok_mla_naive_only.py:PaperMLA": {},
+    "ok_deepseek_v3_mla.py:MLA": {},
+    "ok_cs336_adapter.py:run_multihead_self_attention": {},
+    "ok_cs336_adapter.py:run_multihead_self_attention_with_rope": {},
+    "ok_modded_nanogpt_qkvo.py:CausalSelfAttention": {},
+    "ok_transformerlens_attention.py:Attention": {},
+    "ok_hf_llama_eager.py:LlamaStyleAttention": {},
+    "ok_mla_absorb_default_rotate_half.py:LatentSelfAttention": {},
 }
 
 
@@ -120,6 +127,7 @@ BUGGY = {
     "qk_norm_over_width.py:NormedQKAttention": "qk-norm-wrong-axis",
     "window_off_by_one.py:LocalAttention": "window-off-by-one",
     "rope_partial_last_features.py:PartialRotaryAttention": "rope-partial-wrong-features",
+    "causal_mask_never_applied.py:DecoderSelfAttention": "causal-mask-unused",
 }
 
 # file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)

@@ -83,8 +83,39 @@ _EINSUM_PARAMS = "ok_raw_param_einsum.py:EinsumParamAttention"
 _MATMUL_PARAMS = "ok_raw_param_matmul.py:ParamMatrixAttention"
 _OWN_LINEAR = "ok_custom_linear_class.py:CustomLinearAttention"
 _MLA_OWN_LINEAR = "ok_mla_deepseek_linear.py:MLA"
+_MLA_SWITCH = "ok_deepseek_v3_mla.py:MLA"
+_ADAPTER = "ok_cs336_adapter.py:run_multihead_self_attention"
+_ADAPTER_ROPE = "ok_cs336_adapter.py:run_multihead_self_attention_with_rope"
+_QKVO = "ok_modded_nanogpt_qkvo.py:CausalSelfAttention"
+_LENS = "ok_transformerlens_attention.py:Attention"
+_HF_EAGER = "ok_hf_llama_eager.py:LlamaStyleAttention"
+_MLA_COS_SIN = "ok_mla_absorb_default_rotate_half.py:LatentSelfAttention"
 
 MUTANTS = [
+    _m(_MLA_SWITCH, "mla-absorbed-wuk-transposed", ('"bshd,hdc->bshc", q_nope', '"bshd,hcd->bshc", q_nope')),
+    _m(_MLA_SWITCH, "wrong-scale", ("self.softmax_scale = self.qk_head_dim ** -0.5",
+                                    "self.softmax_scale = self.qk_nope_head_dim ** -0.5"), note="nope-only"),
+    _m(_MLA_COS_SIN, "mla-absorbed-wuk-transposed", ('"bhtd,hdc->bhtc", q_nope, up[:, :self.nope]',
+                                                     '"bhtd,hcd->bhtc", q_nope, up[:, :self.nope]')),
+    _m(_MLA_COS_SIN, "missing-scale", ("scores = scores * scale", "scores = scores * 1.0")),
+    _m(_ADAPTER, "merge-without-transpose", ("t.transpose(-3, -2).reshape(*lead, seq, heads * d)",
+                                             "t.reshape(*lead, seq, heads * d)")),
+    _m(_ADAPTER, "causal-mask-unused", ("out = scaled_dot_product_attention(q, k, v, causal)\n    return linear(merge",
+                                        "out = scaled_dot_product_attention(q, k, v)\n    return linear(merge")),
+    _m(_ADAPTER_ROPE, "softmax-wrong-axis", ("return softmax(scores, dim=-1) @ V", "return softmax(scores, dim=-2) @ V")),
+    _m(_QKVO, "missing-scale", ("is_causal=True)", "is_causal=True, scale=1.0)")),
+    _m(_QKVO, "keys-used-as-values", ("v.transpose(1, 2), is_causal", "k.transpose(1, 2), is_causal")),
+    _m(_LENS, "softmax-wrong-axis", ("attn_scores.softmax(-1)", "attn_scores.softmax(-2)")),
+    _m(_LENS, "scale-by-embed-dim", ("/ self.d_head ** 0.5", "/ normalized_resid_pre.shape[-1] ** 0.5")),
+    _m(_HF_EAGER, "mask-after-softmax",
+       ("        attn_weights = attn_weights + attention_mask[:, :, :, : key_states.shape[-2]]\n"
+        "    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)\n",
+        "        attn_weights = attn_weights.softmax(dim=-1) * (attention_mask[:, :, :, : key_states.shape[-2]] == 0)\n"
+        "    else:\n"
+        "        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)\n")),
+    _m(_HF_EAGER, "kv-heads-tiled", ("hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)",
+                                     "hidden_states[:, None, :, :, :].expand(batch, n_rep, num_key_value_heads, slen, head_dim)")),
+
     _m(_SDPA_FN, "softmax-wrong-axis", ("torch.softmax(attn_weight, dim=-1)", "torch.softmax(attn_weight, dim=-2)")),
     _m(_SDPA_FN, "missing-scale", ("attn_weight = query @ key.transpose(-2, -1) * scale_factor",
                                    "attn_weight = query @ key.transpose(-2, -1)")),

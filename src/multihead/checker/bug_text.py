@@ -21,6 +21,7 @@ BUG_TITLE = {
     "mask-wrong-rows": ("mask sent to the wrong batch rows", "掩码作用到了错误的批次行"),
     "no-output-projection": ("output projection never applied", "没有使用输出投影层"),
     "causal-off-by-one": ("causal mask off by one", "因果掩码错了一位"),
+    "causal-mask-unused": ("causal mask built but never applied", "构造了因果掩码，却没有用上"),
     "keys-used-as-values": ("weights multiply the keys, not the values", "注意力权重乘的是键而不是值"),
     "scores-without-key-transpose": ("scores without transposing the keys", "计算分数时没有转置 K"),
     "view-on-non-contiguous": ("view() on a non-contiguous tensor", "在内存不连续的张量上调用 view()"),
@@ -113,6 +114,12 @@ BUG_TEXT = {
         "(triu(ones(L, L), diagonal=1) marks what to block).",
         "因果掩码错了一位：第 i 个词应能看到第 0..i 个词（包括它自己），"
         "应屏蔽的是 triu(ones(L, L), diagonal=1)。"),
+    "causal-mask-unused": (
+        "The code builds a causal mask, but the scores never go through it: every token also attends to the "
+        "tokens after it. Hand the mask to the attention call, or keep what masked_fill returns "
+        "(scores = scores.masked_fill(...)).",
+        "代码构造了因果掩码，但注意力分数根本没有用上它，所以每个词也能看到排在它后面的词。"
+        "应当把掩码传给注意力函数，或者把 masked_fill 的返回值赋回去（scores = scores.masked_fill(...)）。"),
     "keys-used-as-values": (
         "The attention weights multiply the keys; they must multiply the values (weights @ v).",
         "注意力权重乘的是键 K，应该乘值 V（weights @ v）。"),

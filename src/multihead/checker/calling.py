@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from multihead.checker.fillers import Filler, filler_for
+
 _LENGTH_WORDS = ("valid_len", "lens", "length", "seq_len")
 
 
@@ -46,6 +48,7 @@ class CallSpec:
     layout: str = "batch"  # or "seq"
     causal: bool = False
     causal_buffer: str | None = None
+    causal_built: bool = False  # not causal by behaviour, but forward builds a causal mask and applies it
     encoding: object = None  # masks.Encoding once detected
     none_mask: object = None  # a required mask: the masks.Encoding whose all-keep mask stands for "no mask"
     mask_ignored: bool = False  # the mask argument changes nothing
@@ -56,6 +59,8 @@ class CallSpec:
     order: tuple[int, ...] | None = None  # role (0 query, 1 key, 2 value) of each tensor argument; None = in order
     order_found: bool = False  # the order was found by behaviour (order.find_order), not assumed
     pre: dict = field(default_factory=dict)  # input tag ("x", "q", "k", "v") -> (name, layer) applied before
+    fillers: list[Filler] = field(default_factory=list)  # required extras filled in by name (fillers.py)
+    fixed: dict = field(default_factory=dict)  # keyword arguments of every call (an MLA's absorb=True)
 
     def causal_with(self, keep) -> bool:
         """Is a call with this keep pattern (or None) causal? A complete mask replaces the causal part."""
@@ -71,10 +76,14 @@ def read_signature(forward) -> CallSpec:
     if params and params[0].name == "self":
         params = params[1:]
     tensors, mask_param, mask_kind, mask_required, extras, keyword_only = [], None, None, False, [], []
+    fillers = []
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         low = p.name.lower()
+        if p.default is p.empty and filler_for(p.name) is not None:  # start_pos, freqs_cis... (fillers.py)
+            fillers.append(filler_for(p.name))
+            continue
         if mask_param is None and ("mask" in low or "attn_bias" in low or "attention_bias" in low
                                    or any(w in low for w in _LENGTH_WORDS)):
             mask_param, mask_required = p.name, p.default is p.empty
@@ -92,7 +101,7 @@ def read_signature(forward) -> CallSpec:
         tensors = ["*args"]
     inputs = {1: "x", 2: "q_kv"}.get(len(tensors), "qkv")
     return CallSpec(args=tensors, inputs=inputs, mask_param=mask_param, mask_kind=mask_kind,
-                    mask_required=mask_required, required_none=extras, keyword_only=keyword_only)
+                    mask_required=mask_required, required_none=extras, keyword_only=keyword_only, fillers=fillers)
 
 
 _NOT_LEARNER = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
@@ -100,7 +109,12 @@ _NOT_LEARNER = (os.path.dirname(torch.__file__), os.path.dirname(__file__))
 
 def learner_frame(error: BaseException) -> str:
     """``file.py:23: scores = q @ k``: the deepest frame outside torch and this checker."""
-    frames = traceback.extract_tb(error.__traceback__)
+    return learner_line(traceback.extract_tb(error.__traceback__))
+
+
+def learner_line(frames) -> str:
+    """``file.py:23: scores = q @ k``: the deepest of ``frames`` (a traceback's or ``traceback.extract_stack()``)
+    outside torch and this checker; "" when there is none."""
     own = [f for f in frames if not f.filename.startswith(_NOT_LEARNER)]
     if not own:
         return ""
@@ -155,6 +169,8 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
     roles = spec.order or tuple(range(count))
     tensors = [(xq, xk, xv)[role] for role in roles]
     args, kwargs = [], {name: None for name in spec.required_none}
+    kwargs.update({filler.name: filler.value(xq) for filler in spec.fillers})
+    kwargs.update(spec.fixed)
     for name, t in zip(spec.args + [""] * 3, tensors):  # a hinted layout may pass more than named
         if name in spec.keyword_only:
             kwargs[name] = to_layout(t, spec.layout)
@@ -165,6 +181,9 @@ def invoke(module: nn.Module, spec: CallSpec, xq, xk=None, xv=None, keep=None):
             kwargs[spec.mask_param] = spec.none_mask.encode(all_keep(xq, xk), xq.dtype)
         else:
             kwargs[spec.mask_param] = None if keep is None else spec.encoding.encode(keep, xq.dtype)
+    for buffer in module.buffers():  # a cache the last call wrote under autograd: this call starts afresh
+        if buffer.grad_fn is not None:
+            buffer.detach_()
     try:
         out = first_tensor(module(*args, **kwargs))
     except Exception as error:

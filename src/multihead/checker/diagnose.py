@@ -36,9 +36,11 @@ class Match:
         return None if self.form is None else BUG_OF_FORM[self.form].id
 
 
-def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill, scale=None) -> list[torch.Tensor]:
-    """The variant's output on every case (batch-first inputs, keep pattern (B, Lq, Lk) or None)."""
-    weights = roles.weights(module)
+def variant_outputs(module, spec, roles: RoleAssignment, cases, form, fill, scale=None,
+                    weights=None) -> list[torch.Tensor]:
+    """The variant's output on every case (batch-first inputs, keep pattern (B, Lq, Lk) or None); ``weights``:
+    ``roles.weights(module)`` when the caller already holds them."""
+    weights = roles.weights(module) if weights is None else weights
     outputs = []
     for *tensors, keep in cases:
         keep4 = None if keep is None else keep[:, None]  # (B, 1, Lq, Lk)

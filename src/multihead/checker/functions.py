@@ -28,7 +28,8 @@ from multihead.checker.names import EMBED, HEADS, guess_value, is_dropout, is_he
 
 INPUT_NAMES = {"q": ("q", "query", "queries", "Q", "xq", "q_in"), "k": ("k", "key", "keys", "K", "xk", "k_in"),
                "v": ("v", "value", "values", "V", "xv", "v_in"),
-               "x": ("x", "inputs", "input", "hidden_states", "h", "X", "embeddings", "tokens", "seq")}
+               "x": ("x", "inputs", "input", "hidden_states", "h", "X", "embeddings", "tokens", "seq", "in_features",
+                     "input_features", "x_in", "features")}
 MASK_WORDS = ("mask", "attn_bias", "attention_bias")
 # a weight or bias argument: its role ("q", "k", "v", "o" or "qkv") read from its name
 _ROLE = r"(?P<role>qkv|q|k|v|o|out|query|key|value|output)"

@@ -24,18 +24,19 @@ a Linear of their own (W_QR). Not modelled: masks and caches
 
 from __future__ import annotations
 
-import copy
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from multihead.checker.calling import LearnerError, first_tensor, invoke, learner_frame
 from multihead.checker.compare import gradient_error, learned_parameters, relative_error
 from multihead.checker.latent_roles import WUK_TRANSPOSED, find_latent_roles, latent_variant
+from multihead.checker.latent_switch import SWITCHED, AbsorbedTwins
 from multihead.checker.probes import plain_cases
 from multihead.checker.roles import linear_layers
 from multihead.checker.rotary import ROPE_TOLERANCE, rotaries
+from multihead.checker.scale import fit_scale, scale_bug
 from multihead.checker.text import say
 
 ABSORB_FLAGS = ("absorb", "absorbed", "use_absorption", "absorption", "absorb_weights", "weight_absorption")
@@ -44,22 +45,32 @@ ABSORB_METHODS = ("forward_absorbed", "absorbed_forward", "forward_absorb")
 
 @dataclass
 class AbsorbedPath:
-    """How to run a module's absorbed path: a forward flag, or a method (by name)."""
+    """How to run a module's absorbed path: a forward flag, a method (by name), or a switch in its file
+    (``twins``: the absorbed twin of the naive module, ``latent_switch.py``)."""
 
     flag: str | None
     method: str | None
+    twins: AbsorbedTwins | None = None
 
     @property
     def name(self) -> str:
+        if self.twins is not None:
+            return f"{self.twins.switch.name} = {self.twins.switch.absorbed!r}"
         return f"forward(x, {self.flag}=True)" if self.flag else f"{self.method}(x)"
 
-    def __call__(self, module, x: torch.Tensor) -> torch.Tensor:
-        out = module(x, **{self.flag: True}) if self.flag else getattr(module, self.method)(x)
-        return first_tensor(out)
+    def __call__(self, module, spec, x: torch.Tensor) -> torch.Tensor:
+        """The absorbed path's output on batch-first x, called the way ``spec`` calls the module's forward."""
+        if self.twins is not None:
+            return self.twins.call(module, lambda twin: invoke(twin, spec, x))
+        if self.flag:
+            return invoke(module, replace(spec, fixed={**spec.fixed, self.flag: True}), x)
+        return first_tensor(getattr(module, self.method)(x))
 
 
 def find_absorbed(module) -> AbsorbedPath | None:
     """The module's absorbed path (module docstring), or None."""
+    if module in SWITCHED:
+        return AbsorbedPath(None, None, SWITCHED[module])
     try:
         params = inspect.signature(module.forward).parameters
     except (TypeError, ValueError):
@@ -74,6 +85,7 @@ class _Fit:
     roles: object  # latent_roles.LatentRoles
     rope: object  # rotary.Rotary or None
     error: float
+    scale: float | None = None  # the factor on the scores it was measured with (None: 1/sqrt(Dn + R))
 
 
 def _error(got: list, want: list) -> float:
@@ -110,7 +122,9 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
         wanted = [invoke(module, spec, x) for x in xs]
     fit = _closest(candidates, xs, wanted, spec.causal, setup.rope_bases)
     tol = setup.tol if fit.rope is None else max(setup.tol, ROPE_TOLERANCE)
-    if fit.roles is None or (path is None and fit.error > tol):
+    scaled = _measured_scale(fit, xs, wanted, spec.causal, tol) if fit.roles is not None and fit.error > tol \
+        else None
+    if fit.roles is None or (path is None and fit.error > tol and scaled is None):
         return False
     roles, lang = fit.roles, report.lang
     report.kind = "latent" if path else "latent-naive"
@@ -123,6 +137,14 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
     if fit.rope is not None:
         report.conventions.append(("mla-rope:" + ("interleaved" if fit.rope.tables_interleaved else "half"),
                                    {"base": f"{fit.rope.base:g}"}))
+    if scaled is not None:  # MLA on its weights, with a scale other than 1/sqrt(Dn + R)
+        report.error, (report.bug, report.ambiguous) = scaled.error, scale_bug(scaled.scale, roles.num_heads,
+                                                                               roles.nope + roles.rope_dim)
+        right = (roles.nope + roles.rope_dim) ** -0.5
+        report.notes.append(say("scale-measured", lang, measured=scaled.scale, right=right))
+        if abs(scaled.scale * roles.nope ** 0.5 - 1) <= 1e-3:
+            report.notes.append(say("mla-scale-nope", lang, nope=roles.nope, rope=roles.rope_dim))
+        return True
     if fit.error > tol:
         report.reason = say("mla-naive-differs", lang, error=fit.error)
         return True
@@ -134,8 +156,9 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
         return True
     try:
         with torch.no_grad():
-            absorbed = [path(module, x) for x in xs]
+            absorbed = [path(module, spec, x) for x in xs]
     except Exception as error:  # the learner's absorbed path raised (a transposed W_UK when Dn != C...)
+        error = error.error if isinstance(error, LearnerError) else error
         report.exception, report.where = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}", \
             learner_frame(error)
         report.notes.append(say("mla-absorbed-raises", lang, path=path.name))
@@ -148,10 +171,24 @@ def check_latent(module, spec, setup, report, found_conventions: list) -> bool:
     if _mistake_error(roles, fit.rope, xs, absorbed, spec.causal) <= tol:
         report.bug = WUK_TRANSPOSED
         report.notes.append(say("mla-wuk-evidence", lang, path=path.name, naive=fit.error, absorbed=error,
-                                back=_transposed_back(module, roles, path, xs, wanted)))
+                                back=_transposed_back(module, spec, roles, path, xs, wanted)))
         return True
     report.reason = say("mla-absorbed-differs", lang, path=path.name, naive=fit.error, error=error)
     return True
+
+
+def _measured_scale(fit: _Fit, xs, wanted, causal: bool, tol: float) -> _Fit | None:
+    """The closest roles and rotation with the scale on the scores that reproduces the learner's naive
+    outputs (``_Fit.scale``), or None when no scale does."""
+    def error_at(scale: float) -> float:
+        try:
+            with torch.no_grad():
+                return _error([latent_variant(fit.roles, x, fit.rope, causal, scale=scale) for x in xs], wanted)
+        except RuntimeError:
+            return float("inf")
+
+    scale, error = fit_scale(error_at, (fit.roles.nope + fit.roles.rope_dim) ** -0.5)
+    return _Fit(fit.roles, fit.rope, error, scale) if error <= tol else None
 
 
 def _gradient_error(module, spec, fit: _Fit, x: torch.Tensor, index: int) -> float:
@@ -175,17 +212,19 @@ def _mistake_error(roles, rope, xs, absorbed, causal: bool) -> float:
         return float("inf")
 
 
-def _transposed_back(module, roles, path: AbsorbedPath, xs, wanted) -> float:
-    """The evidence: in a copy whose W_UK has every head's (Dn, C) block transposed, the learner's absorbed
-    path against its own naive outputs (``wanted``, original weights)."""
-    twin = copy.deepcopy(module)
+def _transposed_back(module, spec, roles, path: AbsorbedPath, xs, wanted) -> float:
+    """The evidence: with every head's (Dn, C) block of W_UK transposed (in place, then restored), the
+    learner's absorbed path against its own naive outputs (``wanted``, original weights)."""
     proj, rows = roles.up_k
-    weight = twin.get_parameter(proj.weight_name)
+    weight = module.get_parameter(proj.weight_name)
     H, Dn, C = roles.num_heads, roles.nope, roles.latent
     rows = torch.arange(H * Dn) if rows is None else rows
     with torch.no_grad():
+        kept = weight.detach().clone()
         weight[rows] = weight[rows].view(H, Dn, C).transpose(1, 2).reshape(H * Dn, C)
         try:
-            return _error([path(twin, x) for x in xs], wanted)
-        except Exception:  # its absorbed path does not run on the changed copy
+            return _error([path(module, spec, x) for x in xs], wanted)
+        except Exception:  # its absorbed path does not run on the changed weights
             return float("inf")
+        finally:
+            weight.copy_(kept)

@@ -274,10 +274,11 @@ def _up_pieces(linears, ups: list[str], H: int, Dn: int) -> list[tuple[Piece, Pi
 
 
 def latent_variant(roles: LatentRoles, x: torch.Tensor, rope, causal: bool, *, absorbed: bool = False,
-                   mistake: str | None = None) -> torch.Tensor:
+                   mistake: str | None = None, scale: float | None = None) -> torch.Tensor:
     """MLA on x (B, L, E) with the learner's weights -> (B, L, O): naive, or absorbed (``mistake`` =
     WUK_TRANSPOSED: the query multiplied by each head's W_UKᵀ, which runs only when Dn == C).
-    ``rope``: a rotary.Rotary turning q_rope and the rotary key to positions 0 .. L-1, or None."""
+    ``rope``: a rotary.Rotary turning q_rope and the rotary key to positions 0 .. L-1, or None; ``scale``
+    multiplies the scores (default 1/sqrt(Dn + R))."""
     B, L, _ = x.shape
     H, Dn, C = roles.num_heads, roles.nope, roles.latent
     q = roles.queries(x).view(B, L, H, Dn + roles.rope_dim).transpose(1, 2)  # (B, H, L, Dn + R)
@@ -295,7 +296,8 @@ def latent_variant(roles: LatentRoles, x: torch.Tensor, rope, causal: bool, *, a
     else:
         k_nope = torch.einsum("blc,hdc->bhld", c, w_uk) + (0 if b_uk is None else b_uk[:, None])  # (B, H, L, Dn)
         scores = q_nope @ k_nope.transpose(-2, -1)
-    scores = (scores + q_rope @ k_rope.transpose(-2, -1)) * (Dn + roles.rope_dim) ** -0.5  # (B, H, L, L)
+    scale = (Dn + roles.rope_dim) ** -0.5 if scale is None else scale
+    scores = (scores + q_rope @ k_rope.transpose(-2, -1)) * scale  # (B, H, L, L)
     if causal:
         scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
     weights = scores.softmax(dim=-1)

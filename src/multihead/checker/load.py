@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
-from multihead.checker.config import GuessedConfig
+from multihead.checker.config import GuessedConfig, class_defaults
 from multihead.checker.load_error import LoadError
 from multihead.checker.functions import function_class, is_function_target
 from multihead.checker.names import (
@@ -139,7 +139,8 @@ def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
         if is_config_name(name, param.annotation) and (config is not None or param.default is param.empty):
             config_param = config_param or name
             if isinstance(kwargs.get(name), dict) or name not in kwargs:
-                kwargs[name] = GuessedConfig({**(config or {}), **kwargs.get(name, {})})
+                kwargs[name] = GuessedConfig({**(config or {}), **kwargs.get(name, {})},
+                                             class_defaults(param.annotation, cls))
         elif name in kwargs:
             continue
         elif is_dropout(name):

@@ -1,13 +1,14 @@
 """Constructor arguments (and config attributes) the checker fills in by name.
 
 When the learner gives no ``--init`` / ``--config``, ``guess_value("n_embd")`` says what to pass: 16
-features, 4 heads of 4, 64 positions (the longest probe), dropout 0, biases on. ``tried_text()`` lists
+features, 4 heads of 4, 64 positions (the longest probe), a RoPE base (theta) of 10000, dropout 0, biases on. ``tried_text()`` lists
 every name it knows, for the message shown when a name is not among them.
 """
 
 from __future__ import annotations
 
 from multihead.convert.projections import HEAD_COUNT_NAMES
+from multihead.convert.rope_bases import DEFAULT_ROPE_BASE, ROPE_BASE_NAMES
 
 EMBED, HEADS, LENGTH = 16, 4, 64  # sizes used when the learner gives none
 HEAD_DIM = EMBED // HEADS
@@ -41,7 +42,8 @@ CONFIG_NAMES = ("config", "cfg", "conf", "args", "hparams", "params", "opt", "op
 _VALUES = {**{n: EMBED for n in QUERY_SIZE_NAMES + KEY_SIZE_NAMES + VALUE_SIZE_NAMES + EMBED_NAMES},
            **{n: HEADS for n in HEAD_NAMES}, **{n: HEAD_DIM for n in HEAD_DIM_NAMES},
            **{n: LENGTH for n in LENGTH_NAMES}, **{n: WINDOW for n in WINDOW_NAMES}, **{n: True for n in FLAG_NAMES},
-           **{n: False for n in OFF_NAMES}, **{n: "cpu" for n in DEVICE_NAMES}}
+           **{n: False for n in OFF_NAMES}, **{n: "cpu" for n in DEVICE_NAMES},
+           **{n: DEFAULT_ROPE_BASE for n in ROPE_BASE_NAMES}}
 
 
 def is_dropout(name: str) -> bool:
@@ -98,7 +100,8 @@ def tried_text(lang: str = "en") -> str:
     groups = [(("sizes", "宽度"), QUERY_SIZE_NAMES + EMBED_NAMES),
               (("key/value sizes", "键/值宽度"), KEY_SIZE_NAMES + VALUE_SIZE_NAMES),
               (("heads", "头数"), HEAD_NAMES), (("head sizes", "每个头的维度"), HEAD_DIM_NAMES),
-              (("lengths", "长度"), LENGTH_NAMES), (("windows", "窗口"), WINDOW_NAMES), (("flags", "开关"), FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
+              (("lengths", "长度"), LENGTH_NAMES), (("windows", "窗口"), WINDOW_NAMES),
+              (("RoPE bases", "RoPE 底数"), ROPE_BASE_NAMES), (("flags", "开关"), FLAG_NAMES + OFF_NAMES + DEVICE_NAMES)]
     sep, colon = ("；", "：") if zh else ("; ", ": ")
     listed = sep.join(f"{label[zh]}{colon}{', '.join(dict.fromkeys(names))}" for label, names in groups)
     words = sep.join(f"{'/'.join(w)} -> {v}" for w, v in PATTERNS)

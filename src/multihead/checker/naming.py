@@ -22,7 +22,7 @@ def name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float,
     if bug.error <= tol:
         return _named(bug, report)
     causal = CallSpec(**{**spec.__dict__, "causal": True})  # a tril buffer the behaviour did not show as
-    if not spec.causal and spec.causal_buffer:  # causal: weights zeroed after the softmax, or a bug that
+    if not spec.causal and (spec.causal_buffer or spec.causal_built):  # causal: weights zeroed after the softmax, or a bug that
         bug = closest(module, causal, assignments, cases, wanted,  # mixes every position
                       forms_to_try(spec.encoding is not None, True))
         if bug.error <= tol:
@@ -48,10 +48,10 @@ def name_the_bug(module, spec: CallSpec, assignments, cases, wanted, tol: float,
         return None
     # masked outputs can mix two fills (a finite causal one, an additive -inf mask): name it without a mask
     plain, plain_wanted = [cases[i] for i in unmasked], [wanted[i] for i in unmasked]
-    for trial in [spec] + ([causal] if not spec.causal and spec.causal_buffer else []):
+    for trial in [spec] + ([causal] if not spec.causal and (spec.causal_buffer or spec.causal_built) else []):
         bug = closest(module, trial, assignments, plain, plain_wanted, forms_to_try(False, trial.causal))
         if bug.error <= tol:
-            causal = spec.causal or bool(spec.causal_buffer)  # only a causal module has a causal fill to ask about
+            causal = spec.causal or bool(spec.causal_buffer) or spec.causal_built  # only a causal module has a causal fill to ask about
             report.notes.append(say("named-without-mask-causal" if causal else "named-without-mask", report.lang))
             return _named_through_buffer(bug, spec, report) if trial is causal else _named(bug, report)
     return None
@@ -93,9 +93,11 @@ def _named(bug, report):
 def _named_through_buffer(bug, spec: CallSpec, report):
     """The bug, found with the causal buffer applied: the report says how the buffer is used."""
     after = bug.form in NEEDS_MASK
-    report.conventions = [(("causal:after-softmax", {"buffer": spec.causal_buffer}) if after else
-                           ("causal:yes-buffer", {"buffer": spec.causal_buffer}))
-                          if key == "causal:no" else (key, values) for key, values in report.conventions]
+    if spec.causal_buffer:
+        line = ("causal:after-softmax" if after else "causal:yes-buffer", {"buffer": spec.causal_buffer})
+    else:  # a causal mask built in forward
+        line = ("causal:built-after-softmax" if after else "causal:built", {})
+    report.conventions = [line if key == "causal:no" else (key, values) for key, values in report.conventions]
     return _named(bug, report)
 
 

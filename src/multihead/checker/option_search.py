@@ -94,21 +94,31 @@ def find_window(module, spec: CallSpec, dims, dtype, tol: float) -> int | None:
     return None
 
 
-def one_dimensional(module, projections) -> list[tuple[str, torch.Tensor]]:
-    """(name, parameter) for the module's 1-D parameters outside its projections (norm weights, sinks)."""
+def outside_projections(module, projections) -> list[tuple[str, torch.Tensor]]:
+    """(name, parameter) for the module's materialised parameters that belong to none of its projections."""
     inside = {id(p) for proj in projections.values() for p in proj.layer.parameters()}
     return [(name, p) for name, p in module.named_parameters() if not isinstance(p, torch.nn.UninitializedParameter)
-            and p.dim() == 1 and p.numel() > 1 and id(p) not in inside]
+            and id(p) not in inside]
+
+
+def one_dimensional(module, projections) -> list[tuple[str, torch.Tensor]]:
+    """(name, parameter) for the module's 1-D parameters outside its projections (norm weights, sinks)."""
+    return [(name, p) for name, p in outside_projections(module, projections) if p.dim() == 1 and p.numel() > 1]
 
 
 def randomise_extras(module, projections) -> None:
-    """Fresh values for the 1-D parameters outside the projections: norm weights near 1, the rest near 0 (a
-    weight of ones, or sinks of zeros, would hide where and whether the module applies them)."""
+    """Fresh values for the parameters outside the projections. 1-D ones: norm weights near 1, the rest near 0
+    (a weight of ones, or sinks of zeros, would hide where and whether the module applies them). Raw matrices
+    (``W_Q`` (H, E, D), ``qkvo_w`` (4, H*D, E), ``x @ W``): std 1/sqrt of their larger last size, so that a
+    std-0.02 or ``torch.empty`` start does not leave the scores near zero, where most mistakes barely show."""
     gen = torch.Generator().manual_seed(8)
     with torch.no_grad():
         for name, param in one_dimensional(module, projections):
             noise = torch.randn(param.shape, generator=gen, dtype=torch.float64).to(param.dtype)
             param.copy_(1.0 + 0.3 * noise if name.endswith("weight") else 0.5 * noise)
+        for param in [p for _, p in outside_projections(module, projections) if p.dim() >= 2]:
+            noise = torch.randn(param.shape, generator=gen, dtype=torch.float64).to(param.dtype)
+            param.copy_(noise * max(param.shape[-2:]) ** -0.5)
 
 
 @contextlib.contextmanager
@@ -135,7 +145,12 @@ def _rows_scaled(roles, role: str, rows: slice | None):
 
 def _scale_rows(proj, index: torch.Tensor, factor: float) -> bool:
     """Scale rows ``index`` of the projection's weight and bias in place; False when the projection gives a
-    copy (the scaling did not reach the learner's parameters; it is then undone by itself)."""
+    copy (the scaling did not reach the learner's parameters; it is then undone by itself). A projection traced
+    from the call (a raw parameter, slices of one) is scaled through the elements it reads."""
+    if proj.kind == "traced" and proj.heads == 1:
+        traced = proj.traced
+        done = traced.weight.scale_rows_(index, factor)
+        return done and (traced.bias is None or traced.bias.scale_rows_(index, factor))
     with torch.no_grad():
         weight = proj.weight_bias()[0]
         before = weight[index[:1]].clone()

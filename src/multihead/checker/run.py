@@ -26,6 +26,7 @@ from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signa
 from multihead.checker.catalogue import BUG_OF_FORM
 from multihead.checker.config import GuessedConfig
 from multihead.checker.diagnose import match_exception, random_weights
+from multihead.checker.fillers import choose_sizes
 from multihead.checker.functions import describe_function, function_class, is_function_target
 from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (
@@ -40,6 +41,7 @@ from multihead.checker.load import (
     switched_on,
     with_head_count,
 )
+from multihead.checker.latent_switch import SWITCHED, AbsorbedTwins, find_switch
 from multihead.checker.masks import all_keep_encoding
 from multihead.checker.names import (
     EMBED,
@@ -88,6 +90,7 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
     except LoadError as error:
         report.reason = error.text(lang)
         return report
+    twins = SWITCHED.get(module)
     try:
         report = _check_built(module, kwargs, hints, report)
         if hasattr(type(module), "checked_function"):  # a plain function, checked inside a module (functions.py)
@@ -102,6 +105,9 @@ def _check(target, init, config, call, lang: str) -> CheckReport:
         report.verdict, report.bug = "error", None
         report.reason = say("internal", lang, error=f"{type(error).__name__}: {error}")
         return report
+    finally:
+        if twins is not None:
+            twins.switch.release()
 
 
 def _check_built(module, kwargs, hints, report) -> CheckReport:
@@ -183,7 +189,13 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}",
                         f"需要 nn.Module 的类或实例，实际是 {type(target).__name__}")
-    module, built_with = build(cls, kwargs, config)
+    switch = find_switch(cls)
+    if switch is None:
+        module, built_with = build(cls, kwargs, config)
+    else:  # an MLA whose file picks its form: check the naive one, its absorbed twin beside it
+        switch.hold()
+        module, built_with = build(cls, kwargs, config)
+        SWITCHED[module] = AbsorbedTwins(switch, lambda: cls(**built_with))
 
     def rebuild(heads: int):
         changed = with_head_count(built_with, heads)
@@ -227,7 +239,7 @@ def _check_module(module, kwargs, hints, report, square: int | None = None) -> C
     named = named_values(type(module), kwargs)
     setup = Setup(_input_dims(module, kwargs), _heads_hint(module, kwargs, hints), hints,
                   any(name in size_values(kwargs) for name in LENGTH_NAMES), square, rope_bases=bases(module, named),
-                  intended=intended(module, named))
+                  intended=intended(module, named), named=named)
     if any(isinstance(m, nn.modules.lazy.LazyModuleMixin) for m in module.modules()):
         try:  # materialise LazyLinear with one float32 call
             invoke(module, spec, *inputs(setup.dims, PROBE_BATCH, 5, 5, torch.float32, 0))
@@ -268,20 +280,29 @@ def _stand_in_for_no_mask(module, spec: CallSpec, setup: Setup, report) -> None:
         report.notes.append(say("mask-filled-in", report.lang, param=spec.mask_param))
 
 
-def _dtype(module, spec, dims) -> torch.dtype:
-    """float64 when the module runs in float64 (its own float32 constants may forbid it)."""
-    module.double()
-    try:
-        invoke(module, spec, *inputs(dims, PROBE_BATCH, 5, 5, torch.float64, 0))
-        return torch.float64
-    except LearnerError:
-        module.float()
-        return torch.float32
+def _dtype(module, spec, setup: Setup) -> torch.dtype:
+    """float64 when the module runs in float64 (its own float32 constants may forbid it); the sizes of the
+    rotary tables it is handed (``fillers.choose_sizes``) are chosen in that dtype."""
+    for dtype, convert in ((torch.float64, module.double), (torch.float32, module.float)):
+        convert()
+        probe = inputs(setup.dims, PROBE_BATCH, 5, 5, dtype, 0)
+
+        def runs(probe=probe) -> bool:
+            try:
+                invoke(module, spec, *probe)
+                return True
+            except LearnerError:
+                return False
+
+        choose_sizes(spec.fillers, runs, setup.dims[0], setup.heads, setup.named)
+        if dtype == torch.float32 or runs():
+            return dtype
+    return torch.float32
 
 
 def _check_running(module, spec: CallSpec, setup: Setup, report) -> CheckReport:
     """Conventions, roles, then the verdict (the learner's exceptions propagate as LearnerError)."""
-    setup.dtype = _dtype(module, spec, setup.dims)
+    setup.dtype = _dtype(module, spec, setup)
     probe = inputs(setup.dims, PROBE_BATCH, setup.length, setup.length, setup.dtype, 1)
     if not conv.deterministic(module, spec, probe, setup.tol):  # e.g. F.dropout(..., training=True)
         report.verdict, report.reason = "fail", say("random", report.lang)

@@ -25,6 +25,9 @@ from multihead.checker.compare import relative_error
 
 _SCAN = [2.0 ** (k / 2) for k in range(-8, 9)]  # s * sqrt(D) from 2**-4 to 2**4
 _CLOSE = 1e-3  # relative distance at which a measured scale counts as a known one
+# a scan error above which no scale between the scan's steps can reproduce the outputs: half a step off
+# (a factor 2**(1/4)) costs at most ~0.04 on the zoo, and forms that no scale explains stay above ~0.45
+_HOPELESS_SCAN = 0.4
 
 
 @dataclass
@@ -40,10 +43,10 @@ class ScaleMatch:
     ambiguous: list[str] = field(default_factory=list)  # ids that give the same s for this head count
 
 
-def _error(module, spec, roles, cases, wanted, scale: float, fill: float, form=None) -> float:
+def _error(module, spec, roles, cases, wanted, scale: float, fill: float, form=None, weights=None) -> float:
     try:
         with torch.no_grad():
-            got = variant_outputs(module, spec, roles, cases, form, fill, scale=scale)
+            got = variant_outputs(module, spec, roles, cases, form, fill, scale=scale, weights=weights)
     except RuntimeError:
         return math.inf
     return max(relative_error(g, w) for g, w in zip(got, wanted))
@@ -79,20 +82,21 @@ def measure_scale(module, spec, assignments, cases, wanted, tol: float, fills, f
     plain = [i for i, case in enumerate(cases) if case[3] is None] or [0]
     scanned = []
     for roles in assignments:
-        right = roles.weights(module).head_dim ** -0.5
+        weights = roles.weights(module)  # the parameters do not change during the search
+        right = weights.head_dim ** -0.5
         for step in _SCAN:
-            error = _error(module, spec, roles, cases[:1], wanted[:1], right * step, fills[0], form)
-            scanned.append((error, step, roles, right))
+            error = _error(module, spec, roles, cases[:1], wanted[:1], right * step, fills[0], form, weights)
+            scanned.append((error, step, roles, right, weights))
     scanned.sort(key=lambda item: item[0])
     best = None
-    for _, step, roles, right in scanned[:2]:
-        def at(log_s, roles=roles, right=right):
+    for _, step, roles, right, weights in [item for item in scanned[:2] if item[0] <= _HOPELESS_SCAN]:
+        def at(log_s, roles=roles, right=right, weights=weights):
             return _error(module, spec, roles, [cases[i] for i in plain], [wanted[i] for i in plain],
-                          right * math.exp(log_s), fills[0], form)
+                          right * math.exp(log_s), fills[0], form, weights)
 
         log_s, _ = _golden(at, math.log(step) - 0.35, math.log(step) + 0.35)
         scale = right * math.exp(log_s)
-        error = min(_error(module, spec, roles, cases, wanted, scale, fill, form) for fill in fills)
+        error = min(_error(module, spec, roles, cases, wanted, scale, fill, form, weights) for fill in fills)
         if best is None or error < best.error:
             best = ScaleMatch(scale, right, error, roles, form)
     if best is None or best.error > tol:
@@ -103,9 +107,25 @@ def measure_scale(module, spec, assignments, cases, wanted, tol: float, fills, f
 def _name(match: ScaleMatch) -> ScaleMatch:
     """Fill in the bug id(s) whose scale is the measured one."""
     weights = match.roles.weights()
-    H, D = weights.num_heads, weights.head_dim
-    close = [BUG_OF_FORM[form].id for form, factor in SCALE_FORMS.items()
-             if abs(match.scale - factor(H, D)) <= _CLOSE * factor(H, D)]
-    if close:
-        match.bug, match.ambiguous = close[0], close if len(close) > 1 else []
+    match.bug, match.ambiguous = scale_bug(match.scale, weights.num_heads, weights.head_dim)
     return match
+
+
+def scale_bug(scale: float, heads: int, head_dim: int) -> tuple[str, list[str]]:
+    """(the scale bug a measured ``scale`` names for H heads of D features, the ids it fits when more than one
+    does); "wrong-scale" when it fits no known mistake."""
+    close = [BUG_OF_FORM[form].id for form, factor in SCALE_FORMS.items()
+             if abs(scale - factor(heads, head_dim)) <= _CLOSE * factor(heads, head_dim)]
+    return (close[0], close if len(close) > 1 else []) if close else ("wrong-scale", [])
+
+
+def fit_scale(error_at, right: float) -> tuple[float, float]:
+    """(the factor s, its error) that minimises ``error_at(s)``: a scan over powers of sqrt(2) around ``right``
+    (the correct 1/sqrt(D)), then a golden-section search on log s around the best two."""
+    scanned = sorted((error_at(right * step), step) for step in _SCAN)
+    best = (math.inf, right)
+    for _, step in [item for item in scanned[:2] if item[0] <= _HOPELESS_SCAN]:
+        log_s, error = _golden(lambda log: error_at(right * math.exp(log)), math.log(step) - 0.35,
+                               math.log(step) + 0.35)
+        best = min(best, (error, right * math.exp(log_s)))
+    return best[1], best[0]

@@ -20,12 +20,26 @@ CONVENTION_TEXT = {
                    "根据行为判断出各参数的角色：查询是 '{q}'，键和值都来自 '{k}'"),
     "pre": ("its projections read the output of '{name}' ({kind}, inside the module): the attention is "
             "checked on that", "它的投影层读取的是模块内部 '{name}'（{kind}）的输出，所以注意力按这个输出来检查"),
+    "filled:start": ("{name} = 0: the call is a whole prompt, from the first position",
+                     "{name} = 0：每次调用都是从第一个位置开始的完整输入"),
+    "filled:positions": ("{name} = 0, 1, ..., L-1 (shape (1, L))", "{name} = 0, 1, ..., L-1（形状为 (1, L)）"),
+    "filled:table": ("{name} = a complex RoPE table (L, {half}): position t turns pair i by t * 10000^(-2i/{size})",
+                     "{name} = 复数形式的 RoPE 表 (L, {half})：第 t 个位置的第 i 对特征转过 t * 10000^(-2i/{size}) 弧度"),
+    "filled:cos": ("{name} = cos of the RoPE angles, (L, {size}), the halves repeated (i, i + {half})",
+                   "{name} = RoPE 角度的余弦，形状为 (L, {size})，前后两半相同 (i, i + {half})"),
+    "filled:sin": ("{name} = sin of the RoPE angles, (L, {size}), the halves repeated (i, i + {half})",
+                   "{name} = RoPE 角度的正弦，形状为 (L, {size})，前后两半相同 (i, i + {half})"),
+    "filled:cos_sin": ("{name} = (cos, sin), each (1, L, {size}), the halves repeated (i, i + {half})",
+                       "{name} = (cos, sin)，形状都是 (1, L, {size})，前后两半相同 (i, i + {half})"),
     "layout:batch": ("batch first (B, L, E)", "批量维在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列维在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens)", "模块内部带因果掩码（屏蔽后面的词）"),
     "causal:yes-buffer": ("causal inside the module (it masks future tokens; buffer '{buffer}')",
                           "模块内部带因果掩码（屏蔽后面的词；缓冲区 '{buffer}'）"),
     "causal:no": ("not causal", "不带因果掩码"),
+    "causal:built": ("causal through a mask its forward builds", "带因果掩码（在 forward 里构造）"),
+    "causal:built-after-softmax": ("causal through a mask its forward builds, applied after the softmax",
+                                   "在 forward 里构造了因果掩码，但放在了 softmax 之后"),
     "causal:after-softmax": ("causal through buffer '{buffer}', applied after the softmax",
                              "通过缓冲区 '{buffer}' 实现因果屏蔽，但放在了 softmax 之后"),
     "mask:none": ("no mask argument", "没有掩码参数"),
@@ -244,6 +258,12 @@ MESSAGES = {
     "switched-on": ("built with {name}=True: its default is False, and a model built from this class turns "
                     "it on (pass --init to choose)", "构造时设置了 {name}=True：它的默认值是 False，"
                     "但用这个类搭建的模型会把它打开（可以用 --init 指定）"),
+    "causal-mask-built": ("the causal mask is built here: {where}", "构造因果掩码的那一行：{where}"),
+    "mla-scale-nope": ("that is 1/sqrt({nope}): the scale counts only the {nope} features of each head without "
+                       "RoPE. Queries and keys have {nope} + {rope} features per head, and their dot product sums "
+                       "over all of them: scale by 1/sqrt({nope} + {rope}).",
+                       "这正是 1/sqrt({nope})：缩放只算了每个头里不带 RoPE 的 {nope} 维。查询和键每头有 {nope} + {rope} 维，"
+                       "点积是对全部这些维求和，所以应除以 sqrt({nope} + {rope})。"),
     "also-scale": ("and a second mistake, {bug}: the scores are scaled by {measured:.6g}, not 1/sqrt(head_dim) = "
                    "{right:.6g}", "还有第二个错误，{bug}：分数的缩放因子是 {measured:.6g}，"
                    "而不是 1/sqrt(head_dim) = {right:.6g}"),

@@ -43,6 +43,7 @@ from multihead.checker.projections import ProjectionInputs, describe_seen
 from multihead.checker.roles import candidate_roles, linear_layers
 from multihead.checker.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
 from multihead.checker.text import say
+from multihead.checker.unused_mask import applies_causal_mask, unused_causal_mask
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
 
@@ -59,6 +60,7 @@ class Setup:
     dtype: torch.dtype = torch.float64
     rope_bases: tuple[float, ...] = (DEFAULT_BASE,)  # the RoPE wavelength bases to try (rotary.bases)
     intended: dict = field(default_factory=dict)  # what the constructor names (option_search.intended)
+    named: dict = field(default_factory=dict)  # the constructor's named values (load.named_values)
 
     @property
     def tol(self) -> float:
@@ -80,14 +82,28 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
     plain = plain_cases(dims, dtype, L, Lk)
     assignments, seen = _role_candidates(module, spec, setup.heads, plain[0])
     if assignments and spec.mask_param and spec.encoding is None:  # blocked keys not inert: masked after softmax?
+        fitting, tol = _fitting(module, spec, assignments, plain, setup)
         spec.encoding, spec.mask_ignored = encoding_by_agreement(
-            module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), setup.tol)
+            module, spec, fitting, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), tol)
     report.conventions = conventions(spec, dtype)
     if not assignments:
         report.reason = say("no-roles", report.lang, seen=seen)
         return report
     return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
                     setup.tol, report, setup.rope_bases)
+
+
+def _fitting(module, spec: CallSpec, assignments, plain, setup: Setup) -> tuple[list, float]:
+    """(the assignments, turned by RoPE when plain maths does not reproduce the unmasked outputs and a rotation
+    does, and the tolerance that goes with them): what the masked outputs are then compared against."""
+    if spec.inputs != "x":
+        return assignments, setup.tol
+    with torch.no_grad():
+        wanted = [invoke(module, spec, *case) for case in plain]
+    if closest(module, spec, assignments, plain, wanted, [None]).error <= setup.tol:
+        return assignments, setup.tol
+    match, turned = _rope_match(module, spec, assignments, plain, wanted, setup.rope_bases)
+    return (turned, max(setup.tol, ROPE_TOLERANCE)) if match.error <= ROPE_TOLERANCE else (assignments, setup.tol)
 
 
 def _option_match(module, spec: CallSpec, assignments, cases, wanted, tol: float, rope_bases, report):
@@ -108,6 +124,8 @@ def _detect_call_conventions(module, spec: CallSpec, setup: Setup) -> int:
     if setup.hints.causal is None:
         spec.causal = conv.detect_causal(module, spec, inputs(dims, 2, 6, 6, dtype, 2), tol)
     spec.causal_buffer = conv.causal_buffer(module)
+    if not spec.causal and spec.causal_buffer is None and spec.inputs == "x":
+        spec.causal_built = applies_causal_mask(module, spec, inputs(dims, 2, 6, 6, dtype, 2)[0])
     window = None if setup.context_limited or setup.square else find_window(module, spec, dims, dtype, tol)
     spec.options = Options(window=window, intended=setup.intended)
     Lk = L if setup.square or spec.causal or setup.context_limited else L + 2
@@ -176,10 +194,9 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
     else:
         match = name_the_bug(module, spec, assignments, cases, wanted, tol, report) or match
         retry = turned and not report.bug  # no rotation fitted and no bug named yet: RoPE and another bug?
-        for rotated in _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases) if retry else ():
+        if retry:  # RoPE and another bug, named under the pairing that fits best
+            rotated = _pairings_by_fit(module, spec, assignments, cases, wanted, rope_bases)[0]
             match = name_the_bug(module, spec, rotated, cases, wanted, max(tol, ROPE_TOLERANCE), report) or match
-            if report.bug:  # RoPE and another bug, named under the pairing that fits best
-                break
         if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
@@ -187,6 +204,12 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         _check_longer(module, spec, match.roles, plain, tol, report)
     if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
         check_cached(module, spec, match.roles, tol, report)
+    if report.verdict == "pass" and not spec.causal and spec.inputs == "x":  # a causal mask built, then lost?
+        built = unused_causal_mask(module, spec, plain[0][0])
+        if built is not None:
+            report.verdict, report.bug = "fail", "causal-mask-unused"
+            if built:
+                report.notes.append(say("causal-mask-built", report.lang, where=built))
     if report.verdict == "pass" and spec.mask_param and spec.encoding is None:
         report.verdict, report.reason = "fail", say("mask-unverified", report.lang, param=spec.mask_param,
                                                     tried=tried_text(report.lang))
@@ -222,7 +245,9 @@ def _rope_match(module, spec: CallSpec, assignments, cases, wanted, bases):
 
 def _pairings_by_fit(module, spec: CallSpec, assignments, cases, wanted, bases) -> list[list]:
     """The assignments turned by each correct pairing (first base), the pairing whose closest catalogue
-    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing."""
+    form comes nearest the outputs first: a RoPE module with a second bug is named under its own pairing
+    (only that one is searched: the other pairing's search costs as much and has never named a bug the
+    nearer one missed)."""
     forms = [None] + forms_to_try(spec.encoding is not None, spec.causal)
     turned = [[replace(roles, rope=rope) for roles in assignments] for rope in rotaries(bases[:1], True)[1::2]]
     return sorted(turned, key=lambda rotated: closest(module, spec, rotated, cases, wanted, forms).error)
@@ -260,8 +285,10 @@ def materialise_unused_lazy(module) -> None:
 
 def conventions(spec: CallSpec, dtype) -> list[tuple[str, dict]]:
     """The report's (text key, values) lines for what was found."""
-    args = spec.args + ([spec.mask_param] if spec.mask_param else [])
+    args = spec.args + [filler.name for filler in spec.fillers] + ([spec.mask_param] if spec.mask_param else [])
     found = [(f"inputs:{spec.inputs}", {"args": ", ".join(args), "call": "forward"})]
+    found += [(f"filled:{filler.kind}", {"name": filler.name, "size": filler.size, "half": (filler.size or 0) // 2})
+              for filler in spec.fillers]
     if spec.order_found and spec.order not in (None, (0, 1), (0, 1, 2)):
         named = {role: spec.args[p] for p, role in enumerate(spec.order) if p < len(spec.args)}
         found.append((f"order:{spec.inputs}", {"q": named.get(0), "k": named.get(1), "v": named.get(2)}))

@@ -48,15 +48,34 @@ class Origin:
 
 @dataclass(eq=False)
 class Weight:
-    """Elements of one parameter laid out as a weight or a bias: ``parameter.reshape(-1)[index]``."""
+    """Elements of one parameter laid out as a weight or a bias: ``parameter.reshape(-1)[index]``; of several
+    parameters joined by a cat (``torch.cat([W_q, W_k, W_v])``, one matrix multiply for three): ``parameter``
+    is then their tuple and ``index`` counts through their flattened elements one after the other."""
 
-    name: str  # the parameter's qualified name, e.g. "wq.weight" or "W_q"
-    parameter: nn.Parameter
+    name: str  # the parameter's qualified name, e.g. "wq.weight" or "W_q" ("W_q+W_k+W_v" for several)
+    parameter: nn.Parameter | tuple[nn.Parameter, ...]
     index: torch.Tensor  # (O, E) for a weight, (O,) for a bias
 
     def tensor(self) -> torch.Tensor:
-        """The elements, differentiable with respect to the parameter."""
+        """The elements, differentiable with respect to the parameter(s)."""
+        if isinstance(self.parameter, tuple):
+            return torch.cat([p.reshape(-1) for p in self.parameter])[self.index]
         return self.parameter.reshape(-1)[self.index]
+
+    def scale_rows_(self, rows: torch.Tensor, factor: float) -> bool:
+        """Multiply the elements of ``rows`` (of the (O, E) or (O,) layout) by ``factor``, in the parameters
+        themselves; False (nothing changed) when a parameter is not contiguous (no flat view of it)."""
+        parameters = self.parameter if isinstance(self.parameter, tuple) else (self.parameter,)
+        if not all(p.is_contiguous() for p in parameters):
+            return False
+        elements = self.index[rows].reshape(-1)
+        start = 0
+        with torch.no_grad():
+            for p in parameters:
+                mine = elements[(elements >= start) & (elements < start + p.numel())] - start
+                p.view(-1)[mine] *= factor
+                start += p.numel()
+        return True
 
 
 @dataclass(eq=False)
@@ -231,6 +250,8 @@ class Flow(TorchFunctionMode):
         keys = {None if o is None else (o.kind, o.source) for o in origins}
         if len(keys) == 1 and None not in keys and origins[0].kind != "derived":
             return self._moved(func, ([o.shadow for o in origins], *args[1:]), kwargs, out, origins[0])
+        if all(o is not None and o.kind == "param" and isinstance(o.source, str) for o in origins):
+            return self._joined_parameters(func, args, kwargs, out, origins)
         self._derive(func, args, kwargs, out)
         by_map: dict[int, list[int]] = {}
         for use in sorted(self.origin(flat_tensors(out)[0]).near):
@@ -238,6 +259,21 @@ class Flow(TorchFunctionMode):
         for uses in by_map.values():
             self.records.joins += [(uses[0], other) for other in uses[1:]]
         return True
+
+    def _joined_parameters(self, func, args, kwargs, out, origins: list[Origin]) -> bool:
+        """cat/stack of several parameters: one parameter made of them all (its source their names, its shadow
+        counting through their elements one parameter after the other)."""
+        names = list(dict.fromkeys(o.source for o in origins))
+        sizes = [self.module.get_parameter(name).numel() for name in names]
+        offsets = {name: sum(sizes[:i]) for i, name in enumerate(names)}
+        joined = Origin("param", tuple(names), None, frozenset().union(*[o.ancestry for o in origins]))
+        return self._moved(func, ([o.shadow + offsets[o.source] for o in origins], *args[1:]), kwargs, out, joined)
+
+    def _parameter(self, source) -> nn.Parameter | tuple[nn.Parameter, ...]:
+        """The parameter of a "param" origin (a tuple of them for parameters joined by a cat)."""
+        if isinstance(source, tuple):
+            return tuple(self.module.get_parameter(name) for name in source)
+        return self.module.get_parameter(source)
 
     def _derive(self, func, args, kwargs, out) -> None:
         """An op that computes: its output depends on everything it read; map outputs it read are used."""
@@ -295,14 +331,14 @@ class Flow(TorchFunctionMode):
             bias_origin = self.origin(found.bias)
             if bias_origin.shadow.shape != found.index.shape[:1]:
                 return False
-            bias = Weight(bias_origin.source, self.module.get_parameter(bias_origin.source), bias_origin.shadow)
+            bias = Weight(_joined_name(bias_origin.source), self._parameter(bias_origin.source), bias_origin.shadow)
         reads = self.origin(found.read) or Origin("derived", None, None, frozenset())
         ancestry = reads.ancestry
         if reads.kind == "map":  # a map reading another map's output uses its rows
             ancestry = ancestry | {("use", self._use(reads, found.read, func))}
         index = len(self.maps)
-        weight = Weight(found.param.source, self.module.get_parameter(found.param.source), found.index)
-        self.records.maps.append(LinearMap(_owner(found.param.source), weight, bias, reads, found.read, out))
+        weight = Weight(_joined_name(found.param.source), self._parameter(found.param.source), found.index)
+        self.records.maps.append(LinearMap(_owner(weight.name), weight, bias, reads, found.read, out))
         self._track(out, Origin("map", index, rows, frozenset({("map", index)}) | ancestry))
         return True
 
@@ -323,7 +359,7 @@ class Flow(TorchFunctionMode):
         rows = rows_of_bias(self._origins[id(made)].shadow, bias_origin.shadow, found.out_features)
         if rows is None:
             return False
-        found.bias = Weight(bias_origin.source, self.module.get_parameter(bias_origin.source), rows)
+        found.bias = Weight(_joined_name(bias_origin.source), self._parameter(bias_origin.source), rows)
         found.output = out
         self._track(out, self._origins[id(made)])
         return True
@@ -332,6 +368,11 @@ class Flow(TorchFunctionMode):
 def _first_tensor(args):
     tensors = flat_tensors(args[:1]) if args else []
     return tensors[0] if tensors else None
+
+
+def _joined_name(source) -> str:
+    """A parameter's name; "W_q+W_k+W_v" for parameters joined by a cat."""
+    return "+".join(source) if isinstance(source, tuple) else source
 
 
 def _owner(name: str) -> str:
@@ -360,6 +401,7 @@ def leaf_layout(layer: nn.Module) -> str | None:
                 want = F.linear(x, weight if layout == "linear" else weight.t(), bias)
         except Exception:
             continue
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-4, 1e-4):
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and \
+                torch.allclose(got, want, 1e-4, 1e-4, equal_nan=True):  # torch.empty weights may hold NaN
             return layout
     return None

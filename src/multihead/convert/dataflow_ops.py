@@ -17,6 +17,7 @@ output element (broadcastable to the output's shape).
 from __future__ import annotations
 
 import math
+import string
 from dataclasses import dataclass
 
 import torch
@@ -111,13 +112,14 @@ def _bias_ok(bias, origin_of) -> bool:
 def einsum_map(args, origin_of) -> Product | None:
     """einsum(equation, x, W) (either order): W's indices are contracted with x's (E = their product, in x's
     order) or in the output (O = their product, in the output's order); none of x's in both."""
-    if not args or not isinstance(args[0], str) or "..." in args[0] or "->" not in args[0]:
+    if not args or not isinstance(args[0], str) or "->" not in args[0]:
         return None
     operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
     lhs, out_idx = args[0].replace(" ", "").split("->")
     terms = lhs.split(",")
-    if len(operands) != 2 or len(terms) != 2:
+    if len(operands) != 2 or len(terms) != 2 or not all(isinstance(t, torch.Tensor) for t in operands):
         return None
+    terms, out_idx = _without_ellipsis(terms, out_idx, operands)
     origins = [origin_of(t) for t in operands]
     params = [_is_param(o) for o in origins]
     if params.count(True) != 1:
@@ -134,6 +136,18 @@ def einsum_map(args, origin_of) -> Product | None:
     index = shadow.reshape(math.prod(sizes), -1)  # (O, E)
     rows = torch.arange(index.shape[0]).view(*[sizes[w_out.index(c)] if c in w_out else 1 for c in out_idx])
     return Product(w_origin, index, x, None, rows)
+
+
+def _without_ellipsis(terms: list[str], out_idx: str, operands) -> tuple[list[str], str]:
+    """einsum terms with every "..." spelled out as letters of their own ("...i,oi->...o" on a 3-D x:
+    "ABi,oi->ABo"), the broadcast dimensions aligned from the right."""
+    if not any("..." in t for t in terms + [out_idx]):
+        return terms, out_idx
+    free = [c for c in string.ascii_letters if c not in "".join(terms) + out_idx]
+    counts = [t.dim() - (len(term) - 3) if "..." in term else 0 for term, t in zip(terms, operands)]
+    letters = "".join(free[:max(counts)])
+    spelled = [term.replace("...", letters[len(letters) - n:]) for term, n in zip(terms, counts)]
+    return spelled, out_idx.replace("...", letters)
 
 
 def rows_of_bias(out_rows: torch.Tensor, bias_elements: torch.Tensor, out_features: int) -> torch.Tensor | None:
