@@ -69,11 +69,16 @@ def test_a_line_without_an_entry_names_the_file_line_number_and_what_to_add():
 
 
 def test_each_occurrence_is_checked_against_its_own_key():
-    line = "| ours | 60% / 60% |"
-    keys = ["decode.json#decode|row|decode N=4096 fp32: attention | ours: mh.attention | decode|% of bandwidth",
-            "decode.json#decode|row|decode N=1024 fp32: attention | ours: mh.attention | decode|% of bandwidth"]
+    """The same figure written twice on a line, tied to two rows: the row whose value differs fails."""
+    runs = "decode, " + RESULTS.data["decode.json"]["machine"]["decode_isa"] + " build"
+    keys = [f"decode.json#decode|row|decode N={n} fp32: attention | ours: mh.attention | {runs}|% of bandwidth"
+            for n in (4096, 1024)]
+    first, second = (RESULTS.values(key, "%")[0] for key in keys)
+    assert round(first) != round(second)
+    line = f"| ours | {first:.0f}% / {first:.0f}% |"
     [message] = problems("benchmarks/decode.md", line, {line: keys}, RESULTS)
-    assert message.startswith("benchmarks/decode.md:1: 60% (number 2 of 2 on the line)") and "41.6" in message
+    assert message.startswith(f"benchmarks/decode.md:1: {first:.0f}% (number 2 of 2 on the line)")
+    assert f"{second:.1f}"[:3] in message
 
 
 def test_a_declaration_must_be_a_known_kind_and_an_unrecorded_figure_says_where():
