@@ -15,7 +15,7 @@ from tests.conformance.reference import PartSpec
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KINDS = ("keep", "block", "additive", "lengths", "lengths_per_query", "key_padding", "causal", "window", "chunks",
-         "alibi", "segments", "mask_mod", "score_mod")
+         "alibi", "segments", "mask_mod", "score_mod", "sparse")
 ALIGNS = ("top_left", "bottom_right")
 
 
@@ -106,6 +106,10 @@ def make_part(kind: str, c: Case, rng: random.Random, g: torch.Generator) -> Par
         return PartSpec(kind, args)
     if kind == "segments":
         return PartSpec(kind, segment_ids(B, Lq, Lk, rng, g))
+    if kind == "sparse":  # listed keys per query (per head or shared), -1 = a free slot, duplicates allowed
+        K = rng.randint(1, Lk + 1)
+        shape = (B, H, Lq, K) if rng.random() < 0.3 else (B, Lq, K)
+        return PartSpec(kind, {"indices": torch.randint(-1, Lk, shape, generator=g)})
     if kind == "mask_mod":
         return PartSpec(kind, {"fn": rng.choice(mask_mods(B, H, Lq, Lk, g))})
     if kind == "score_mod":

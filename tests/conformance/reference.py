@@ -55,6 +55,8 @@ def build_part(spec: PartSpec) -> Mask:
         return Mask.alibi(a["slopes"], a["align"])
     if spec.kind == "segments":
         return Mask.segments(a["ids"], a["key_ids"])
+    if spec.kind == "sparse":
+        return Mask.sparse(a["indices"])
     if spec.kind == "mask_mod":
         return Mask.mask_mod(a["fn"])
     if spec.kind == "score_mod":
@@ -134,6 +136,11 @@ def dense_terms(specs: list[PartSpec], B: int, H: int, Lq: int, Lk: int):
             terms.append(lambda s, d=-slopes[h] * distance: s + d)
         elif kind == "segments":
             keep = keep & (a["ids"].cpu()[b, i] == a["key_ids"].cpu()[b, j])
+        elif kind == "sparse":  # key j is kept where some slot of the query's list names it
+            lists = a["indices"].cpu().long()
+            lists = lists[:, None] if lists.dim() == 3 else lists  # (B, 1 or H, Lq, K)
+            listed = (lists[..., None] == torch.arange(Lk)).any(-2)  # (B, 1 or H, Lq, Lk); -1 names no key
+            keep = keep & listed
         elif kind == "mask_mod":
             keep = keep & (a["fn"](b, h, i, j).cpu())
         elif kind == "score_mod":

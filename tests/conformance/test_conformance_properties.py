@@ -53,9 +53,12 @@ def test_flex_matches_the_reference(seed, mode):
 
 
 def test_backends_are_covered():
-    """Over a fixed set of cases every backend runs (not only refuses), so the properties test each."""
+    """Over the first fixed seeds (at most 120) every backend runs (not only refuses) at least 3 times, so the
+    properties test each; every case met on the way conforms."""
     ran = collections.Counter()
-    for seed in range(40):
+    for seed in range(120):
         for outcome in assert_conforms(make_case(random.Random(seed)), MODES[seed % 3]):
             ran[outcome.backend] += outcome.status == "ok"
+        if seed >= 39 and all(ran[b] >= 3 for b in NOT_FLEX):
+            break
     assert all(ran[b] >= 3 for b in NOT_FLEX), ran

@@ -98,5 +98,9 @@ def _parallel(plt, r: SuiteResult):
     return plot(plt, r)
 
 
+def _quant_cache(plt, r: SuiteResult):
+    return _bars(plt, r, lambda row: f"{row['case'].split(': ')[-1]}: {row['implementation']}", "ms", "ms per call")
+
+
 DRAWERS = {"shootout": _shootout, "scaling": _scaling, "padded": _padded, "roofline": _roofline,
-           "small": _small, "parallel": _parallel}
+           "small": _small, "parallel": _parallel, "quant_cache": _quant_cache}
