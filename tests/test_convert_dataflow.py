@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multihead.convert.dataflow import Flow, leaf_layout
+from multihead.convert.dataflow import Flow
+from multihead.convert.leaf_layout import leaf_layout
 from multihead.convert.flow_roles import map_pieces, name_roles
 
 B, L, E, H, HKV, D = 2, 5, 16, 4, 2, 4

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from multihead.convert.dataflow import Flow, LinearMap, leaf_layout
+from multihead.convert.dataflow import Flow, LinearMap
+from multihead.convert.leaf_layout import leaf_layout
 from multihead.convert.flow_roles import Piece, map_pieces
 
 
