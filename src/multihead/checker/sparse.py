@@ -7,8 +7,9 @@ Two kinds, told apart by the function's argument names (``sparse_kind``):
   against ``mh.attention(q, k, v, mh.Mask.sparse(indices))``, outputs and gradients, on lists that are
   causal (query i lists keys <= i, the first queries with -1 slots) and on lists over a longer context
   (Lq < Lk). A key is never listed twice: a mask keeps it once, a gather over the slots counts it twice,
-  and both conventions are met in the wild. Outputs that equal the reference with every -1 read as key
-  Lk - 1 (torch wraps index -1 to the last key) name ``sparse-none-unmasked``;
+  and both conventions are met in the wild. Outputs that equal the reference with every -1 read as a real
+  key name ``sparse-none-unmasked``: key Lk - 1 (torch's indexing wraps -1 to the last key) or key 0 (the
+  indices clamped for the gather, the free slots never masked), kept once or counted per slot;
 * top-k selection ``fn(index_scores, k)`` (or ``scores``, ``logits``; the count ``k``, ``topk``, ``top_k``,
   or none: then K is the output's width): scores (B, Lq, Lk) -> each query's K best keys, (B, Lq, K), in any
   order. Indices that equal a top-k over the queries or the batch instead of the keys name
@@ -62,7 +63,7 @@ def check_sparse(fn, kind: str, report: CheckReport) -> CheckReport:
                                                         "indices": names[-1]})]
     judge = _judge_attention if kind == "attention" else _judge_topk
     try:
-        judge(lambda *args: fn(*args, **extras), report)
+        judge(lambda *args: fn(*args, **extras), report, len(names))
     except Exception as error:  # the learner's code raised: its message and line
         report.verdict, report.exception = "fail", f"{type(error).__name__}: {error}"
         report.where = learner_frame(error)
@@ -85,31 +86,31 @@ def causal_lists(Lq: int, Lk: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def _probes(dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
-    """(q, k, v, indices) cases: self-attention over 8 tokens, and 3 queries over a context of 10 keys whose
-    lists leave some slots free."""
+    """(q, k, v, indices) cases: self-attention over 8 tokens (the first queries have free slots), and 3
+    queries over a context of 10 keys, two of whose lists leave slots free."""
     gen = torch.Generator().manual_seed(0)
     cases = []
     for Lq, Lk in ((8, 8), (3, 10)):
         q = torch.randn(B, H, Lq, D, generator=gen, dtype=dtype)
         k, v = (torch.randn(B, H, Lk, D, generator=gen, dtype=dtype) for _ in range(2))
         indices = causal_lists(Lq, Lk, gen)
-        if Lq < Lk:  # free slots here too: the last query of batch row 0 lists two keys only
-            indices[0, -1, :2] = -1
+        if Lq < Lk:  # free slots in lists that name neither key 0 nor key Lk - 1, where a -1 read as a key shows
+            indices[0, -1], indices[1, 0] = torch.tensor([-1, 4, -1, 6]), torch.tensor([2, -1, 7, 5])
         cases.append((q, k, v, indices))
     return cases
 
 
 def gathered(q, k, v, indices) -> torch.Tensor:
-    """Attention over each query's K slots, one softmax term per slot (a gather, -1 wrapped by torch to the
-    last key): (B, H, Lq, D)."""
+    """Attention over each query's K slots, one softmax term per slot (a gather of ``indices``, all real
+    keys): (B, H, Lq, D)."""
     Bq, Hq, Lq, Dq = q.shape
-    idx = indices.remainder(k.shape[-2])[:, None, :, :, None].expand(Bq, Hq, Lq, indices.shape[-1], Dq)
+    idx = indices[:, None, :, :, None].expand(Bq, Hq, Lq, indices.shape[-1], Dq)
     pick = lambda t: t.unsqueeze(2).expand(Bq, Hq, Lq, *t.shape[-2:]).gather(3, idx)  # noqa: E731 (B, H, Lq, K, D)
     weights = torch.softmax((q.unsqueeze(3) * pick(k)).sum(-1) * Dq ** -0.5, dim=-1)  # (B, H, Lq, K)
     return (weights.unsqueeze(-1) * pick(v)).sum(3)
 
 
-def _judge_attention(fn, report: CheckReport) -> None:
+def _judge_attention(fn, report: CheckReport, _: int) -> None:
     dtype = _runs_in(lambda case: fn(*case), _probes)
     tol, worst, wrapped = TOLERANCE[dtype], 0.0, True
     for q, k, v, indices in _probes(dtype):
@@ -121,8 +122,7 @@ def _judge_attention(fn, report: CheckReport) -> None:
             return
         want = mh.attention(q, k, v, mh.Mask.sparse(indices))
         error = relative_error(got, want)
-        wrapped = wrapped and any(relative_error(got, other) <= tol for other in (
-            mh.attention(q, k, v, mh.Mask.sparse(indices.remainder(k.shape[-2]))), gathered(q, k, v, indices)))
+        wrapped = wrapped and any(relative_error(got, other) <= tol for other in _free_slots_read(q, k, v, indices))
         if error <= tol:
             grad = torch.randn(got.shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
             mine, theirs = (torch.autograd.grad(out, (q, k, v), grad, allow_unused=True) for out in (got, want))
@@ -139,6 +139,14 @@ def _judge_attention(fn, report: CheckReport) -> None:
         report.verdict, report.bug = "fail", "sparse-none-unmasked" if wrapped else None
 
 
+def _free_slots_read(q, k, v, indices):
+    """The outputs of attention whose -1 slots read a real key: the last (torch's wrap) or the first (a
+    clamp), kept once (a mask) or counted per slot (a gather)."""
+    for real in (indices.remainder(k.shape[-2]), indices.clamp(min=0)):
+        yield mh.attention(q, k, v, mh.Mask.sparse(real))
+        yield gathered(q, k, v, real)
+
+
 def _runs_in(call, cases) -> torch.dtype:
     """float64 when ``call`` runs on the float64 cases, else float32 (whose exception then propagates)."""
     try:
@@ -149,8 +157,8 @@ def _runs_in(call, cases) -> torch.dtype:
         return torch.float32
 
 
-def _judge_topk(fn, report: CheckReport) -> None:
-    takes_count = len(_required(fn)) == 2
+def _judge_topk(fn, report: CheckReport, arguments: int) -> None:
+    takes_count = arguments == 2
     scores = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # (B, Lq, Lk)
     got = first_tensor(fn(scores, 3) if takes_count else fn(scores))
     count = 3 if takes_count else got.shape[-1]
