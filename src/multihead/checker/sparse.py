@@ -4,7 +4,7 @@ Two kinds, told apart by the function's argument names (``sparse_kind``):
 
 * sparse attention ``fn(q, k, v, indices)`` (or ``topk_indices``, ``idx``, ``selected``...): q (B, H, Lq, D),
   k and v (B, H, Lk, D), indices (B, Lq, K) int, the keys each query may see, -1 = a free slot. It is judged
-  against ``mh.attention(q, k, v, mh.Mask.sparse(indices))``, outputs and gradients, on lists that are
+  against ``attention(q, k, v, Mask.sparse(indices))``, outputs and gradients, on lists that are
   causal (query i lists keys <= i, the first queries with -1 slots) and on lists over a longer context
   (Lq < Lk). A key is never listed twice: a mask keeps it once, a gather over the slots counts it twice,
   and both conventions are met in the wild. Outputs that equal the reference with every -1 read as a real
@@ -24,12 +24,13 @@ import inspect
 
 import torch
 
-import multihead as mh
+from multihead.attention import attention
 from multihead.checker.calling import first_tensor, learner_frame
 from multihead.checker.compare import relative_error
 from multihead.checker.functions import fill_extras
 from multihead.checker.report import CheckReport
 from multihead.checker.text import say
+from multihead.masks import Mask
 
 INDEX_NAMES = ("indices", "topk_indices", "top_k_indices", "topk_idx", "idx", "index", "selected",
                "selected_indices", "kv_indices", "sparse_indices")
@@ -120,7 +121,7 @@ def _judge_attention(fn, report: CheckReport, _: int) -> None:
             report.verdict, report.exception = "fail", (f"WrongOutputShape: returned shape {tuple(got.shape)} for "
                                                         f"q of shape {tuple(q.shape)}; expected the same shape")
             return
-        want = mh.attention(q, k, v, mh.Mask.sparse(indices))
+        want = attention(q, k, v, Mask.sparse(indices))
         error = relative_error(got, want)
         wrapped = wrapped and any(relative_error(got, other) <= tol for other in _free_slots_read(q, k, v, indices))
         if error <= tol:
@@ -143,7 +144,7 @@ def _free_slots_read(q, k, v, indices):
     """The outputs of attention whose -1 slots read a real key: the last (torch's wrap) or the first (a
     clamp), kept once (a mask) or counted per slot (a gather)."""
     for real in (indices.remainder(k.shape[-2]), indices.clamp(min=0)):
-        yield mh.attention(q, k, v, mh.Mask.sparse(real))
+        yield attention(q, k, v, Mask.sparse(real))
         yield gathered(q, k, v, real)
 
 
