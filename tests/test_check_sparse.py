@@ -68,3 +68,13 @@ def test_a_sparse_function_that_raises_shows_the_line(tmp_path):
     (tmp_path / "learner.py").write_text("def attend(q, k, v, idx):\n    return q @ k\n")
     report = check(f"{tmp_path / 'learner.py'}:attend")
     assert report.exit_code == 1 and report.exception.startswith("RuntimeError") and "learner.py:2" in report.where
+
+
+@pytest.mark.parametrize("lang, note", [("en", "needs as many key/value heads as query heads"),
+                                        ("zh", "键/值头的数目必须与查询头相同")])
+def test_a_function_that_refuses_one_shared_kv_head_passes_and_says_so(tmp_path, lang, note):
+    text = (ZOO / "ok_sparse_gather.py").read_text().replace(
+        "    K = indices.shape[-1]\n", "    K = indices.shape[-1]\n    assert k.shape[1] == H, 'one kv head per query head'\n")
+    (tmp_path / "learner.py").write_text(text)
+    report = check(f"{tmp_path / 'learner.py'}:sparse_attention", lang=lang)
+    assert report.passed and note in str(report), str(report)

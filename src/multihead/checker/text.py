@@ -20,6 +20,12 @@ CONVENTION_TEXT = {
                         "{call}({args})：稀疏注意力，q 的形状为 (B, H, Lq, D)，k 和 v 为 (B, H, Lk, D)，'{indices}' 为 "
                         "(B, Lq, K)，列出每个查询能看到的键；在因果的索引列表上、以及 3 个查询对 10 个键的情形下，"
                         "与 mh.attention(q, k, v, mh.Mask.sparse({indices})) 比较"),
+    "sparse:kv-shared": ("one key/value head shared by every query head (k and v (B, 1, Lk, D), as in DeepSeek "
+                         "V3.2's absorbed attention): matches too", "所有查询头共用一个键/值头（k 和 v 的形状为 "
+                         "(B, 1, Lk, D)，和 DeepSeek V3.2 吸收形式的注意力一样）：结果同样一致"),
+    "sparse:kv-heads-equal": ("needs as many key/value heads as query heads: with one shared key/value head "
+                              "(k and v (B, 1, Lk, D)) it raises", "键/值头的数目必须与查询头相同：只给一个共用的"
+                              "键/值头（k 和 v 的形状为 (B, 1, Lk, D)）时会报错"),
     "function:topk": ("{call}({args}): top-k selection, index scores (B, Lq, Lk) -> each query's K best keys "
                       "(B, Lq, K), in any order; compared with scores.topk(K, dim=-1).indices",
                       "{call}({args})：top-k 选键，由索引分数 (B, Lq, Lk) 得到每个查询得分最高的 K 个键 (B, Lq, K)，"
