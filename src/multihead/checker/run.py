@@ -66,7 +66,8 @@ from multihead.checker.verdict import Setup, check_in_layout, conventions
 def check(target, *, init=None, config=None, call=None, lang: str = "en") -> CheckReport:
     """Check a multi-head attention module: ``target`` is a "file.py:Class" string, a class or an
     instance (never modified: the checker works on a copy), or an attention function ("file.py:function"
-    or the function itself, ``functions.py``). ``init``: constructor kwargs (dict or
+    or the function itself, ``functions.py``; a token-sparse attention or top-k selection function is judged
+    as one, ``sparse.py``). ``init``: constructor kwargs (dict or
     JSON text); ``config``: attributes of a config object for ``__init__(self, config)`` (dict or JSON
     text; unnamed ones are guessed); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
     lang = check_lang(lang)
