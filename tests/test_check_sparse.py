@@ -78,3 +78,12 @@ def test_a_function_that_refuses_one_shared_kv_head_passes_and_says_so(tmp_path,
     (tmp_path / "learner.py").write_text(text)
     report = check(f"{tmp_path / 'learner.py'}:sparse_attention", lang=lang)
     assert report.passed and note in str(report), str(report)
+
+
+@pytest.mark.parametrize("target, line", [
+    ("ok_sparse_gather.py:select_top_k", "on causal scores (-inf after each query) the slots it cannot fill are -1"),
+    ("ok_sparse_dense_mask.py:pick_keys", "mark those slots -1"),
+])
+def test_a_selection_is_told_whether_it_marks_keys_scored_minus_inf(target, line):
+    report = check(str(ZOO / target))
+    assert report.passed and line in str(report), str(report)

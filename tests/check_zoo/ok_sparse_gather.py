@@ -21,5 +21,7 @@ def sparse_attention(q, k, v, indices):
 
 
 def select_top_k(index_scores, top_k):
-    """index_scores (B, Lq, Lk) -> the top_k best keys of each query, (B, Lq, top_k)."""
-    return index_scores.topk(top_k, dim=-1).indices
+    """index_scores (B, Lq, Lk), -inf where a query may not look -> the top_k best keys of each query,
+    (B, Lq, top_k), -1 in the slots a query has no key for."""
+    values, picked = index_scores.topk(top_k, dim=-1)
+    return torch.where(values == float("-inf"), -1, picked)

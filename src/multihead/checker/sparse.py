@@ -14,7 +14,8 @@ Two kinds, told apart by the function's argument names (``sparse_kind``):
 * top-k selection ``fn(index_scores, k)`` (or ``scores``, ``logits``; the count ``k``, ``topk``, ``top_k``,
   or none: then K is the output's width): scores (B, Lq, Lk) -> each query's K best keys, (B, Lq, K), in any
   order. Indices that equal a top-k over the queries or the batch instead of the keys name
-  ``topk-wrong-axis``.
+  ``topk-wrong-axis``. A selection that passes is tried on causal scores (-inf after each query): the
+  report notes whether it marks the slots it cannot fill with -1 or lists keys scored -inf.
 
 Both run in float64 (float32 when the function only runs there) and build a ``CheckReport``.
 """
@@ -70,7 +71,7 @@ def check_sparse(fn, kind: str, report: CheckReport) -> CheckReport:
         report.verdict, report.exception = "fail", f"{type(error).__name__}: {error}"
         report.where = learner_frame(error)
     if report.passed:
-        report.notes.append(say(f"meaning:{report.kind}", report.lang, indices=names[-1]))
+        report.notes.insert(0, say(f"meaning:{report.kind}", report.lang, indices=names[-1]))
     return report
 
 
@@ -182,6 +183,7 @@ def _judge_topk(fn, report: CheckReport, arguments: int) -> None:
     right = scores.topk(count, dim=-1).indices
     if _same_lists(got, right):
         report.verdict, report.error = "pass", 0.0
+        _blocked_keys(fn, takes_count, report)
         return
     report.verdict = "fail"
     for dim in (1, 0):  # over the queries, over the batch: the lists run along dim, as topk leaves them
@@ -195,6 +197,22 @@ def _judge_topk(fn, report: CheckReport, arguments: int) -> None:
                             f"{tuple(scores.shape)}; expected {tuple(right.shape)}")
     else:
         report.reason = say("topk-differs", report.lang, count=count)
+
+
+def _blocked_keys(fn, takes_count: bool, report: CheckReport) -> None:
+    """On causal scores (-inf after each query), early queries have fewer than 3 keys: say whether the
+    function marks the slots left with -1 (a convention line) or lists keys scored -inf (a note)."""
+    scores = torch.randn(2, 6, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))  # (B, L, L)
+    try:
+        picked = first_tensor(fn(scores, 3) if takes_count else fn(scores)).long()  # (B, L, K)
+        blocked = scores.gather(-1, picked.clamp(min=0)) == float("-inf")
+    except Exception:  # a selection that refuses -inf scores: nothing to say about them
+        return
+    if bool((blocked & (picked >= 0)).any()):
+        report.notes.append(say("topk-lists-blocked", report.lang))
+    elif bool((picked < 0).any()):
+        report.conventions.append(("topk:marks-blocked", {}))
 
 
 def _same_lists(got: torch.Tensor, want: torch.Tensor, dim: int = -1) -> bool:

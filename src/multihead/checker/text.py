@@ -26,6 +26,8 @@ CONVENTION_TEXT = {
     "sparse:kv-heads-equal": ("needs as many key/value heads as query heads: with one shared key/value head "
                               "(k and v (B, 1, Lk, D)) it raises", "键/值头的数目必须与查询头相同：只给一个共用的"
                               "键/值头（k 和 v 的形状为 (B, 1, Lk, D)）时会报错"),
+    "topk:marks-blocked": ("on causal scores (-inf after each query) the slots it cannot fill are -1",
+                           "在因果的分数上（每个查询之后的键为 -inf），填不满的位置都是 -1"),
     "function:topk": ("{call}({args}): top-k selection, index scores (B, Lq, Lk) -> each query's K best keys "
                       "(B, Lq, K), in any order; compared with scores.topk(K, dim=-1).indices",
                       "{call}({args})：top-k 选键，由索引分数 (B, Lq, Lk) 得到每个查询得分最高的 K 个键 (B, Lq, K)，"
@@ -213,6 +215,12 @@ MESSAGES = {
                   "通过：{target} 为每个查询选出了得分最高的 k 个键（与 scores.topk(k, dim=-1) 的结果相同）"),
     "topk-differs": ("its lists differ from each query's {count} best keys, and from a top-{count} over any other "
                      "axis", "它给出的列表既不是每个查询得分最高的 {count} 个键，也不是沿其他任何一维取的前 {count} 名"),
+    "topk-lists-blocked": ("on causal scores (-inf after each query), the first queries have fewer keys than k, "
+                           "and their lists name keys scored -inf, future keys that mh.Mask.sparse would then let "
+                           "them see: mark those slots -1 (torch.where(values == -inf, -1, indices))",
+                           "在因果的分数上（每个查询之后的键为 -inf），最前面几个查询可选的键不足 k 个，它们的列表里"
+                           "就混进了分数为 -inf 的键，也就是未来的键，交给 mh.Mask.sparse 之后它们会被看到："
+                           "应把这些位置标成 -1（torch.where(values == -inf, -1, indices)）"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
