@@ -10,7 +10,15 @@ from torch import nn
 
 from helpers import edited_zoo_file
 from multihead.checker import check
-from multihead.checker.load import LoadError, guess_init, misspelled_forward, parse_init, split_target
+from multihead.checker.load import (
+    LoadError,
+    guess_init,
+    load_class,
+    load_target,
+    misspelled_forward,
+    parse_init,
+    split_target,
+)
 
 ZOO = Path(__file__).parent / "check_zoo"
 
@@ -174,3 +182,11 @@ def test_could_not_run_messages_are_translated():
     assert str(report).startswith("错误：无法检查 nowhere/attn.py:A")
     error = LoadError("english", "中文")
     assert (str(error), error.text("en"), error.text("zh")) == ("english", "english", "中文")
+
+
+def test_load_target_gives_what_the_file_defines_as_written():
+    fn = load_target(str(ZOO / "ok_sparse_gather.py:sparse_attention"))
+    assert callable(fn) and not isinstance(fn, type) and fn.__name__ == "sparse_attention"
+    cls = load_target(str(ZOO / "weights_times_keys.py:Attention"))
+    assert issubclass(cls, nn.Module) and cls.__name__ == "Attention"
+    assert issubclass(load_class(str(ZOO / "ok_function_sdpa_style.py:scaled_dot_product_attention")), nn.Module)

@@ -28,7 +28,7 @@ def test_mutants_cover_every_id_the_checker_can_reproduce():
     reproducible = {bug.id for bug in BUGS if bug.forms}  # forward-misspelled and wrong-scale have none
     # judged outside the forms: RoPE pairings, cached steps, an MLA module's absorbed path
     behavioural = {"rope-half-split-on-interleaved", "rope-interleaved-on-half-split", "cache-positions-not-offset",
-                   "cache-causal-top-left", "mla-absorbed-wuk-transposed"}
+                   "cache-causal-top-left", "mla-absorbed-wuk-transposed", "sparse-none-unmasked", "topk-wrong-axis"}
     assert reproducible | behavioural <= {m.bug for m in MUTANTS}
 
 

@@ -45,6 +45,8 @@ POINTERS = {
     "window-off-by-one": ("window-and-sinks", "check.last-w-keys"),
     "qk-norm-wrong-axis": ("where-heads-live", "check.each-head-has-own"),
     "rope-partial-wrong-features": ("rope", "check.layout-matters"),
+    "sparse-none-unmasked": ("sparse-attention", "check.minus-one"),
+    "topk-wrong-axis": ("sparse-attention", "check.by-hand-picks"),
 }
 
 

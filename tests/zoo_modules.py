@@ -84,6 +84,10 @@ CORRECT = {
     "ok_transformerlens_attention.py:Attention": {},
     "ok_hf_llama_eager.py:LlamaStyleAttention": {},
     "ok_mla_absorb_default_rotate_half.py:LatentSelfAttention": {},
+    "ok_sparse_gather.py:sparse_attention": {},
+    "ok_sparse_gather.py:select_top_k": {},
+    "ok_sparse_dense_mask.py:attend_selected": {},
+    "ok_sparse_dense_mask.py:pick_keys": {},
 }
 
 
@@ -128,6 +132,8 @@ BUGGY = {
     "window_off_by_one.py:LocalAttention": "window-off-by-one",
     "rope_partial_last_features.py:PartialRotaryAttention": "rope-partial-wrong-features",
     "causal_mask_never_applied.py:DecoderSelfAttention": "causal-mask-unused",
+    "sparse_minus_one_wraps.py:sparse_attention": "sparse-none-unmasked",
+    "topk_over_queries.py:select": "topk-wrong-axis",
 }
 
 # file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)

@@ -70,6 +70,10 @@ _QWEN3 = "ok_qwen3_qk_norm.py:Qwen3Attention"
 _NANOCHAT = "ok_qk_norm_after_rotary.py:CausalSelfAttention"
 _NORM_AFTER = "ok_qk_norm_after_rope_weighted.py:RotaryNormAttention"
 _WINDOW = "ok_sliding_window.py:SlidingWindowAttention"
+_SPARSE = "ok_sparse_gather.py:sparse_attention"
+_SPARSE_MASK = "ok_sparse_dense_mask.py:attend_selected"
+_TOPK = "ok_sparse_gather.py:select_top_k"
+_TOPK_SORT = "ok_sparse_dense_mask.py:pick_keys"
 _NEOX = "ok_partial_rotary.py:GPTNeoXAttention"
 _COMPLEX = "ok_complex_rotary.py:Attention"
 _SINKS = "ok_attention_sinks.py:SinkAttention"
@@ -419,6 +423,13 @@ MUTANTS = [
         "        attn = self.softmax(scores).to(query.dtype)\n        if mask is not None:\n"
         "            attn = attn.masked_fill(mask.unsqueeze(1), 0.0)\n")),
     _m(_KVQ, "merge-without-transpose", ("return x.transpose(1, 2).contiguous().view(", "return x.contiguous().view(")),
+
+    _m(_SPARSE, "sparse-none-unmasked", ("    scores = scores.masked_fill(free[:, None], float(\"-inf\"))\n", ""),
+       note="clamped"),
+    _m(_SPARSE_MASK, "sparse-none-unmasked", ("torch.where(topk_indices >= 0, topk_indices, Lk)",
+                                              "topk_indices.clamp(min=0)"), note="clamped"),
+    _m(_TOPK, "topk-wrong-axis", ("topk(top_k, dim=-1)", "topk(top_k, dim=1)")),
+    _m(_TOPK_SORT, "topk-wrong-axis", ("dim=-1", "dim=1"), ("order[..., :3]", "order[:, :3]")),
 ]
 
 

@@ -15,7 +15,9 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    off, fresh random projection weights (``probes.randomise_projections``) and 1-D parameters (norm
    weights, sinks: ``option_search.randomise_extras``), float64 when it runs so. A plain function
    (``FILE.py:function``) becomes a module class first (``functions.py``): an attention core inside
-   projections the checker supplies, or a module whose parameters are its weight arguments.
+   projections the checker supplies, or a module whose parameters are its weight arguments. A
+   token-sparse attention function ``fn(q, k, v, indices)`` or a top-k selection ``fn(index_scores, k)``
+   is judged as a function instead, against ``Mask.sparse`` and ``topk`` (``sparse.py``).
 2. Read ``forward``'s signature (``calling.py``): how many tensor inputs, which parameter is the mask.
    A mask the module requires (it raises on None) is given an all-keep mask in its own convention
    wherever the checker calls without one (``masks.all_keep_encoding``).

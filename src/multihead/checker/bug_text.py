@@ -41,6 +41,8 @@ BUG_TITLE = {
     "window-off-by-one": ("sliding window off by one", "滑动窗口差了一位"),
     "qk-norm-wrong-axis": ("QK-norm over the whole width, not each head", "QK-norm 在整个宽度上归一化，而不是在每个头内"),
     "rope-partial-wrong-features": ("partial RoPE turns the wrong features", "部分 RoPE 旋转了不该旋转的特征"),
+    "sparse-none-unmasked": ("-1 slots attended as real keys", "把 -1 空位当成了真实的键"),
+    "topk-wrong-axis": ("top-k over the wrong axis", "top-k 取错了维度"),
 }
 
 
@@ -232,6 +234,23 @@ BUG_TEXT = {
         "形状为 (Dn,) @ (Dn, C) -> (C,)，例如 einsum(\"bhtd,hdc->bhtc\", q_nope, w_uk)。"
         "这里之所以没有报形状错误，只是因为恰好 Dn == C；换成真实的尺寸（Dn 为 128，C 为 512）就会直接报错。"
         "可以像这份报告一样自己验证：朴素形式和吸收形式的输出必须相同。"),
+    "sparse-none-unmasked": (
+        "The -1 slots are attended as keys: indexing with -1 (k[..., indices, :]) reads the last key, and "
+        "clamping to 0 without masking reads key 0, so every query with a free slot also attends to a key "
+        "nobody picked (in causal lists the last key is a future token). -1 means no key: gather with "
+        "indices.clamp(min=0), then fill the scores of the slots where indices < 0 with -inf before the softmax "
+        "(or leave those slots out when building a dense mask).",
+        "把 -1 空位当成了真实的键：直接用 -1 做下标（k[..., indices, :]）取到的是最后一个键，clamp 到 0 之后"
+        "又不加屏蔽，取到的就是第 0 个键；于是每个带空位的查询都多关注了一个谁也没选的键（在因果的列表里，"
+        "最后一个键还是未来的词）。-1 的意思是“没有键”：可以先用 indices.clamp(min=0) 取出键，再在 softmax "
+        "之前把 indices < 0 那些位置的分数填成 -inf（如果是构造稠密掩码，就直接跳过这些空位）。"),
+    "topk-wrong-axis": (
+        "top-k runs over the wrong axis: the scores are (B, Lq, Lk) and each query keeps its K best keys, so take "
+        "topk(k, dim=-1). With dim=1 (or -2) you get, for each key, the queries that score it highest, and dim=0 "
+        "compares batch rows: neither is a list of keys.",
+        "top-k 取错了维度：分数的形状是 (B, Lq, Lk)，每个查询要留下得分最高的 K 个键，所以应该在最后一维上取："
+        "topk(k, dim=-1)。用 dim=1（或 -2）得到的是每个键得分最高的几个查询，用 dim=0 则是在批次之间比较，"
+        "两者都不是键的列表。"),
     "mask-ignored": (
         "The mask has no effect on the output. masked_fill returns a new tensor: assign it "
         "(scores = scores.masked_fill(...)) or use the in-place masked_fill_.",

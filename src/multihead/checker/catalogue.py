@@ -65,6 +65,9 @@ BUGS: tuple[Bug, ...] = (
     Bug("window-off-by-one", "window-and-sinks", ()),
     Bug("qk-norm-wrong-axis", "where-heads-live", ()),
     Bug("rope-partial-wrong-features", "rope", ()),
+    # a sparse-attention or top-k selection function, judged against mh.Mask.sparse and topk (sparse.py)
+    Bug("sparse-none-unmasked", "sparse-attention", ()),
+    Bug("topk-wrong-axis", "sparse-attention", ()),
 )
 BUG_BY_ID = {bug.id: bug for bug in BUGS}
 MASK_BUGS = {"mask-after-softmax", "mask-filled-with-zero", "mask-wrong-rows", "mask-ignored", "mask-sign-flipped",

@@ -72,7 +72,7 @@ def _mask_param(params) -> inspect.Parameter | None:
     return next((p for p in params if any(word in p.name.lower() for word in MASK_WORDS)), None)
 
 
-def _fill_extras(fn, params, taken: set[str]) -> dict:
+def fill_extras(fn, params, taken: set[str]) -> dict:
     """Values for the function's other required arguments, guessed by name (d_k, dropout...); LoadError when
     one cannot be guessed."""
     values = {}
@@ -108,7 +108,7 @@ def core_class(fn, params) -> type[nn.Module]:
                         f"{fn.__name__}() 应接收查询、键、值（以及掩码）：fn(q, k, v, mask=None)；"
                         f"它的参数是 {', '.join(p.name for p in params) or '无'}")
     mask = _mask_param(params)
-    extras = _fill_extras(fn, params, {p.name for p in tensors} | ({mask.name} if mask else set()))
+    extras = fill_extras(fn, params, {p.name for p in tensors} | ({mask.name} if mask else set()))
     heads_layout = _takes_heads(fn, [p.name for p in tensors], extras)
 
     class FunctionAttention(nn.Module):
@@ -168,7 +168,7 @@ def weights_class(fn, params) -> type[nn.Module]:
                         f"its arguments are {', '.join(p.name for p in params)}",
                         f"{fn.__name__}() 以权重作为参数，但输入既不是一个 x，也不是查询、键、值三个；"
                         f"它的参数是 {', '.join(p.name for p in params)}")
-    extras = _fill_extras(fn, params, set(roles) | set(inputs) | {heads, mask.name if mask else None})
+    extras = fill_extras(fn, params, set(roles) | set(inputs) | {heads, mask.name if mask else None})
     transposed = _weights_transposed(fn, roles, inputs, heads, extras)
 
     class WeightArguments(nn.Module):

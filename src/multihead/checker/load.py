@@ -74,11 +74,17 @@ def import_file(path: Path):
 def load_class(target: str) -> type:
     """The nn.Module subclass named by ``"file.py:ClassName"``, or a plain attention function
     (``"file.py:function"``) wrapped as one (``functions.function_class``)."""
+    cls = load_target(target)
+    return function_class(cls) if is_function_target(cls) else cls
+
+
+def load_target(target: str):
+    """What ``"file.py:Name"`` names, as written: an nn.Module subclass or a plain function."""
     path, name = split_target(target)
     module = import_file(path)
     cls = getattr(module, name, None)
     if is_function_target(cls):
-        return function_class(cls)
+        return cls
     if cls is None:
         classes = [n for n, v in vars(module).items() if (isinstance(v, type) and issubclass(v, nn.Module)
                    or is_function_target(v)) and v.__module__ == module.__name__]

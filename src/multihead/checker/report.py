@@ -35,7 +35,8 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list, repr=False)  # scale ids one head count cannot tell apart
     kind: str = "attention"  # "latent": judged as multi-head latent attention (latent.py); "latent-naive": the
-    # same, for a module without an absorbed path (its forward alone)
+    # same, for a module without an absorbed path (its forward alone); "sparse" / "topk": a sparse-attention or
+    # top-k selection function (sparse.py)
 
     @property
     def passed(self) -> bool:
@@ -60,7 +61,8 @@ class CheckReport:
         if self.verdict == "error":
             return say("error", lang, target=target, reason=self.reason)
         if self.verdict == "pass":
-            key = {"latent": "pass-latent", "latent-naive": "pass-latent-naive"}.get(self.kind, "pass")
+            key = {"latent": "pass-latent", "latent-naive": "pass-latent-naive", "sparse": "pass-sparse",
+                   "topk": "pass-topk"}.get(self.kind, "pass")
             return say(key, lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
         if self.bug:
             return say("fail-bug", lang, target=target, bug=bug_name(self.bug, lang))

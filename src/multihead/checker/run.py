@@ -32,7 +32,7 @@ from multihead.checker.hints import Hints, apply_hints, parse_hints
 from multihead.checker.load import (
     LoadError,
     build,
-    load_class,
+    load_target,
     misspelled_forward,
     named_values,
     parse_config,
@@ -57,6 +57,7 @@ from multihead.checker.option_search import intended, randomise_extras
 from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
 from multihead.checker.report import CheckReport
 from multihead.checker.roles import linear_layers
+from multihead.checker.sparse import check_sparse, sparse_kind
 from multihead.checker.rotary import bases
 from multihead.checker.text import bug_name, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
@@ -65,7 +66,8 @@ from multihead.checker.verdict import Setup, check_in_layout, conventions
 def check(target, *, init=None, config=None, call=None, lang: str = "en") -> CheckReport:
     """Check a multi-head attention module: ``target`` is a "file.py:Class" string, a class or an
     instance (never modified: the checker works on a copy), or an attention function ("file.py:function"
-    or the function itself, ``functions.py``). ``init``: constructor kwargs (dict or
+    or the function itself, ``functions.py``; a token-sparse attention or top-k selection function is judged
+    as one, ``sparse.py``). ``init``: constructor kwargs (dict or
     JSON text); ``config``: attributes of a config object for ``__init__(self, config)`` (dict or JSON
     text; unnamed ones are guessed); ``call``: hints like "heads=4,layout=seq"; ``lang``: "en" or "zh"."""
     lang = check_lang(lang)
@@ -85,6 +87,10 @@ def check(target, *, init=None, config=None, call=None, lang: str = "en") -> Che
 def _check(target, init, config, call, lang: str) -> CheckReport:
     report = CheckReport(target=_target_name(target), lang=lang)
     try:
+        target = load_target(target) if isinstance(target, str) else target
+        kind = sparse_kind(target) if is_function_target(target) else None
+        if kind:  # sparse attention or top-k selection: judged as a function (sparse.py)
+            return check_sparse(target, kind, report)
         module, kwargs, rebuild, notes = _resolve(target, init, config)
         hints = parse_hints(call)
     except LoadError as error:
@@ -184,8 +190,7 @@ def _resolve(target, init, config) -> tuple[nn.Module, dict, object, list[str]]:
             why = f"{type(error).__name__}: {error}"
             raise LoadError(f"cannot copy the module to check it ({why}); pass its class instead",
                             f"无法复制这个模块来检查（{why}）；请改为传入它的类") from error
-    cls = load_class(target) if isinstance(target, str) else function_class(target) if is_function_target(target) \
-        else target
+    cls = function_class(target) if is_function_target(target) else target
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise LoadError(f"expected an nn.Module class or instance, got {type(target).__name__}",
                         f"需要 nn.Module 的类或实例，实际是 {type(target).__name__}")

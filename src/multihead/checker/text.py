@@ -14,6 +14,24 @@ CONVENTION_TEXT = {
     "function:core": ("{call}({args}): an attention function, taking q, k, v as {shape}; checked inside multi-head "
                       "attention whose projections the checker supplies", "{call}({args})：一个注意力函数，q、k、v 的形状为 "
                       "{shape}；检查时由检查器在它外面补上各个投影层，组成多头注意力"),
+    "function:sparse": ("{call}({args}): sparse attention, q (B, H, Lq, D), k and v (B, H, Lk, D), '{indices}' "
+                        "(B, Lq, K) the keys each query may see; compared with mh.attention(q, k, v, "
+                        "mh.Mask.sparse({indices})) on causal lists and on 3 queries over 10 keys",
+                        "{call}({args})：稀疏注意力，q 的形状为 (B, H, Lq, D)，k 和 v 为 (B, H, Lk, D)，'{indices}' 为 "
+                        "(B, Lq, K)，列出每个查询能看到的键；在因果的索引列表上、以及 3 个查询对 10 个键的情形下，"
+                        "与 mh.attention(q, k, v, mh.Mask.sparse({indices})) 比较"),
+    "sparse:kv-shared": ("one key/value head shared by every query head (k and v (B, 1, Lk, D), as in DeepSeek "
+                         "V3.2's absorbed attention): matches too", "所有查询头共用一个键/值头（k 和 v 的形状为 "
+                         "(B, 1, Lk, D)，和 DeepSeek V3.2 吸收形式的注意力一样）：结果同样一致"),
+    "sparse:kv-heads-equal": ("needs as many key/value heads as query heads: with one shared key/value head "
+                              "(k and v (B, 1, Lk, D)) it raises", "键/值头的数目必须与查询头相同：只给一个共用的"
+                              "键/值头（k 和 v 的形状为 (B, 1, Lk, D)）时会报错"),
+    "topk:marks-blocked": ("on causal scores (-inf after each query) the slots it cannot fill are -1",
+                           "在因果的分数上（每个查询之后的键为 -inf），填不满的位置都是 -1"),
+    "function:topk": ("{call}({args}): top-k selection, index scores (B, Lq, Lk) -> each query's K best keys "
+                      "(B, Lq, K), in any order; compared with scores.topk(K, dim=-1).indices",
+                      "{call}({args})：top-k 选键，由索引分数 (B, Lq, Lk) 得到每个查询得分最高的 K 个键 (B, Lq, K)，"
+                      "顺序不限；与 scores.topk(K, dim=-1).indices 比较"),
     "order:qkv": ("arguments told apart by behaviour: query '{q}', key '{k}', value '{v}'",
                   "根据行为判断出各参数的角色：查询是 '{q}'，键是 '{k}'，值是 '{v}'"),
     "order:q_kv": ("arguments told apart by behaviour: query '{q}', keys and values '{k}'",
@@ -161,6 +179,13 @@ MEANING_TEXT = {
                          "must put the causal part in it (Hugging Face models do).",
                          "它是完整的掩码：一旦传入，模块就不再做自己的因果屏蔽，所以调用者要把因果部分也放进掩码里"
                          "（Hugging Face 的模型就是这样做的）。"),
+    "meaning:sparse": ("'{indices}' lists, for each query, the keys it may see; -1 is a free slot, no key at all "
+                       "(FlashMLA's and vLLM's convention), so a query with fewer than K keys fills its list with -1.",
+                       "'{indices}' 为每个查询列出它能看到的键；-1 表示空位，不对应任何键（FlashMLA 和 vLLM 都这样约定），"
+                       "所以可选的键不足 K 个的查询，用 -1 把列表填满。"),
+    "meaning:topk": ("the indices it returns are key positions along the last axis of the scores: pass them to "
+                     "mh.Mask.sparse as (B, Lq, K) lists.",
+                     "它返回的下标是分数最后一维上的键位置，可以作为 (B, Lq, K) 的列表直接交给 mh.Mask.sparse。"),
     "claim-differs": ("--call mask={claim} says how callers pass '{param}', but the module reads it another way: {found}",
                       "--call mask={claim} 说明了调用者如何传入 '{param}'，但这个模块的读法不同：{found}"),
     "claim-no-mask": ("--call mask={claim} was given, but forward takes no mask argument", "给了 --call mask={claim}，"
@@ -183,6 +208,19 @@ MESSAGES = {
                     "outputs (max error {error:.1e})",
                     "通过：{target} 是正确的多头潜在注意力：朴素前向与用它自己的权重算出的 MLA 一致"
                     "（前向输出和梯度都一致），吸收形式的输出也与之相同（最大误差 {error:.1e}）"),
+    "pass-sparse": ("PASS: {target} matches mh.attention with mh.Mask.sparse (forward and gradients, max error "
+                    "{error:.1e})", "通过：{target} 与使用 mh.Mask.sparse 的 mh.attention 一致"
+                    "（前向输出和梯度都一致，最大误差 {error:.1e}）"),
+    "pass-topk": ("PASS: {target} picks each query's top-k keys (the same lists as scores.topk(k, dim=-1))",
+                  "通过：{target} 为每个查询选出了得分最高的 k 个键（与 scores.topk(k, dim=-1) 的结果相同）"),
+    "topk-differs": ("its lists differ from each query's {count} best keys, and from a top-{count} over any other "
+                     "axis", "它给出的列表既不是每个查询得分最高的 {count} 个键，也不是沿其他任何一维取的前 {count} 名"),
+    "topk-lists-blocked": ("on causal scores (-inf after each query), the first queries have fewer keys than k, "
+                           "and their lists name keys scored -inf, future keys that mh.Mask.sparse would then let "
+                           "them see: mark those slots -1 (torch.where(values == -inf, -1, indices))",
+                           "在因果的分数上（每个查询之后的键为 -inf），最前面几个查询可选的键不足 k 个，它们的列表里"
+                           "就混进了分数为 -inf 的键，也就是未来的键，交给 mh.Mask.sparse 之后它们会被看到："
+                           "应把这些位置标成 -1（torch.where(values == -inf, -1, indices)）"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
