@@ -128,6 +128,23 @@ def test_sinks_softcap_and_dropout_free_rows():
     torch.testing.assert_close(out.double(), ref, atol=TOL[torch.float32], rtol=0)
 
 
+@pytest.mark.parametrize("backend", ["auto", "sparse", "math"])
+@pytest.mark.parametrize("K", [6, 50])
+def test_two_sparse_parts_keep_the_keys_both_list(backend, K):
+    """One query of one sequence (its gathered slots are then shaped like a run of keys) under two lists, the
+    first of 6 keys or of as many slots as keys, with repeats: the keys both lists name, nothing else."""
+    Lk = 50
+    q, k, v = _qkv(1, 2, 1, 1, Lk)
+    first = torch.randint(0, Lk, (1, 1, K), generator=torch.Generator().manual_seed(0))
+    second = _lists((1, 1, 4), Lk, seed=3)
+    second[0, 0, 0] = first[0, 0, 0]
+    both = _dense_keep(first, Lk) & _dense_keep(second, Lk)
+    with torch.no_grad():
+        out = mh.attention(q, k, v, Mask.sparse(first) & Mask.sparse(second), backend=backend)
+    ref = mh.attention(q.double(), k.double(), v.double(), Mask.keep(both), backend="math")
+    torch.testing.assert_close(out.double(), ref, atol=TOL[torch.float32], rtol=0)
+
+
 def test_long_prefill_gathers_blocks_of_queries_not_the_grid(monkeypatch):
     from multihead.backends import sparse
     B, H, Hkv, Lq, Lk, K = 1, 2, 1, 96, 2304, 64

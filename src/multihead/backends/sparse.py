@@ -111,7 +111,8 @@ def gathered_terms(p: Problem, start: int, stop: int):
     pos = lists.clamp_min(0).long()
     device = p.q.device
     ix = Index(None, None, torch.arange(start, stop, device=device).view(1, 1, -1, 1), pos, Lq, Lk, Lq, Lk,
-               whole=False, plain=False, satisfied=(part,), device=device, B=B, H=H)  # b, h: all, made on use
+               whole=False, plain=False, key_run=False, satisfied=(part,), device=device, B=B,
+               H=H)  # b, h: all, made on use; the keys are the gathered slots, not a run
     if p.form.extents is not None:
         q_lens, k_lens = p.form.extents
         ix = ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))

@@ -37,6 +37,7 @@ class Index:
     k_extent: torch.Tensor | int  # valid keys per sequence
     whole: bool = True  # b, h, q, k cover the whole grid in order: dense tensors apply as they are
     plain: bool = True  # q and k are positions 0..Lq-1 and 0..Lk-1 (the whole grid or one slice)
+    key_run: bool = True  # k is one run of consecutive key positions (the whole grid, a slice or a block)
     satisfied: tuple = ()  # parts that keep every entry of this grid (the parts that cut it out)
     rows_may_shift: bool = False  # the consumer's softmax ignores per-row constants (no sinks)
     device: torch.device | str | None = None
@@ -70,7 +71,7 @@ class Index:
         broadcast like them). extents: the mask's (query_lens (B,) or None, key_lens (B,)), read at
         row b, as `Mask.index` does on the whole grid.
         """
-        ix = cls(b, h, q_idx, kv_idx, Lq, Lk, Lq, Lk, whole=False, plain=False, device=q_idx.device)
+        ix = cls(b, h, q_idx, kv_idx, Lq, Lk, Lq, Lk, whole=False, plain=False, key_run=False, device=q_idx.device)
         if extents is None:
             return ix
         q_lens, k_lens = extents

@@ -64,7 +64,7 @@ class SparsePart(Part):
         rows = self.rows(ix)
         if ix.k.dim() == 0:  # a Flex point
             return (rows == ix.k).any(-1)
-        if ix.whole or ix.k.dim() == 4 and ix.k.shape[:3] == (1, 1, 1):  # consecutive keys from the first
+        if ix.whole or ix.key_run:  # one run of consecutive keys from the first
             first = 0 if ix.whole else ix.k.reshape(-1)[:1]
             at = rows.long() - first
             inside = (at >= 0) & (at < ix.Lk)
