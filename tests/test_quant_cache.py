@@ -223,3 +223,24 @@ def test_a_ragged_batch_writes_each_sequence_at_its_own_length():
     numbers = dequantized(caches["int8"].keys, caches["int8"].key_scales, torch.int8)
     assert (numbers - caches["float"].keys).abs().max() <= 0.5 * caches["int8"].key_scales.max() * (1 + 1e-5)
     assert ((outs["int8"] - outs["float"]).abs().max() / outs["float"].abs().max()).item() <= 0.01
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=IDS)
+def test_keys_no_row_keeps_are_inert_in_the_blockwise_path(kv_dtype):
+    """NaN stored past a sequence's length (or at a padded key) never reaches an output: each block's values
+    are zeroed where no row keeps the key, as on a float cache."""
+    g = torch.Generator().manual_seed(4)
+    B, Hq, Hkv, N, Lq, D = 2, 2, 1, 70, 3, 16
+    q = torch.randn(B, Hq, Lq, D, generator=g)
+    k, v = torch.randn(B, Hkv, N, D, generator=g), torch.randn(B, Hkv, N, D, generator=g)
+    keys, values = _quantized(k, kv_dtype), _quantized(v, kv_dtype)
+    values.scales[1, :, 50:] = float("nan")  # the numbers stored past sequence 1's length are NaN
+    pad = torch.zeros(B, N, dtype=torch.bool)
+    pad[0, 10:20] = True
+    values.scales[0, :, 10:20] = float("nan")  # and those at sequence 0's padded keys
+    mask = mh.Mask.lengths(torch.tensor([N, 50])) & mh.Mask.key_padding(pad)
+    out = quantized_attention(q, keys, values, mask)
+    assert not out.isnan().any()
+    ref = mh.attention(q.double(), keys.numbers(torch.float64), values.numbers(torch.float64).nan_to_num(0.0), mask,
+                       backend="math")
+    assert (out.double() - ref).abs().max().item() <= 1e-5

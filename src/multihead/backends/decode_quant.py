@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax
+from multihead.backends.common import masked_softmax, zero_where
 from multihead.backends.decode import MAX_ROWS
 from multihead.backends.decode_build import kernel
 from multihead.backends.decode_ranges import DecodeRows, key_ranges
@@ -113,6 +113,7 @@ def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float,
             if part_bias is not None:  # a bias of -inf blocks its key (a row of them gives 0, not NaN)
                 keep, scores = keep & (part_bias > float("-inf")), scores + part_bias
         weights, part = masked_softmax(scores, keep, with_lse=True)
+        v = zero_where(~keep.any(2).any(2)[..., None], v)  # keys no row keeps (padding): NaN there stays out
         part = part[..., None]  # (B, Hkv, G, Lq, 1)
         merged = torch.logaddexp(lse, part)
         out = _weigh(out, lse, merged) + _weigh(weights @ v[:, :, None], part, merged)
