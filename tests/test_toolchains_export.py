@@ -88,6 +88,28 @@ def test_jit_trace_with_sinks_follows_new_shapes():
         assert max_abs_diff(traced(x), mod(x)) < 1e-6
 
 
+@pytest.mark.parametrize("listed", [False, True], ids=["decode step", "sparse step"])
+def test_jit_trace_of_a_decode_step_replays_new_inputs(listed):
+    """A one-row step over 96 keys, the shapes where the C++ decode kernel (or its listed-rows form) runs
+    eagerly: traced, it keeps to torch's own ops, so replaying it on new tensors gives their attention."""
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 96, (1, 1, 12), generator=g)
+    mask = mh.Mask.causal("bottom_right") & (mh.Mask.sparse(idx) if listed else mh.Mask.causal("bottom_right"))
+
+    def step(q, k, v):
+        return mh.attention(q, k, v, mask)
+
+    def inputs():
+        return torch.randn(1, 4, 1, 16, generator=g), torch.randn(1, 2, 96, 16, generator=g), \
+            torch.randn(1, 2, 96, 16, generator=g)
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # TracerWarnings on shape checks, and trace's deprecation notice
+        traced = torch.jit.trace(step, inputs())
+        q, k, v = inputs()
+        assert max_abs_diff(traced(q, k, v), step(q, k, v)) < 1e-5
+
+
 # --- ONNX ----------------------------------------------------------------------------------------------
 
 def onnx_session(module: nn.Module, args: tuple, folder):

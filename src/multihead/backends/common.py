@@ -168,11 +168,17 @@ SINKS_MASK_GRAD = cannot("fused.sinks-mask-grad", "the mask's tensors need grad,
                                                   "sinks gives no gradient to its mask")
 
 
+def recorded_graph() -> bool:
+    """Whether the call is being recorded into a graph that keeps to torch's own ops (torch.export, ONNX,
+    torch.jit.trace): a raw call into a compiled extension would not be replayed there."""
+    return torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
 def sinks_unsupported(p: Problem):
     """Why SDPA's kernels cannot carry this problem's sinks (sink_rescale.py's CPU flash path), or None."""
     if p.q.device.type != "cpu":
         return SINKS
-    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+    if recorded_graph():
         return SINKS_EXPORT
     if p.dropout:
         return SINKS_DROPOUT

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import needs_grad
+from multihead.backends.common import needs_grad, recorded_graph
 from multihead.backends.decode_ranges import DecodeRows, rows_of
 from multihead.backends.decode_step import decode_step, describe_step
 from multihead.backends.problem import Problem
@@ -27,7 +27,8 @@ NOT_CPU = cannot("decode.device", "the decode kernel runs on the CPU")
 DTYPE = cannot("decode.dtype", "the decode kernel takes float32 and bfloat16")
 DROPOUT = cannot("decode.dropout", "the decode kernel has no dropout")
 GRAD = cannot("decode.grad", "the decode kernel is for inference: it has no backward")
-EXPORT = cannot("decode.export", "an exported graph keeps to torch's own ops (the decode kernel is a custom op)")
+EXPORT = cannot("decode.export", "an exported or traced graph keeps to torch's own ops (the decode kernel is "
+                                  "a custom op)")
 NO_ROWS = cannot("decode.empty", "no query rows")
 MASK = cannot("decode.mask", "the decode step takes masks that keep one interval of keys per query row (lengths, "
                              "causal, window, chunks) and one ALiBi")
@@ -69,7 +70,7 @@ class DecodeBackend:
             return DROPOUT
         if needs_grad(p):
             return GRAD
-        if torch.compiler.is_exporting():
+        if recorded_graph():
             return EXPORT
         if Lq == 0:
             return NO_ROWS

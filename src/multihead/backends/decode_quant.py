@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax, zero_where
+from multihead.backends.common import masked_softmax, recorded_graph, zero_where
 from multihead.backends.decode import MAX_ROWS
 from multihead.backends.decode_build import kernel
 from multihead.backends.decode_ranges import DecodeRows, key_ranges
@@ -46,7 +46,8 @@ def quantized_attention(q: torch.Tensor, keys: Quantized, values: Quantized, mas
         dense = mask.materialize(B, H, Lq, Lk, device=q.device)  # (keep, bias), each (B|1, H|1, Lq, Lk) or None
         return blockwise(q, keys, values, full.lo, full.hi, full.qpos, scale, softcap, None, sinks, dense=dense)
     lo, hi, qpos, slopes = _ranges(mask, B, H, Lq, Lk, q.device)
-    module = kernel() if q.device.type == "cpu" and not torch.compiler.is_compiling() else None
+    eager = not (torch.compiler.is_compiling() or recorded_graph())  # a raw kernel call is not recorded
+    module = kernel() if q.device.type == "cpu" and eager else None
     whole_rows = keys.split is None and values.split is None  # the kernel takes one scale per row
     if module is not None and Lq <= MAX_ROWS and whole_rows and keys.codes.stride(-1) == 1 \
             and values.codes.stride(-1) == 1:

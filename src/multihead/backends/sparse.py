@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.common import masked_softmax, needs_grad, zero_where
+from multihead.backends.common import masked_softmax, needs_grad, recorded_graph, zero_where
 from multihead.backends.decode_build import kernel
 from multihead.backends.decode_step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
@@ -71,7 +71,7 @@ class SparseBackend:
         block = Lq if torch.compiler.is_compiling() else max(1, min(Lq, GATHER_BUDGET // per_query))
         kernel = (Lq <= KERNEL_ROWS and p.q.device.type == "cpu" and p.q.dtype in KERNEL_DTYPES and not p.dropout
                   and lists.shape[1] == 1 and p.form.slopes is None and not needs_grad(p)
-                  and not torch.compiler.is_exporting() and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
+                  and not recorded_graph() and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
         return SparsePlan(block, kernel)
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
