@@ -9,7 +9,7 @@ headers; `Kernel` checks the tensors, lays them out, allocates the output and pa
         lo, hi (B, Lq) int64 and qpos (B, Lq) float32, contiguous; slopes and sinks (H,) float32 or
         empty; softcap 0: none.
     kernel.decode_listed(q, k, v, idx, count, sinks, scale, softcap) -> (B, H, 1, Dv): the same step over the
-        cache slots idx[b, :count[b]] of each row b only (Mask.sparse's decode step).
+        distinct cache slots among idx[b, :count[b]] of each row b only, -1 skipped (Mask.sparse's decode step).
     kernel.latent_product(w, x, fold) -> (H, M, N) float32
         x (H, M, K) float32, w bfloat16 (H, K, N) to fold or (H, N, K) to unfold, both contiguous.
     kernel.isa() -> the path the build runs: "avx512-bf16", "avx512", "avx2", "portable-neon", ...
@@ -82,8 +82,9 @@ class Kernel:
 
     def decode_listed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, count: torch.Tensor,
                       sinks: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-        """decode_step over listed rows: q (B, H, 1, D); row b reads the cache slots idx[b, :count[b]] of k and v
-        (idx (B, K) and count (B,) int64, contiguous, every slot < M: the caller checked) -> (B, H, 1, Dv)."""
+        """decode_step over listed rows: q (B, H, 1, D); row b reads the distinct cache slots among idx[b, :count[b]]
+        of k and v, in increasing order, -1 (none) and repeats skipped (idx (B, K) and count (B,) int64, contiguous,
+        every slot in [-1, M): the caller checked) -> (B, H, 1, Dv)."""
         B, H, Lq, D = q.shape
         if Lq != 1 or idx.dtype is not torch.int64 or count.dtype is not torch.int64 or idx.dim() != 2 \
                 or idx.shape[0] != B or count.numel() != B or not (idx.is_contiguous() and count.is_contiguous()):

@@ -1,8 +1,10 @@
 // The decode step over listed rows (Mask.sparse): for sequence row b (one query each), every kv head
-// reads the cache slots idx[b, 0 .. hi[b]) of k and v and nothing else. Each block of listed slots is
+// reads the distinct cache slots among idx[b, 0 .. hi[b]) of k and v and nothing else: -1 (a free slot)
+// and a slot listed again are skipped, the rest read in increasing order. Each block of listed slots is
 // copied into a small contiguous buffer, then runs through decode_head.h's score tiles, online softmax
-// and value tiles, as a block of consecutive keys does there (lo = 0, hi = the listed count).
+// and value tiles, as a block of consecutive keys does there (lo = 0, hi = the distinct count).
 #pragma once
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -12,10 +14,21 @@ namespace decode_listed {
 
 using namespace decode_head;
 
+// The distinct slots >= 0 among in[0 .. n), increasing, written to out; returns how many.
+inline int64_t distinct_slots(const int64_t* in, int64_t n, int64_t* out) {
+  std::copy(in, in + n, out);
+  if (!std::is_sorted(out, out + n)) std::sort(out, out + n);  // a list sorted already is read as it is
+  int64_t kept = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    if (out[j] >= 0 && (kept == 0 || out[j] != out[kept - 1])) out[kept++] = out[j];
+  }
+  return kept;
+}
+
 template <typename T>
-void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t b, int64_t hk, Scratch& w,
-                     std::vector<T>& kc, std::vector<T>& vc) {
-  const int64_t G = a.H / a.Hkv, R = G, D = a.D, Dv = a.Dv, count = a.hi[b];
+void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t count, int64_t b, int64_t hk,
+                     Scratch& w, std::vector<T>& kc, std::vector<T>& vc) {
+  const int64_t G = a.H / a.Hkv, R = G, D = a.D, Dv = a.Dv;
   const QRows q = query_rows<T>(a, b, hk, w);  // Lq = 1: the G rows of this kv head
   const T* Kb = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
   const T* Vb = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
@@ -42,10 +55,17 @@ void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t b, in
 
 template <typename T>
 void run_listed(const Args& a, const int64_t* idx, int64_t K) {
+  std::vector<int64_t> slots(a.B * K), counts(a.B);  // each row's distinct slots, shared by its kv heads
+  at::parallel_for(0, a.B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) counts[b] = distinct_slots(idx + b * K, a.hi[b], slots.data() + b * K);
+  });
   at::parallel_for(0, a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
     Scratch w(a.H / a.Hkv, a.D, a.Dv);
     std::vector<T> kc(block_keys<T>() * a.D), vc(block_keys<T>() * a.Dv);
-    for (int64_t t = begin; t < end; ++t) one_listed_head<T>(a, idx, K, t / a.Hkv, t % a.Hkv, w, kc, vc);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t b = t / a.Hkv;
+      one_listed_head<T>(a, slots.data(), K, counts[b], b, t % a.Hkv, w, kc, vc);
+    }
   });
 }
 
