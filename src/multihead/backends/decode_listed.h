@@ -39,10 +39,20 @@ void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t count
   }
   std::fill(w.acc, w.acc + w.acc_size, 0.0f);
   const Ahead none{nullptr, nullptr, 0, 0, 0, 0, 0};  // the buffer is in the cache already
+  const int64_t distance = prefetch_keys<T>();  // listed rows asked for ahead of their copy: scattered rows
+  auto ask = [&](int64_t j) {                    // wait on memory one by one unless several are in flight
+    if (j >= count) return;
+    const char *kr = reinterpret_cast<const char*>(Kb + slots[j] * a.k_sm),
+               *vr = reinterpret_cast<const char*>(Vb + slots[j] * a.v_sm);
+    for (int64_t b = 0; b < D * int64_t(sizeof(T)); b += 64) __builtin_prefetch(kr + b, 0, 0);
+    for (int64_t b = 0; b < Dv * int64_t(sizeof(T)); b += 64) __builtin_prefetch(vr + b, 0, 0);
+  };
+  for (int64_t j = 0; j < distance; ++j) ask(j);
   for (int64_t j0 = 0; j0 < count; j0 += block_keys<T>()) {
     const int64_t n = std::min(block_keys<T>(), count - j0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t slot = slots[j0 + j];
+      ask(j0 + j + distance);
       std::memcpy(kc.data() + j * D, Kb + slot * a.k_sm, D * sizeof(T));
       std::memcpy(vc.data() + j * Dv, Vb + slot * a.v_sm, Dv * sizeof(T));
     }
