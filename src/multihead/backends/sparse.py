@@ -7,10 +7,13 @@ For a block of queries at a time, each query's K listed rows of k and v are gath
 and the softmax runs over those K: the other mask terms (causal, lengths, key padding, ALiBi, ...) are
 evaluated at the gathered key positions (an Index whose keys are the lists), free slots and repeated
 keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients, with no additive
-term and one list for all heads, puts each query's kept rows first and calls the C++ decode kernel over
-them, the queries folded into the batch: the step reads K rows per query, not the context. Eager, the
-kernel reads the listed rows in place (decode_listed.h); under torch.compile torch gathers them (one
-index_select each for k and v) and the decode kernel's custom op runs over the copies.
+term and one list for all heads, runs the C++ decode kernel, the queries folded into the batch: the step
+reads K rows per query, not the context. Eager, the kernel reads the listed rows in place
+(decode_listed.h), skipping -1 and repeated slots itself: the lists go as they are when the other terms
+keep every listed key (decided from the normal form and the shapes, e.g. a bottom-right causal step at
+the last position), else with -1 where a term blocks a slot. Under torch.compile torch gathers the kept
+rows, compacted to the front (one index_select each for k and v), and the decode kernel's custom op runs
+over the copies.
 """
 from __future__ import annotations
 
