@@ -71,7 +71,8 @@ def test_the_step_read_in_place_equals_float64(name, dtype, monkeypatch):
     for fn, key in ((sparse_backend._listed_in_place, "in place"), (sparse_backend._other_terms, "others")):
         monkeypatch.setattr(sparse_backend, fn.__name__,
                             lambda *a, fn=fn, key=key: calls.__setitem__(key, calls[key] + 1) or fn(*a))
-    mask = Mask.sparse(idx) if more is None else Mask.sparse(idx) & more
+    lists = Mask.sparse(idx.int() if dtype is torch.float32 else idx)  # int32 lists too
+    mask = lists if more is None else lists & more
     with torch.inference_mode():
         out = mh.attention(q, k, v, mask, backend="sparse")
     assert calls["in place"] == 1 and (calls["others"] > 0) == evaluates
