@@ -251,8 +251,8 @@ def test_each_build_skips_free_and_repeated_listed_slots(build, dtype):
     idx[1] = idx[1].sort().values  # row 1 sorted (free slots first), rows 0 and 2 in any order
     idx[2, :] = -1
     idx[2, 5:9] = 7  # row 2: one key, listed four times among free slots
-    count = torch.full((B,), K)
-    out = kernel.decode_listed(q, k, v, idx, count, torch.empty(0), D ** -0.5, 0.0)
+    out = kernel.decode_listed(q, k, v, idx, torch.full((B,), K), torch.empty(0), D ** -0.5, 0.0)
+    assert torch.equal(kernel.decode_listed(q, k, v, idx, None, None, D ** -0.5, 0.0), out)  # None: all K, no sinks
     for b in range(B):
         rows = idx[b].unique()
         rows = rows[rows >= 0]

@@ -1,8 +1,9 @@
 // The decode step over listed rows (Mask.sparse): for sequence row b (one query each), every kv head
-// reads the distinct cache slots among idx[b, 0 .. hi[b]) of k and v and nothing else: -1 (a free slot)
-// and a slot listed again are skipped, the rest read in increasing order. Each block of listed slots is
-// copied into a small contiguous buffer, then runs through decode_head.h's score tiles, online softmax
-// and value tiles, as a block of consecutive keys does there (lo = 0, hi = the distinct count).
+// reads the distinct cache slots among idx[b, 0 .. hi[b]) (all K when hi is null) of k and v and nothing
+// else: -1 (a free slot) and a slot listed again are skipped, the rest read in increasing order. Each
+// block of listed slots is copied into a small contiguous buffer, then runs through decode_head.h's
+// score tiles, online softmax and value tiles, as a block of consecutive keys does there (lo = 0,
+// hi = the distinct count).
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -67,7 +68,9 @@ template <typename T>
 void run_listed(const Args& a, const int64_t* idx, int64_t K) {
   std::vector<int64_t> slots(a.B * K), counts(a.B);  // each row's distinct slots, shared by its kv heads
   at::parallel_for(0, a.B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) counts[b] = distinct_slots(idx + b * K, a.hi[b], slots.data() + b * K);
+    for (int64_t b = begin; b < end; ++b) {
+      counts[b] = distinct_slots(idx + b * K, a.hi ? a.hi[b] : K, slots.data() + b * K);
+    }
   });
   at::parallel_for(0, a.B * a.Hkv, 1, [&](int64_t begin, int64_t end) {
     Scratch w(a.H / a.Hkv, a.D, a.Dv);

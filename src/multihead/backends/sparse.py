@@ -165,7 +165,12 @@ def _kernel_slots(p: Problem, start: int, stop: int) -> torch.Tensor | None:
     """(B · Lb, K) int64: the lists of queries [start, stop) as the kernel reads them, -1 where another term
     blocks the slot (repeats and -1 the kernel skips itself); None when some term adds to the scores or keeps
     per head."""
-    B, Lb = p.dims[0], stop - start
+    B, _, Lq, _ = p.dims
+    Lb, indices = stop - start, p.form.sparse.indices
+    if keeps_every_listed_key(p, start, stop):
+        if (Lb == Lq and indices.shape[0] == B and indices.dtype is torch.long and indices.is_contiguous()
+                and indices.numel() == B * Lq * indices.shape[-1]):  # the lists as they came: no op at all
+            return indices.view(B * Lq, indices.shape[-1])
     lists = p.form.sparse.lists()[:, :, start:stop]  # (B or 1, 1, Lb, K)
     if not keeps_every_listed_key(p, start, stop):
         others, bias = _other_terms(p, start, stop, lists.clamp_min(0).long())
@@ -179,13 +184,14 @@ def _kernel_slots(p: Problem, start: int, stop: int) -> torch.Tensor | None:
 
 def _listed_in_place(p: Problem, start: int, stop: int, slots: torch.Tensor) -> torch.Tensor:
     """Queries [start, stop) by the C++ kernel reading each query's listed rows in place: (B, H, Lb, Dv)."""
-    B, H, _, D = p.q.shape
+    B, H, Lq, D = p.q.shape
     Lb = stop - start
+    sinks = None if p.sinks is None else p.sinks.float().contiguous()
+    if Lq == 1 and p.q.is_contiguous():  # a step of one query: q is the kernel's (B, H, 1, D) already
+        return kernel().decode_listed(p.q, p.k, p.v, slots, None, sinks, p.scale, p.softcap or 0.0)
     q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
     k, v = (t.expand(Lb, *t.shape[1:]) if Lb > 1 else t for t in (p.k, p.v))  # B = 1: one cache, Lb rows
-    sinks = q.new_empty(0, dtype=torch.float32) if p.sinks is None else p.sinks.float().contiguous()
-    count = torch.full((B * Lb,), slots.shape[-1], dtype=torch.long)
-    out = kernel().decode_listed(q.contiguous(), k, v, slots, count, sinks, p.scale, p.softcap or 0.0)
+    out = kernel().decode_listed(q.contiguous(), k, v, slots, None, sinks, p.scale, p.softcap or 0.0)
     return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
 
 
