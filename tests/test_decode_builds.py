@@ -235,3 +235,29 @@ def test_each_build_reads_listed_rows_as_float64_does(build, dtype):
             same = mh.attention(q[b:b + 1], *args, softcap=20.0, sinks=sinks.to(dtype), backend="math")
             drift = (same.double() - ref).abs().max().item()
             assert (out[b:b + 1].double() - ref).abs().max().item() <= 2 * drift + 1e-5, (G, D, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_build_skips_free_and_repeated_listed_slots(build, dtype):
+    """decode_listed reads each distinct slot >= 0 once: -1 (none) and a slot listed again weigh nothing, in a
+    sorted list (the kernel reads it as it is) and an unsorted one (sorted first). Against float64."""
+    _, kernel = build
+    g = torch.Generator().manual_seed(5)
+    B, H, Hkv, D, Dv, K = 3, 4, 2, 64, 48, 70  # K > one block of listed rows, so repeats straddle blocks
+    q = torch.randn(B, H, 1, D, generator=g).to(dtype)
+    k, v = torch.randn(B, Hkv, N, D, generator=g).to(dtype), torch.randn(B, Hkv, N, Dv, generator=g).to(dtype)
+    idx = torch.randint(-1, N, (B, K), generator=g)
+    idx[:, 1::3] = idx[:, 0::3][:, :idx[:, 1::3].shape[1]]  # every third slot repeats the one before it
+    idx[1] = idx[1].sort().values  # row 1 sorted (free slots first), rows 0 and 2 in any order
+    idx[2, :] = -1
+    idx[2, 5:9] = 7  # row 2: one key, listed four times among free slots
+    out = kernel.decode_listed(q, k, v, idx, torch.full((B,), K), torch.empty(0), D ** -0.5, 0.0)
+    assert torch.equal(kernel.decode_listed(q, k, v, idx, None, None, D ** -0.5, 0.0), out)  # None: all K, no sinks
+    for b in range(B):
+        rows = idx[b].unique()
+        rows = rows[rows >= 0]
+        ref = mh.attention(q[b:b + 1].double(), k[b:b + 1, :, rows].double(), v[b:b + 1, :, rows].double(),
+                           backend="math")
+        same = mh.attention(q[b:b + 1], k[b:b + 1, :, rows], v[b:b + 1, :, rows], backend="math")
+        drift = (same.double() - ref).abs().max().item()
+        assert (out[b:b + 1].double() - ref).abs().max().item() <= 2 * drift + 1e-5, b

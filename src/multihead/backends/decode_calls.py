@@ -9,7 +9,7 @@ headers; `Kernel` checks the tensors, lays them out, allocates the output and pa
         lo, hi (B, Lq) int64 and qpos (B, Lq) float32, contiguous; slopes and sinks (H,) float32 or
         empty; softcap 0: none.
     kernel.decode_listed(q, k, v, idx, count, sinks, scale, softcap) -> (B, H, 1, Dv): the same step over the
-        cache slots idx[b, :count[b]] of each row b only (Mask.sparse's decode step).
+        distinct cache slots among idx[b, :count[b]] of each row b only, -1 skipped (Mask.sparse's decode step).
     kernel.latent_product(w, x, fold) -> (H, M, N) float32
         x (H, M, K) float32, w bfloat16 (H, K, N) to fold or (H, N, K) to unfold, both contiguous.
     kernel.isa() -> the path the build runs: "avx512-bf16", "avx512", "avx2", "portable-neon", ...
@@ -70,7 +70,8 @@ class Kernel:
         if listed is not None:  # decode_listed's call, checked there
             idx, count = listed
             self.module.decode_listed(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
-                                      idx.data_ptr(), idx.shape[1], count.data_ptr(), _address(sinks), out.data_ptr(),
+                                      idx.data_ptr(), idx.shape[1], 0 if count is None else count.data_ptr(),
+                                      _address(sinks), out.data_ptr(),
                                       dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
                                       (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
             return out.to(torch.bfloat16) if bf16_query else out
@@ -80,18 +81,22 @@ class Kernel:
                                 (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
         return out.to(torch.bfloat16) if bf16_query else out
 
-    def decode_listed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor, count: torch.Tensor,
-                      sinks: torch.Tensor, scale: float, softcap: float) -> torch.Tensor:
-        """decode_step over listed rows: q (B, H, 1, D); row b reads the cache slots idx[b, :count[b]] of k and v
-        (idx (B, K) and count (B,) int64, contiguous, every slot < M: the caller checked) -> (B, H, 1, Dv)."""
+    def decode_listed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, idx: torch.Tensor,
+                      count: torch.Tensor | None, sinks: torch.Tensor | None, scale: float,
+                      softcap: float) -> torch.Tensor:
+        """decode_step over listed rows: q (B, H, 1, D); row b reads the distinct cache slots among idx[b, :count[b]]
+        of k and v, in increasing order, -1 (none) and repeats skipped (idx (B, K) and count (B,) int64, contiguous,
+        every slot in [-1, M): the caller checked; count None: all K slots; sinks None: none) -> (B, H, 1, Dv)."""
         B, H, Lq, D = q.shape
-        if Lq != 1 or idx.dtype is not torch.int64 or count.dtype is not torch.int64 or idx.dim() != 2 \
-                or idx.shape[0] != B or count.numel() != B or not (idx.is_contiguous() and count.is_contiguous()):
+        bad_count = count is not None and (count.dtype is not torch.int64 or count.numel() != B
+                                           or not count.is_contiguous())
+        if Lq != 1 or idx.dtype is not torch.int64 or idx.dim() != 2 or idx.shape[0] != B or not idx.is_contiguous() \
+                or bad_count:
             raise ValueError("decode kernel: listed rows need q (B, H, 1, D), idx (B, K) and count (B,) int64")
-        empty = torch.empty(0)
         rows = torch.zeros(B, 1, dtype=torch.int64)  # lo and hi as decode_step checks them
-        return self.decode_step(q, k, v, rows, rows, empty.new_zeros(B, 1), empty, sinks, scale, softcap,
-                                listed=(idx, count))
+        empty = rows[:0].float()
+        return self.decode_step(q, k, v, rows, rows, rows.float(), empty, empty if sinks is None else sinks, scale,
+                                softcap, listed=(idx, count))
 
     def latent_product(self, w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
         if w.dim() != 3 or x.dim() != 3 or w.shape[0] != x.shape[0]:

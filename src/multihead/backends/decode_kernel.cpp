@@ -63,8 +63,8 @@ void decode_step(std::uintptr_t q, std::uintptr_t qb, std::uintptr_t k, std::uin
   }
 }
 
-// decode_step over listed rows (decode_listed.h): Lq = 1, idx (B, K) int64 slots, the first hi[b] of row b
-// read (lo unused); slopes absent.
+// decode_step over listed rows (decode_listed.h): Lq = 1, idx (B, K) int64 slots; of the first hi[b] of row b
+// the distinct ones >= 0 are read (-1 and repeats skipped; hi 0: all K; lo unused); slopes absent.
 void listed_step(std::uintptr_t q, std::uintptr_t qb, std::uintptr_t k, std::uintptr_t v, std::uintptr_t idx,
                  int64_t K, std::uintptr_t hi, std::uintptr_t sinks, std::uintptr_t out, bool bf16,
                  const std::array<int64_t, 6>& sizes, const std::array<int64_t, 6>& strides, double scale,

@@ -7,10 +7,13 @@ For a block of queries at a time, each query's K listed rows of k and v are gath
 and the softmax runs over those K: the other mask terms (causal, lengths, key padding, ALiBi, ...) are
 evaluated at the gathered key positions (an Index whose keys are the lists), free slots and repeated
 keys weigh 0. A decode step (at most KERNEL_ROWS queries) on the CPU without gradients, with no additive
-term and one list for all heads, puts each query's kept rows first and calls the C++ decode kernel over
-them, the queries folded into the batch: the step reads K rows per query, not the context. Eager, the
-kernel reads the listed rows in place (decode_listed.h); under torch.compile torch gathers them (one
-index_select each for k and v) and the decode kernel's custom op runs over the copies.
+term and one list for all heads, runs the C++ decode kernel, the queries folded into the batch: the step
+reads K rows per query, not the context. Eager, the kernel reads the listed rows in place
+(decode_listed.h), skipping -1 and repeated slots itself: the lists go as they are when the other terms
+keep every listed key (decided from the normal form and the shapes, e.g. a bottom-right causal step at
+the last position), else with -1 where a term blocks a slot. Under torch.compile torch gathers the kept
+rows, compacted to the front (one index_select each for k and v), and the decode kernel's custom op runs
+over the copies.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from multihead.backends.decode_step import decode_step, describe_step, kernel_bu
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.masks import Index
+from multihead.masks.intervals import bounds
 
 GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb · K · (D + Dv)
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
@@ -90,6 +94,10 @@ class SparseBackend:
         outs = []
         for start in range(0, Lq, plan.block):
             stop = min(Lq, start + plan.block)
+            slots = _kernel_slots(p, start, stop) if plan.kernel and _reads_in_place(p, stop - start) else None
+            if slots is not None:
+                outs.append(_listed_in_place(p, start, stop, slots))
+                continue
             pos, keep, bias = gathered_terms(p, start, stop)
             if plan.kernel and bias is None and keep.shape[1] == 1:
                 outs.append(_kernel_step(p, start, stop, pos, keep))
@@ -109,17 +117,83 @@ def gathered_terms(p: Problem, start: int, stop: int):
     first = F.pad(lists[..., 1:] != lists[..., :-1], (1, 0), value=True)  # the first slot of each key
     keep = (lists >= 0) & first
     pos = lists.clamp_min(0).long()
-    device = p.q.device
-    ix = Index(None, None, torch.arange(start, stop, device=device).view(1, 1, -1, 1), pos, Lq, Lk, Lq, Lk,
-               whole=False, plain=False, key_run=False, satisfied=(part,), device=device, B=B,
-               H=H)  # b, h: all, made on use; the keys are the gathered slots, not a run
-    if p.form.extents is not None:
-        q_lens, k_lens = p.form.extents
-        ix = ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
-    others, bias = p.form.dense(ix, torch.float32)
+    others, bias = _other_terms(p, start, stop, pos)
     if others is not None:
         keep = keep & others
     return pos, keep, bias
+
+
+def _other_terms(p: Problem, start: int, stop: int, pos: torch.Tensor):
+    """(keep, bias) of every term but the lists, evaluated for queries [start, stop) at the listed keys pos
+    (B, S, Lb, K) int64, as `NormalForm.dense` gives them (each None when no term has one)."""
+    B, H, Lq, Lk = p.dims
+    device = p.q.device
+    ix = Index(None, None, torch.arange(start, stop, device=device).view(1, 1, -1, 1), pos, Lq, Lk, Lq, Lk,
+               whole=False, plain=False, key_run=False, satisfied=(p.form.sparse,), device=device, B=B,
+               H=H)  # b, h: made on use; the keys are the listed slots, not a run
+    if p.form.extents is not None:
+        q_lens, k_lens = p.form.extents
+        ix = ix.with_extents(Lq if q_lens is None else ix.per_batch(q_lens), ix.per_batch(k_lens))
+    return p.form.dense(ix, torch.float32)
+
+
+def keeps_every_listed_key(p: Problem, start: int, stop: int) -> bool:
+    """Whether the other terms keep every key for queries [start, stop), decided from the normal form and the
+    shapes alone (no values read): each other part is a folded position term (causal, window, chunk) whose
+    interval covers [0, Lk) for each of these rows, e.g. a bottom-right causal step's one query at the end."""
+    form = p.form
+    if form.extents is not None or any(part is not form.sparse and part not in form.positional for part in form.parts):
+        return False
+    if not len(form.positional):
+        return True
+    Lq, Lk = p.dims[2:]
+    offset = 0 if form.align == "top_left" else Lk - Lq
+    for i in range(start, stop):
+        lo, hi = bounds(i + offset, left=form.left, right=form.right, chunk=form.chunk)
+        if (lo is not None and lo > 0) or (hi is not None and hi < Lk):
+            return False
+    return True
+
+
+def _reads_in_place(p: Problem, Lb: int) -> bool:
+    """Whether the C++ kernel reads the listed rows in place for a block of Lb queries (eager, a build for
+    the dtype, one sequence or one query per sequence)."""
+    return (not torch.compiler.is_compiling() and not (p.dims[0] > 1 and Lb > 1) and p.q.dtype in KERNEL_DTYPES
+            and kernel() is not None)
+
+
+def _kernel_slots(p: Problem, start: int, stop: int) -> torch.Tensor | None:
+    """(B · Lb, K) int64: the lists of queries [start, stop) as the kernel reads them, -1 where another term
+    blocks the slot (repeats and -1 the kernel skips itself); None when some term adds to the scores or keeps
+    per head."""
+    B, _, Lq, _ = p.dims
+    Lb, indices = stop - start, p.form.sparse.indices
+    if keeps_every_listed_key(p, start, stop):
+        if (Lb == Lq and indices.shape[0] == B and indices.dtype is torch.long and indices.is_contiguous()
+                and indices.numel() == B * Lq * indices.shape[-1]):  # the lists as they came: no op at all
+            return indices.view(B * Lq, indices.shape[-1])
+    lists = p.form.sparse.lists()[:, :, start:stop]  # (B or 1, 1, Lb, K)
+    if not keeps_every_listed_key(p, start, stop):
+        others, bias = _other_terms(p, start, stop, lists.clamp_min(0).long())
+        if bias is not None or others is not None and others.shape[1] != 1:
+            return None
+        if others is not None:
+            lists = torch.where(others, lists, -1)
+    lists = lists.expand(B, 1, Lb, lists.shape[-1])
+    return lists.reshape(B * Lb, lists.shape[-1]).to(torch.long).contiguous()
+
+
+def _listed_in_place(p: Problem, start: int, stop: int, slots: torch.Tensor) -> torch.Tensor:
+    """Queries [start, stop) by the C++ kernel reading each query's listed rows in place: (B, H, Lb, Dv)."""
+    B, H, Lq, D = p.q.shape
+    Lb = stop - start
+    sinks = None if p.sinks is None else p.sinks.float().contiguous()
+    if Lq == 1 and p.q.is_contiguous():  # a step of one query: q is the kernel's (B, H, 1, D) already
+        return kernel().decode_listed(p.q, p.k, p.v, slots, None, sinks, p.scale, p.softcap or 0.0)
+    q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
+    k, v = (t.expand(Lb, *t.shape[1:]) if Lb > 1 else t for t in (p.k, p.v))  # B = 1: one cache, Lb rows
+    out = kernel().decode_listed(q.contiguous(), k, v, slots, None, sinks, p.scale, p.softcap or 0.0)
+    return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
 
 
 def _rows(t: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -194,8 +268,9 @@ def _torch_block(p: Problem, start: int, stop: int, pos, keep, bias) -> torch.Te
 
 
 def _kernel_step(p: Problem, start: int, stop: int, pos, keep) -> torch.Tensor:
-    """Queries [start, stop) by the C++ decode kernel over each query's kept rows, compacted to the front:
-    (B, H, Lb, Dv). keep (B, 1, Lb, K)."""
+    """Queries [start, stop) by the decode kernel's step over each query's kept rows, gathered by torch and
+    compacted to the front (under torch.compile, or with no build to read them in place): (B, H, Lb, Dv).
+    keep (B, 1, Lb, K)."""
     B, H, _, D = p.q.shape
     Lb, K = stop - start, pos.shape[-1]
     if torch.compiler.is_compiling() or not bool(keep.all()):  # eager, on the CPU: one host read
@@ -204,15 +279,7 @@ def _kernel_step(p: Problem, start: int, stop: int, pos, keep) -> torch.Tensor:
         count = keep.sum(-1).view(B * Lb, 1)  # (B · Lb, 1) kept rows per query
     else:  # every slot kept (distinct keys, all allowed): nothing to compact
         count = torch.full((B * Lb, 1), K, dtype=torch.long, device=pos.device)
-
     q = p.q[:, :, start:stop].transpose(1, 2).reshape(B * Lb, H, 1, D)
-    module = None if torch.compiler.is_compiling() or (B > 1 and Lb > 1) else kernel()
-    if module is not None and q.dtype in KERNEL_DTYPES:  # the kernel reads the listed rows in place
-        k, v = (t.expand(Lb, *t.shape[1:]) if Lb > 1 else t for t in (p.k, p.v))  # B = 1: one cache, Lb rows
-        sinks = q.new_empty(0, dtype=torch.float32) if p.sinks is None else p.sinks.float().contiguous()
-        out = module.decode_listed(q.contiguous(), k, v, pos.reshape(B * Lb, K).contiguous(),
-                                   count.reshape(B * Lb).contiguous(), sinks, p.scale, p.softcap or 0.0)
-        return out.view(B, Lb, H, p.v.shape[-1]).transpose(1, 2)  # (B, H, Lb, Dv)
     ks, vs = (t.transpose(1, 2).reshape(B * Lb, p.k.shape[1], K, t.shape[-1])  # (B · Lb, Hkv, K, X)
               for t in _rows_of_both(p.k, p.v, pos))
     zeros = torch.zeros_like(count)
