@@ -156,10 +156,9 @@ def keeps_every_listed_key(p: Problem, start: int, stop: int) -> bool:
 
 
 def _reads_in_place(p: Problem, Lb: int) -> bool:
-    """Whether the C++ kernel reads the listed rows in place for a block of Lb queries (eager, a build for
-    the dtype, one sequence or one query per sequence)."""
-    return (not torch.compiler.is_compiling() and not (p.dims[0] > 1 and Lb > 1) and p.q.dtype in KERNEL_DTYPES
-            and kernel() is not None)
+    """Whether the C++ kernel, which the plan chose (its dtypes), reads the listed rows in place for a block of
+    Lb queries: eager, built, one sequence or one query per sequence."""
+    return not torch.compiler.is_compiling() and not (p.dims[0] > 1 and Lb > 1) and kernel() is not None
 
 
 def _kernel_slots(p: Problem, start: int, stop: int) -> torch.Tensor | None:
