@@ -40,44 +40,23 @@ class Kernel:
 
     def decode_step(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                     qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
-                    softcap: float, listed: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                    softcap: float) -> torch.Tensor:
         # every check reads metadata only (a few microseconds a call)
-        q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
-        if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
-            raise ValueError("decode kernel: q, k and v must be 4-D")
-        B, H, Lq, D = q_shape
-        Bk, Hkv, M, Dk = k_shape
-        dtype = k.dtype
-        if q.dtype not in DTYPES or dtype not in DTYPES or v.dtype is not dtype:
-            raise ValueError("decode kernel: q, k and v must be float32 or bfloat16 (k and v alike)")
-        if not q.is_contiguous() or k.stride(3) != 1 or v.stride(3) != 1:
-            raise ValueError("decode kernel: q must be contiguous, and k and v contiguous in their last dim")
-        if not Hkv or H % Hkv or Dk != D or Bk != B or v_shape[:3] != k_shape[:3]:
-            raise ValueError(f"decode kernel: q {tuple(q_shape)} does not fit k {tuple(k_shape)}, v {tuple(v_shape)}")
+        B, H, Lq, D, Hkv, Dv = _checked_qkv(q, k, v, sinks)
         rows = B * Lq
         if lo.dtype is not torch.int64 or hi.dtype is not torch.int64 or qpos.dtype is not torch.float32 \
                 or lo.numel() != rows or hi.numel() != rows or qpos.numel() != rows \
                 or not (lo.is_contiguous() and hi.is_contiguous() and qpos.is_contiguous()):
             raise ValueError(f"decode kernel: lo, hi (int64) and qpos (float32) must be contiguous ({B}, {Lq})")
-        for t in (slopes, sinks):
-            if t.numel() and (t.dtype is not torch.float32 or t.numel() != H or not t.is_contiguous()):
-                raise ValueError(f"decode kernel: slopes and sinks must be empty or contiguous ({H},) float32")
+        if slopes.numel() and (slopes.dtype is not torch.float32 or slopes.numel() != H or not slopes.is_contiguous()):
+            raise ValueError(f"decode kernel: slopes must be empty or contiguous ({H},) float32")
         bf16_query = q.dtype is torch.bfloat16
         qf = q.float() if bf16_query else q
-        Dv = v_shape[3]
         out = torch.empty(B, H, Lq, Dv, dtype=torch.float32)
         ks, vs = k.stride(), v.stride()
-        if listed is not None:  # decode_listed's call, checked there
-            idx, count = listed
-            self.module.decode_listed(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
-                                      idx.data_ptr(), idx.shape[1], 0 if count is None else count.data_ptr(),
-                                      _address(sinks), out.data_ptr(),
-                                      dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
-                                      (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
-            return out.to(torch.bfloat16) if bf16_query else out
         self.module.decode_step(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
                                 lo.data_ptr(), hi.data_ptr(), qpos.data_ptr(), _address(slopes), _address(sinks),
-                                out.data_ptr(), dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
+                                out.data_ptr(), k.dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
                                 (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
         return out.to(torch.bfloat16) if bf16_query else out
 
@@ -87,16 +66,22 @@ class Kernel:
         """decode_step over listed rows: q (B, H, 1, D); row b reads the distinct cache slots among idx[b, :count[b]]
         of k and v, in increasing order, -1 (none) and repeats skipped (idx (B, K) and count (B,) int64, contiguous,
         every slot in [-1, M): the caller checked; count None: all K slots; sinks None: none) -> (B, H, 1, Dv)."""
-        B, H, Lq, D = q.shape
+        sinks = _NO_SINKS if sinks is None else sinks
+        B, H, Lq, D, Hkv, Dv = _checked_qkv(q, k, v, sinks)
         bad_count = count is not None and (count.dtype is not torch.int64 or count.numel() != B
                                            or not count.is_contiguous())
         if Lq != 1 or idx.dtype is not torch.int64 or idx.dim() != 2 or idx.shape[0] != B or not idx.is_contiguous() \
                 or bad_count:
             raise ValueError("decode kernel: listed rows need q (B, H, 1, D), idx (B, K) and count (B,) int64")
-        rows = torch.zeros(B, 1, dtype=torch.int64)  # lo and hi as decode_step checks them
-        empty = rows[:0].float()
-        return self.decode_step(q, k, v, rows, rows, rows.float(), empty, empty if sinks is None else sinks, scale,
-                                softcap, listed=(idx, count))
+        bf16_query = q.dtype is torch.bfloat16
+        qf = q.float() if bf16_query else q
+        out = torch.empty(B, H, Lq, Dv, dtype=torch.float32)
+        ks, vs = k.stride(), v.stride()
+        self.module.decode_listed(qf.data_ptr(), q.data_ptr() if bf16_query else 0, k.data_ptr(), v.data_ptr(),
+                                  idx.data_ptr(), idx.shape[1], 0 if count is None else count.data_ptr(),
+                                  _address(sinks), out.data_ptr(), k.dtype is torch.bfloat16, (B, H, Hkv, Lq, D, Dv),
+                                  (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]), scale, softcap)
+        return out.to(torch.bfloat16) if bf16_query else out
 
     def latent_product(self, w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
         if w.dim() != 3 or x.dim() != 3 or w.shape[0] != x.shape[0]:
@@ -110,3 +95,25 @@ class Kernel:
         y = torch.empty(H, M, N, dtype=torch.float32)
         self.module.latent_product(w.data_ptr(), x.data_ptr(), y.data_ptr(), (H, M, K, N), fold)
         return y
+
+
+_NO_SINKS = torch.empty(0)
+
+
+def _checked_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor):
+    """(B, H, Lq, D, Hkv, Dv) once q (B, H, Lq, D), k (B, Hkv, M, D) and v (B, Hkv, M, Dv) fit the kernel (fp32 or
+    bf16, k and v alike; q contiguous, k and v contiguous in their last dim) and sinks is empty or (H,) fp32."""
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or len(v_shape) != 4:
+        raise ValueError("decode kernel: q, k and v must be 4-D")
+    B, H, Lq, D = q_shape
+    Bk, Hkv, M, Dk = k_shape
+    if q.dtype not in DTYPES or k.dtype not in DTYPES or v.dtype is not k.dtype:
+        raise ValueError("decode kernel: q, k and v must be float32 or bfloat16 (k and v alike)")
+    if not q.is_contiguous() or k.stride(3) != 1 or v.stride(3) != 1:
+        raise ValueError("decode kernel: q must be contiguous, and k and v contiguous in their last dim")
+    if not Hkv or H % Hkv or Dk != D or Bk != B or v_shape[:3] != k_shape[:3]:
+        raise ValueError(f"decode kernel: q {tuple(q_shape)} does not fit k {tuple(k_shape)}, v {tuple(v_shape)}")
+    if sinks.numel() and (sinks.dtype is not torch.float32 or sinks.numel() != H or not sinks.is_contiguous()):
+        raise ValueError(f"decode kernel: sinks must be empty or contiguous ({H},) float32")
+    return B, H, Lq, D, Hkv, v_shape[3]
