@@ -17,7 +17,7 @@ from torch.nn.parameter import UninitializedParameter
 
 from multihead.convert.registry import describe_linears, linears_to_module
 from multihead.errors import AttentionError, shape_str
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 # Names that hold a head count, in the order they are tried (labml: heads, nanoGPT: n_head, HF:
 # num_attention_heads / config.num_attention_heads, nn.Transformer: nhead, Annotated Transformer: h).
