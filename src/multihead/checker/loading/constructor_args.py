@@ -14,8 +14,9 @@ EMBED, HEADS, LENGTH = 16, 4, 64  # sizes used when the learner gives none
 HEAD_DIM = EMBED // HEADS
 
 QUERY_SIZE_NAMES = ("query_size", "query_dim", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
-KEY_SIZE_NAMES = ("key_size", "kdim", "context_dim", "kv_dim", "encoder_dim")
-VALUE_SIZE_NAMES = ("value_size", "vdim", "context_dim", "kv_dim", "encoder_dim")
+KEY_SIZE_NAMES = ("key_size", "kdim", "context_dim", "kv_dim", "encoder_dim", "cross_attention_dim", "encoder_hidden_size")
+VALUE_SIZE_NAMES = ("value_size", "vdim", "context_dim", "kv_dim", "encoder_dim", "cross_attention_dim",
+                    "encoder_hidden_size")
 EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd", "emb_dim",
                "embed_size", "hidden_dim", "hid_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d",
                "width", "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb",

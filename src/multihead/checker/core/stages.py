@@ -1,0 +1,194 @@
+"""Judge the attention core on the learner's own tensors, stage by stage, and name the first stage that differs.
+
+Stages, in the order the maths runs them (``STAGES``): scores (q·k times the scale), masked scores (which keys
+each query may see), weights (a softmax over the keys: every row sums to one), per-head output (weights times
+values), merged heads (the heads put back side by side, what the output projection reads), projected output.
+Each stage is compared with what correct attention computes from the tensors the learner's previous stage
+produced, so the first stage that differs is where the mistake is, whatever else the module does.
+
+A ``StageFinding`` names the stage, the learner's numbers and the expected ones at that stage (one row), the
+explain topic that teaches it, and a catalogue bug id when the difference is a known one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from multihead.checker.core.trace import Core, CoreTrace, find_core
+from multihead.checker.loading.calling import CallSpec, LearnerError, invoke
+
+STAGES = ("scores", "masked-scores", "weights", "per-head-output", "merged-heads", "projected-output")
+TOPIC = {"scores": "scale-sqrt-dk", "masked-scores": "masked-fill", "weights": "softmax-axis",
+         "per-head-output": "keys-vs-values", "merged-heads": "combine-heads", "projected-output": "linear-d-model"}
+BLOCKED = -1e4  # a score at or below this counts as masked out
+SHOWN = 4  # how many numbers of one row the report shows
+
+
+@dataclass
+class StageFinding:
+    """The first stage that differs (``stage`` in STAGES), one row of the learner's numbers and the expected
+    ones there, a catalogue bug id when the difference is a known one, and what the stage judge checked."""
+
+    stage: str | None
+    got: list = field(default_factory=list)
+    want: list = field(default_factory=list)
+    where: str = ""  # which row the numbers come from ("batch 0, head 0, query 2")
+    bug: str | None = None
+    judged: list = field(default_factory=list)  # the stages found right, in order
+
+    @property
+    def topic(self) -> str | None:
+        return TOPIC.get(self.stage) if self.stage else None
+
+
+def trace_core(module, spec: CallSpec, case) -> Core | None:
+    """The core of one learner call on ``case`` (xq, xk, xv, ...), or None when none is found or it raises."""
+    trace = CoreTrace()
+    try:
+        with torch.no_grad(), trace:
+            invoke(module, spec, *case[:3])
+    except LearnerError:
+        return None
+    return find_core(trace.ops)
+
+
+def judge_stages(core: Core, spec: CallSpec) -> StageFinding:
+    """The first stage of ``core`` that differs from correct attention on the same tensors."""
+    judged = []
+    for stage, judge in (("scores", _scores), ("masked-scores", _masked), ("weights", _weights),
+                         ("merged-heads", _merged)):
+        finding = judge(core, spec)
+        if finding is not None:
+            finding.judged = judged
+            return finding
+        judged.append(stage)
+    return StageFinding(None, judged=judged + ["per-head-output"])
+
+
+def _kept(scores: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(scores) & (scores > BLOCKED)
+
+
+def _row(t: torch.Tensor, index: tuple) -> list:
+    return [float(x) for x in t[index][:SHOWN]]
+
+
+def _where(index: tuple) -> str:
+    """"batch 0, head 1, query 2" for an index into (B, H, Lq) (or (B, Lq), or (B*H, Lq))."""
+    names = {2: ("batch", "query"), 3: ("batch", "head", "query")}.get(len(index), ("",) * len(index))
+    return ", ".join(f"{n} {i}".strip() for n, i in zip(names, index))
+
+
+def _first_row(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """The index of the first row (all but the last dimension) where ``a`` and ``b`` differ."""
+    diff = ~torch.isclose(a, b, rtol=1e-4, atol=1e-6, equal_nan=True)
+    rows = diff.reshape(-1, a.shape[-1]).any(-1).nonzero()
+    flat = int(rows[0]) if len(rows) else 0
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape[:-1]))
+
+
+def _scores(core: Core, spec: CallSpec) -> StageFinding | None:
+    """scores = q·k times one scale on every kept entry; 1/sqrt(D) unless q came pre-scaled (not told apart)."""
+    if core.raw is None or core.scores is None or core.raw.shape != core.scores.shape:
+        return None
+    kept = _kept(core.scores)
+    if not kept.any():
+        return None
+    scale = _scale(core.raw, core.scores, kept)
+    if torch.allclose(core.scores[kept], core.raw[kept] * scale, rtol=1e-4, atol=1e-6):
+        return None  # one scale throughout (its value is the catalogue's to judge)
+    D = core.q.shape[-1]
+    want = torch.where(kept, core.raw / math.sqrt(D), core.scores)
+    index = _first_row(core.scores, want)
+    return StageFinding("scores", _row(core.scores, index), _row(want, index), _where(index))
+
+
+def _scale(raw: torch.Tensor, scores: torch.Tensor, kept: torch.Tensor) -> float:
+    """The one factor that best takes the q·k product to the scores on the kept entries (least squares)."""
+    r, s = raw[kept], scores[kept]
+    return float((s * r).sum() / (r * r).sum().clamp_min(1e-30)) if len(r) else 1.0
+
+
+def _expected_kept(Lq: int, Lk: int, spec: CallSpec) -> torch.Tensor:
+    """The keys each query may see in an unmasked call: all, or causal (aligned at the end), within a window."""
+    i = torch.arange(Lq)[:, None] + (Lk - Lq)
+    j = torch.arange(Lk)[None, :]
+    keep = torch.ones(Lq, Lk, dtype=torch.bool)
+    if spec.causal:
+        keep &= j <= i
+    window = getattr(spec.options, "window", None) if spec.options is not None else None
+    if window:
+        keep &= (i - j) < window
+    return keep
+
+
+def _masked(core: Core, spec: CallSpec) -> StageFinding | None:
+    """Which keys each query sees, against the module's causality (and window) on an unmasked call."""
+    if core.scores is None:
+        return None
+    kept = _kept(core.scores)
+    Lq, Lk = kept.shape[-2:]
+    pattern = kept.reshape(-1, Lq, Lk)
+    seen = pattern[0]
+    if not (pattern == seen).all():
+        return None  # differs by batch or head: not the causal pattern's business
+    want = _expected_kept(Lq, Lk, spec)
+    if torch.equal(seen, want):
+        return None
+    bug = None
+    if Lq == Lk and Lq > 1:
+        i, j = torch.arange(Lq)[:, None], torch.arange(Lk)[None, :]
+        if torch.equal(seen, j >= i):
+            bug = "causal-mask-reversed"
+    row = int((seen != want).any(-1).nonzero()[0])
+    index = (0,) * (kept.dim() - 2) + (row,)
+    minus_inf = torch.tensor(float("-inf"), dtype=core.scores.dtype)
+    got = torch.where(kept, core.scores, minus_inf)
+    unmasked = core.scores
+    if core.raw is not None and core.raw.shape == core.scores.shape:  # the scaled product, before any mask
+        unmasked = core.raw * _scale(core.raw, core.scores, kept)
+    expected = torch.where(want.expand_as(kept), unmasked, minus_inf)
+    return StageFinding("masked-scores", _row(got, index), _row(expected, index), _where(index), bug)
+
+
+def _weights(core: Core, spec: CallSpec) -> StageFinding | None:
+    """A softmax over the keys (the last axis): every row sums to one."""
+    if core.weights is None:
+        return None
+    want = torch.softmax(core.scores, dim=-1)
+    if core.dim == core.scores.dim() - 1 and torch.allclose(core.weights, want, rtol=1e-5, atol=1e-7,
+                                                             equal_nan=True):
+        return None
+    if core.weights.shape != want.shape:
+        return None
+    index = _first_row(core.weights, want)
+    bug = "softmax-wrong-axis" if core.dim != core.scores.dim() - 1 else None
+    return StageFinding("weights", _row(core.weights, index), _row(want, index), _where(index), bug)
+
+
+def merges(out: torch.Tensor, merged: torch.Tensor, layout: str) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(the correct merge of the per-head output ``out`` (B, H, Lq, Dv) or (B*H, Lq, Dv) in the module's
+    layout, shaped like ``merged``; None when the shapes do not fit), and the bare reshape of ``out``."""
+    bare = out.reshape(merged.shape)
+    B = merged.shape[0] if layout == "batch" else merged.shape[1]
+    Lq = out.shape[-2]
+    if out.numel() != merged.numel() or out.shape[-2] not in merged.shape[:2]:
+        return None, bare
+    heads = out.reshape(B, -1, Lq, out.shape[-1])  # (B, H, Lq, Dv)
+    order = (0, 2, 1, 3) if layout == "batch" else (2, 0, 1, 3)
+    return heads.permute(order).reshape(merged.shape), bare
+
+
+def _merged(core: Core, spec: CallSpec) -> StageFinding | None:
+    """The heads put back side by side: what the output projection reads, against the correct merge."""
+    if core.merged is None or core.out.dim() < 3:
+        return None
+    want, bare = merges(core.out, core.merged, spec.layout or "batch")
+    if want is None or torch.allclose(core.merged, want, rtol=1e-5, atol=1e-6):
+        return None
+    bug = "merge-without-transpose" if torch.allclose(core.merged, bare, rtol=1e-5, atol=1e-6) else None
+    index = _first_row(core.merged, want)
+    return StageFinding("merged-heads", _row(core.merged, index), _row(want, index), _where(index), bug)
