@@ -28,6 +28,7 @@ from multihead.checker.behaviour import layout as conv
 from multihead.checker.loading.calling import CallSpec, LearnerError, invoke
 from multihead.checker.bugs.catalogue import MASK_BUGS, forms_to_try
 from multihead.checker.compare import compare_with_reference
+from multihead.checker.core.judge import judge_unknown
 from multihead.checker.bugs.diagnose import Match, closest
 from multihead.checker.loading.call_hints import Hints
 from multihead.checker.targets.kv_cache import check_cached
@@ -200,11 +201,13 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
-    if report.verdict == "pass":
+    if report.verdict == "fail" and not report.bug and not report.reason:  # the core, on its own tensors
+        judge_unknown(module, spec, tuple(t.shape[-1] for t in plain[0][:3]), plain[0][0].dtype, report)
+    if report.verdict == "pass" and report.kind != "core":
         _check_longer(module, spec, match.roles, plain, tol, report)
-    if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
+    if report.verdict == "pass" and report.kind != "core":  # a module with a KV cache: a prompt, then one token at a time
         check_cached(module, spec, match.roles, tol, report)
-    if report.verdict == "pass" and not spec.causal and spec.inputs == "x":  # a causal mask built, then lost?
+    if report.verdict == "pass" and report.kind != "core" and not spec.causal and spec.inputs == "x":  # a causal mask built, then lost?
         built = unused_causal_mask(module, spec, plain[0][0])
         if built is not None:
             report.verdict, report.bug = "fail", "causal-mask-unused"
@@ -217,6 +220,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text(report.lang)))
     if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
         match = Match(match.form, by_names(assignments, match.roles), match.fill, match.error, match.scale)
+    if report.kind == "core":  # passed on its own tensors: the role search's reading does not hold
+        report.conventions.append(("heads", {"heads": report.bug_values.pop("heads"),
+                                             "head_dim": report.bug_values.pop("head_dim")}))
+        return report
     report.roles = match.roles.describe()
     weights = match.roles.weights(module)
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))

@@ -38,6 +38,7 @@ class StageFinding:
     where: str = ""  # which row the numbers come from ("batch 0, head 0, query 2")
     bug: str | None = None
     judged: list = field(default_factory=list)  # the stages found right, in order
+    gate: torch.Tensor | None = None  # the merged heads were multiplied by this, each entry in (0, 1)
 
     @property
     def topic(self) -> str | None:
@@ -64,8 +65,8 @@ def judge_stages(core: Core, spec: CallSpec) -> StageFinding:
         if finding is not None:
             finding.judged = judged
             return finding
-        judged.append(stage)
-    return StageFinding(None, judged=judged + ["per-head-output"])
+        judged += [stage, "per-head-output"] if stage == "weights" else [stage]
+    return StageFinding(None, judged=judged)
 
 
 def _kept(scores: torch.Tensor) -> torch.Tensor:
@@ -125,6 +126,15 @@ def _expected_kept(Lq: int, Lk: int, spec: CallSpec) -> torch.Tensor:
     return keep
 
 
+def _band(seen: torch.Tensor) -> int | None:
+    """The window w when ``seen`` (Lq, Lk), Lq == Lk, keeps exactly the keys i - w < j <= i; else None."""
+    L = seen.shape[-1]
+    if seen.shape[0] != L:
+        return None
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    return next((w for w in range(1, L) if torch.equal(seen, (j <= i) & (i - j < w))), None)
+
+
 def _masked(core: Core, spec: CallSpec) -> StageFinding | None:
     """Which keys each query sees, against the module's causality (and window) on an unmasked call."""
     if core.scores is None:
@@ -136,8 +146,8 @@ def _masked(core: Core, spec: CallSpec) -> StageFinding | None:
     if not (pattern == seen).all():
         return None  # differs by batch or head: not the causal pattern's business
     want = _expected_kept(Lq, Lk, spec)
-    if torch.equal(seen, want):
-        return None
+    if torch.equal(seen, want) or _band(seen) is not None and spec.causal:
+        return None  # the module's own pattern (a causal sliding window is one, found or not)
     bug = None
     if Lq == Lk and Lq > 1:
         i, j = torch.arange(Lq)[:, None], torch.arange(Lk)[None, :]
@@ -190,5 +200,11 @@ def _merged(core: Core, spec: CallSpec) -> StageFinding | None:
     if want is None or torch.allclose(core.merged, want, rtol=1e-5, atol=1e-6):
         return None
     bug = "merge-without-transpose" if torch.allclose(core.merged, bare, rtol=1e-5, atol=1e-6) else None
+    large = want.abs() > 1e-3
+    ratio = core.merged[large] / want[large]
+    if bug is None and large.any() and bool(((ratio > 0) & (ratio < 1)).all()):  # an output gate, in (0, 1)
+        gate = torch.full_like(want, float("nan"))
+        gate[large] = ratio
+        return StageFinding(None, gate=gate)
     index = _first_row(core.merged, want)
     return StageFinding("merged-heads", _row(core.merged, index), _row(want, index), _where(index), bug)

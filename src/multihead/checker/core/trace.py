@@ -77,6 +77,7 @@ class Core:
     dim: int = -1
     sdpa: Op | None = None
     merged: torch.Tensor | None = None
+    projected: torch.Tensor | None = None  # what the module's last linear layer gave (its output, batch first)
 
 
 def _dim_of(op: Op) -> int:
@@ -142,7 +143,9 @@ def _with_merge(core: Core, later: list[Op]) -> Core:
         if op.kind != "linear" or not isinstance(op.args[0], torch.Tensor):
             continue
         seen = op.args[0]
-        if seen.numel() == size or seen.numel() == size * 1:
+        if seen.numel() == size:
             core.merged = seen
-            return core
+            break
+    linears = [op for op in later if op.kind == "linear" and isinstance(op.out, torch.Tensor)]
+    core.projected = linears[-1].out if linears and core.merged is not None else None
     return core

@@ -1,0 +1,125 @@
+"""The core judge in the verdict: name the first stage that differs for a difference the catalogue does not
+know, and PASS a module whose core is right on its own tensors when every part around it is recognised.
+
+Recognised around the core (the periphery): q, k and v each an affine map of the input (one token at a time:
+projections, biases, fused or split); an output gate sigmoid(g) * attention before the output projection, g an
+affine map of the input (Qwen3-Next); the output projection as the last linear layer. Anything else (a norm,
+a rotary turn the role search did not fit) is not judged here, and a module with such a part never passes here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from multihead.checker.core.stages import StageFinding, judge_stages, trace_core
+from multihead.checker.core.trace import Core
+from multihead.checker.bugs.sentences import say
+from multihead.checker.loading.calling import LearnerError, invoke
+from multihead.checker.loading.probes import inputs
+
+FIT = 1e-7  # relative least-squares residual under which a tensor is an affine map of the input (float64)
+
+
+def stage_lines(finding: StageFinding, lang: str) -> list[str]:
+    """The report's lines for a finding: the stage and the row it shows, the learner's numbers and the expected."""
+    if finding.stage is None:
+        stages = ", ".join(say("stage:" + stage, lang) for stage in finding.judged)
+        return [say("core-right", lang, stages=stages)]
+
+    def numbers(values) -> str:
+        return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
+
+    lines = [say("first-stage", lang, stage=say("stage:" + finding.stage, lang), where=finding.where)]
+    if finding.got:
+        lines += ["  " + say("stage-yours", lang, values=numbers(finding.got)),
+                  "  " + say("stage-expected", lang, values=numbers(finding.want))]
+    return lines
+
+
+def name_the_stage(module, spec, case, report) -> Core | None:
+    """For a FAIL without a bug: trace the core on ``case``, name its first stage that differs (and the bug,
+    when it is a known one) in the report. Returns the core (None when none was found)."""
+    core = trace_core(module, spec, case)
+    if core is None:
+        report.notes.append(say("core-not-found", report.lang))
+        return None
+    finding = judge_stages(core, spec)
+    report.stage = finding
+    if finding.bug:
+        report.bug = finding.bug
+    if finding.gate is not None:
+        report.notes.append(say("gate-outside", report.lang))
+    return core
+
+
+def affine(x: torch.Tensor, t: torch.Tensor) -> bool:
+    """Is every row of ``t`` (N, M) the same affine map of the matching row of ``x`` (N, E)?"""
+    if x.shape[0] != t.shape[0] or x.shape[0] <= x.shape[1] + 1:
+        return False
+    design = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
+    solution = torch.linalg.lstsq(design, t).solution
+    residual = (design @ solution - t).norm() / t.norm().clamp_min(1e-30)
+    return float(residual) <= FIT
+
+
+def _tokens(t: torch.Tensor, batch: int, length: int) -> torch.Tensor | None:
+    """A per-head tensor (B, H, L, D) (or (B*H, L, D)) as one row per token (B*L, H*D); None if it does not fit."""
+    if t.shape[-2] != length or t.numel() % (batch * length):
+        return None
+    heads = t.reshape(batch, -1, length, t.shape[-1])
+    return heads.permute(0, 2, 1, 3).reshape(batch * length, -1)
+
+
+def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: torch.Tensor) -> bool:
+    """Does the module pass on its core: every stage right, scale 1/sqrt(D), q, k, v affine in the input, a gate
+    (if any) sigmoid of an affine map of the input, and the module's output the last linear layer's?"""
+    if spec.mask_param or spec.inputs != "x" or spec.layout != "batch" or finding.stage is not None \
+            or core.merged is None:
+        return False
+    x = case[0]
+    B, L = x.shape[:2]
+    if core.sdpa is not None:
+        scale = core.sdpa.kwargs.get("scale")
+        if (scale is not None and not math.isclose(scale, core.q.shape[-1] ** -0.5, rel_tol=1e-6)) or \
+                core.sdpa.kwargs.get("attn_mask") is not None:
+            return False
+    elif core.raw is None or not torch.allclose(core.scores[torch.isfinite(core.scores)],
+                                                (core.raw / math.sqrt(core.q.shape[-1]))[torch.isfinite(core.scores)],
+                                                rtol=1e-6, atol=1e-9):
+        return False
+    rows = x.reshape(B * L, -1)
+    for t in (core.q, core.k, core.v):
+        tokens = _tokens(t, B, L)
+        if tokens is None or not affine(rows, tokens):
+            return False
+    if finding.gate is not None:
+        gate = finding.gate.reshape(B * L, -1)
+        known = ~gate.isnan().any(-1)  # tokens whose every gate entry was measured
+        if not affine(rows[known], torch.logit(gate[known])):
+            return False
+    return core.projected is not None and core.projected.shape == wanted.shape and \
+        torch.allclose(core.projected, wanted, rtol=1e-6, atol=1e-9)
+
+
+def judge_unknown(module, spec, dims: tuple, dtype, report) -> None:
+    """A FAIL the catalogue could not name: name its first stage on the learner's own tensors (8 sequences of 6
+    tokens: enough tokens for the affine fits), and PASS it when its core is right and its periphery recognised."""
+    case = inputs(dims, 8, 6, 6, dtype, 40)
+    core = name_the_stage(module, spec, case, report)
+    if core is None or report.bug or report.stage is None:
+        return
+    try:
+        with torch.no_grad():
+            wanted = invoke(module, spec, *case[:3])
+    except LearnerError:
+        return
+    finding = report.stage
+    if core_passes(module, spec, case, core, finding, wanted):
+        report.verdict, report.kind, report.error, report.stage = "pass", "core", 0.0, None
+        report.bug_values = {"heads": core.q.numel() // (core.q.shape[-1] * core.q.shape[-2] * case[0].shape[0]),
+                             "head_dim": core.q.shape[-1]}
+        report.notes[:] = [note for note in report.notes if note != say("gate-outside", report.lang)]
+        if finding.gate is not None:
+            report.notes.append(say("gate-judged", report.lang))
