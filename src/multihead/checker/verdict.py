@@ -202,7 +202,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
     if report.verdict == "fail" and not report.bug and not report.reason:  # the core, on its own tensors
-        judge_unknown(module, spec, tuple(t.shape[-1] for t in plain[0][:3]), plain[0][0].dtype, report)
+        found = judge_unknown(module, spec, tuple(t.shape[-1] for t in plain[0][:3]), plain[0][0].dtype, report,
+                              assignments)
+        if found is not None:  # the roles the core read, not the reading that came closest under the bug
+            match = Match(match.form, found, match.fill, match.error, match.scale)
     if report.verdict == "pass" and report.kind != "core":
         _check_longer(module, spec, match.roles, plain, tol, report)
     if report.verdict == "pass" and report.kind != "core":  # a module with a KV cache: a prompt, then one token at a time

@@ -103,18 +103,23 @@ def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: t
         torch.allclose(core.projected, wanted, rtol=1e-6, atol=1e-9)
 
 
-def judge_unknown(module, spec, dims: tuple, dtype, report) -> None:
+def judge_unknown(module, spec, dims: tuple, dtype, report, assignments=()):
     """A FAIL the catalogue could not name: name its first stage on the learner's own tensors (8 sequences of 6
-    tokens: enough tokens for the affine fits), and PASS it when its core is right and its periphery recognised."""
+    tokens: enough tokens for the affine fits), and PASS it when its core is right and its periphery recognised.
+    Returns the role assignment whose q and k are the core's (None when none is, or no bug was named here)."""
     case = inputs(dims, 8, 6, 6, dtype, 40)
     core = name_the_stage(module, spec, case, report)
-    if core is None or report.bug or report.stage is None:
-        return
+    if core is None or report.stage is None:
+        return None
+    if report.bug:
+        if report.bug == "causal-mask-reversed" and spec.options is not None:
+            spec.options.window = None  # the last query sees one key because the mask is reversed, not a window
+        return roles_of_core(assignments, core, case[0])
     try:
         with torch.no_grad():
             wanted = invoke(module, spec, *case[:3])
     except LearnerError:
-        return
+        return None
     finding = report.stage
     if core_passes(module, spec, case, core, finding, wanted):
         report.verdict, report.kind, report.error, report.stage = "pass", "core", 0.0, None
@@ -123,3 +128,27 @@ def judge_unknown(module, spec, dims: tuple, dtype, report) -> None:
         report.notes[:] = [note for note in report.notes if note != say("gate-outside", report.lang)]
         if finding.gate is not None:
             report.notes.append(say("gate-judged", report.lang))
+    return None
+
+
+def _per_head(x: torch.Tensor, weight_bias: tuple, heads: int) -> torch.Tensor:
+    """x (B, L, E) through one role's rows: (B, heads, L, D)."""
+    weight, bias = weight_bias
+    t = x @ weight.T + (bias if bias is not None else 0)
+    return t.reshape(*x.shape[:2], heads, -1).transpose(1, 2)
+
+
+def roles_of_core(assignments, core: Core, x: torch.Tensor):
+    """The assignment whose q and k projections of ``x`` are the tensors the core read (up to one scale), or None
+    (RoPE, a norm, or no assignment that fits)."""
+    for roles in assignments:
+        weights = roles.weights()
+        with torch.no_grad():
+            q = _per_head(x, weights.q, weights.num_heads)
+            k = _per_head(x, weights.k, weights.num_kv_heads)
+        if q.shape != core.q.shape or k.shape[-1] != core.k.shape[-1]:
+            continue
+        scale = float((core.q * q).sum() / (q * q).sum().clamp_min(1e-30))
+        if torch.allclose(core.q, q * scale, rtol=1e-5, atol=1e-7):
+            return roles
+    return None
