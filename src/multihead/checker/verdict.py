@@ -87,8 +87,16 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
         spec.encoding, spec.mask_ignored = encoding_by_agreement(
             module, spec, fitting, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), tol)
     report.conventions = conventions(spec, dtype)
-    if not assignments:
-        report.reason = say("no-roles", report.lang, seen=seen)
+    if not assignments:  # no projection roles: the core on its own tensors may still judge it
+        report.verdict = "fail"
+        judge_unknown(module, spec, dims, dtype, report)
+        if report.verdict == "pass":
+            report.conventions.append(("heads", {"heads": report.bug_values.pop("heads"),
+                                                 "head_dim": report.bug_values.pop("head_dim")}))
+            report.notes.append(say("no-roles-core", report.lang))
+        elif report.stage is None or report.stage.stage is None:  # nothing in the core differs: cannot judge
+            report.verdict, report.stage, report.notes = "error", None, []
+            report.reason = say("no-roles", report.lang, seen=seen)
         return report
     return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
                     setup.tol, report, setup.rope_bases)

@@ -49,6 +49,8 @@ CONVENTION_TEXT = {
                    "{name} = RoPE 角度的正弦，形状为 (L, {size})，前后两半相同 (i, i + {half})"),
     "filled:cos_sin": ("{name} = (cos, sin), each (1, L, {size}), the halves repeated (i, i + {half})",
                        "{name} = (cos, sin)，形状都是 (1, L, {size})，前后两半相同 (i, i + {half})"),
+    "filled:sinusoidal": ("{name} = RoFormer's sinusoidal table (1, 1, L, {size}): [sin | cos] of t * 10000^(-2i/{size})",
+                          "{name} = RoFormer 的正弦位置表 (1, 1, L, {size})：t * 10000^(-2i/{size}) 的 [sin | cos]"),
     "layout:batch": ("batch first (B, L, E)", "批量维在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列维在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens)", "模块内部带因果掩码（屏蔽后面的词）"),
@@ -245,6 +247,10 @@ MESSAGES = {
                     "之外：只按门控的形式检查过，没有和参考实现比较"),
     "gate-outside": ("your output gate sits outside attention; it was not checked",
                      "你的输出门控位于注意力之外，没有被检查"),
+    "no-roles-core": ("which layers project queries, keys and values could not be told apart, so the projections "
+                      "were judged only as what the core reads: q, k and v each an affine map of the input",
+                      "无法分辨哪些层分别投影查询、键和值，因此投影部分只按注意力核心读到的内容来检查："
+                      "q、k、v 各自都是输入的仿射变换"),
     "pass-core": ("PASS: {target}: its attention core is right on its own tensors (scores, mask, weights, "
                   "per-head output, merged heads; max error {error:.1e}), and every part around it was recognised",
                   "通过：{target}：在它自己的张量上，注意力核心完全正确（分数、掩码、权重、每个头的输出、多头合并；"

@@ -72,6 +72,16 @@ def _tokens(t: torch.Tensor, batch: int, length: int) -> torch.Tensor | None:
     return heads.permute(0, 2, 1, 3).reshape(batch * length, -1)
 
 
+def _scaled_right(core: Core) -> bool:
+    """Are the kept scores q·k / sqrt(D), the scale applied to the scores or to q (or k) before the product?"""
+    finite = torch.isfinite(core.scores)
+    D = core.q.shape[-1]
+    factor = 1.0 / math.sqrt(D)
+    if core.prescale is not None and math.isclose(core.prescale, factor, rel_tol=1e-6):
+        factor = 1.0  # q * D**-0.5 @ k^T (EVA, timm): the product already holds the scale
+    return torch.allclose(core.scores[finite], (core.raw * factor)[finite], rtol=1e-6, atol=1e-9)
+
+
 def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: torch.Tensor) -> bool:
     """Does the module pass on its core: every stage right, scale 1/sqrt(D), q, k, v affine in the input, a gate
     (if any) sigmoid of an affine map of the input, and the module's output the last linear layer's?"""
@@ -85,9 +95,7 @@ def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: t
         if (scale is not None and not math.isclose(scale, core.q.shape[-1] ** -0.5, rel_tol=1e-6)) or \
                 core.sdpa.kwargs.get("attn_mask") is not None:
             return False
-    elif core.raw is None or not torch.allclose(core.scores[torch.isfinite(core.scores)],
-                                                (core.raw / math.sqrt(core.q.shape[-1]))[torch.isfinite(core.scores)],
-                                                rtol=1e-6, atol=1e-9):
+    elif core.raw is None or not _scaled_right(core):
         return False
     rows = x.reshape(B * L, -1)
     for t in (core.q, core.k, core.v):

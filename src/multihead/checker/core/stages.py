@@ -59,13 +59,13 @@ def trace_core(module, spec: CallSpec, case) -> Core | None:
 def judge_stages(core: Core, spec: CallSpec) -> StageFinding:
     """The first stage of ``core`` that differs from correct attention on the same tensors."""
     judged = []
-    for stage, judge in (("scores", _scores), ("masked-scores", _masked), ("weights", _weights),
-                         ("merged-heads", _merged)):
+    for stage, judge in (("scores", _kv_groups), ("scores", _scores), ("masked-scores", _masked),
+                         ("weights", _weights), ("per-head-output", _values), ("merged-heads", _merged)):
         finding = judge(core, spec)
         if finding is not None:
             finding.judged = judged
             return finding
-        judged += [stage, "per-head-output"] if stage == "weights" else [stage]
+        judged += [stage] if stage not in judged else []
     return StageFinding(None, judged=judged)
 
 
@@ -177,6 +177,32 @@ def _weights(core: Core, spec: CallSpec) -> StageFinding | None:
     index = _first_row(core.weights, want)
     bug = "softmax-wrong-axis" if core.dim != core.scores.dim() - 1 else None
     return StageFinding("weights", _row(core.weights, index), _row(want, index), _where(index), bug)
+
+
+def _kv_groups(core: Core, spec: CallSpec) -> StageFinding | None:
+    """Query heads that share key heads share them in groups of neighbours (repeat_interleave), not tiled."""
+    if core.k.dim() != 4 or core.k.shape[1] < 2:
+        return None
+    k = core.k
+    H = k.shape[1]
+    same = [[bool(torch.equal(k[:, a], k[:, b])) for b in range(H)] for a in range(H)]
+    distinct = len({min(b for b in range(H) if same[a][b]) for a in range(H)})
+    if distinct in (1, H) or H % distinct:
+        return None
+    group = H // distinct
+    tiled = all(same[a][b] == (a % distinct == b % distinct) for a in range(H) for b in range(H))
+    grouped = all(same[a][b] == (a // group == b // group) for a in range(H) for b in range(H))
+    if grouped or not tiled:
+        return None
+    return StageFinding("scores", _row(k, (0, 1, 0)), _row(k, (0, 0, 0)), "batch 0, head 1, key 0", "kv-heads-tiled")
+
+
+def _values(core: Core, spec: CallSpec) -> StageFinding | None:
+    """The weights multiply the values, not the keys."""
+    if core.v.shape != core.k.shape or not torch.allclose(core.v, core.k):
+        return None
+    index = (0,) * (core.out.dim() - 1)
+    return StageFinding("per-head-output", _row(core.out, index), [], _where(index), "keys-used-as-values")
 
 
 def merges(out: torch.Tensor, merged: torch.Tensor, layout: str) -> tuple[torch.Tensor | None, torch.Tensor]:

@@ -23,6 +23,8 @@ SOFTMAXES = {torch.softmax, F.softmax, torch.Tensor.softmax, torch.nn.functional
 PRODUCTS = {torch.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.matmul, torch.Tensor.bmm, torch.einsum}
 SDPA = {F.scaled_dot_product_attention}
 LINEARS = {F.linear}
+SCALINGS = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.mul, torch.Tensor.mul, torch.Tensor.__truediv__,
+            torch.div, torch.Tensor.div}  # recorded when one operand is a plain number: q * scale, q / sqrt(D)
 
 
 @dataclass
@@ -47,7 +49,10 @@ class CoreTrace(TorchFunctionMode):
         out = func(*args, **kwargs)
         kind = ("softmax" if func in SOFTMAXES else "product" if func in PRODUCTS else "sdpa" if func in SDPA
                 else "linear" if func in LINEARS else None)
-        if kind is not None:
+        if func in SCALINGS and len(args) == 2 and isinstance(args[1], (int, float)):
+            factor = 1.0 / args[1] if func in (torch.Tensor.__truediv__, torch.div, torch.Tensor.div) else args[1]
+            self.ops.append(Op("scale", (), {"factor": float(factor)}, _detached(out)))
+        elif kind is not None:
             self.ops.append(Op(kind, tuple(_detached(a) for a in args),
                                {k: _detached(v) for k, v in kwargs.items()}, _detached(out)))
         return out
@@ -77,6 +82,7 @@ class Core:
     dim: int = -1
     sdpa: Op | None = None
     merged: torch.Tensor | None = None
+    prescale: float | None = None  # the number q (or k) was multiplied by on its way into the scores product
     projected: torch.Tensor | None = None  # what the module's last linear layer gave (its output, batch first)
 
 
@@ -119,8 +125,20 @@ def find_core(ops: list[Op]) -> Core | None:
             k = kt
         else:
             k = kt.transpose(-1, -2)
-        return _with_merge(Core(q, k, v, ops[after].out, scores, ops[before].out, weights, _dim_of(op)),
-                           ops[after + 1:])
+        core = Core(q, k, v, ops[after].out, scores, ops[before].out, weights, _dim_of(op))
+        core.prescale = _prescale(ops[:before], q, kt)
+        return _with_merge(core, ops[after + 1:])
+    return None
+
+
+def _prescale(earlier: list[Op], q: torch.Tensor, kt: torch.Tensor) -> float | None:
+    """The factor of the last scaling by a number whose output the scores product read as q or k^T."""
+    for op in reversed(earlier):
+        if op.kind == "scale" and isinstance(op.out, torch.Tensor) and any(
+                op.out.numel() == t.numel() and torch.equal(op.out.reshape(-1), t.reshape(-1))
+                or op.out.shape[-2:] == t.shape[-2:][::-1] and torch.equal(op.out.transpose(-1, -2), t)
+                for t in (q, kt)):
+            return op.kwargs["factor"]
     return None
 
 
