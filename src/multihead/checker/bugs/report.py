@@ -55,7 +55,7 @@ class CheckReport:
 
     def explanation(self) -> str | None:
         """The bug's one-line explanation in the report's language."""
-        return say(self.bug, self.lang, **self.bug_values) if self.bug else None
+        return say(self.bug_values.get("text", self.bug), self.lang, **self.bug_values) if self.bug else None
 
     def headline(self) -> str:
         """One line: PASS / FAIL / ERROR and why."""

@@ -251,6 +251,13 @@ MESSAGES = {
                       "were judged only as what the core reads: q, k and v each an affine map of the input",
                       "无法分辨哪些层分别投影查询、键和值，因此投影部分只按注意力核心读到的内容来检查："
                       "q、k、v 各自都是输入的仿射变换"),
+    "mask-fill-positive": ("masked_fill gives the blocked scores {fill}, a large positive number: after the softmax "
+                           "those keys take all the weight instead of none. Keep your masked_fill and its condition, "
+                           "and fill with a large negative number: masked_fill(<your condition>, float('-inf')) "
+                           "(or -1e9).",
+                           "masked_fill 把被屏蔽的分数填成了 {fill}，这是一个很大的正数：softmax 之后这些键会拿走"
+                           "全部权重，而不是一点也拿不到。masked_fill 和它的条件都不用改，只要把填充值换成一个很大的负数："
+                           "masked_fill(原来的条件, float('-inf'))（或 -1e9）。"),
     "pass-core": ("PASS: {target}: its attention core is right on its own tensors (scores, mask, weights, "
                   "per-head output, merged heads; max error {error:.1e}), and every part around it was recognised",
                   "通过：{target}：在它自己的张量上，注意力核心完全正确（分数、掩码、权重、每个头的输出、多头合并；"
