@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from multihead.checker.bugs.catalogue import BUG_BY_ID
+from multihead.checker.bugs.role_words import role_text
 from multihead.checker.bugs.sentences import bug_name, say
 from multihead.checker.core.judge import stage_lines
 
@@ -83,7 +84,7 @@ class CheckReport:
 
     def role_lines(self) -> list[str]:
         colon = "：" if self.lang == "zh" else ": "
-        return [f"{say(role, self.lang)}{colon}{where if where != '(none)' else say('no-out', self.lang)}"
+        return [f"{say(role, self.lang)}{colon}{role_text(where, self.lang) if where != '(none)' else say('no-out', self.lang)}"
                 for role, where in self.roles.items()]
 
     def mask_lines(self) -> list[str]:

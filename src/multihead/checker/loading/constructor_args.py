@@ -95,6 +95,15 @@ def is_config_name(name: str, annotation: object = None) -> bool:
     return low in CONFIG_NAMES or low.endswith(("config", "cfg")) or "Config" in str(annotation or "")
 
 
+def short_tried_text(lang: str = "en") -> str:
+    """The groups of names the checker recognises, two examples each, on one line (``tried_text``: all of them)."""
+    zh = lang == "zh"
+    groups = [(("sizes", "宽度"), EMBED_NAMES), (("heads", "头数"), HEAD_NAMES), (("head sizes", "每个头的维度"),
+              HEAD_DIM_NAMES), (("lengths", "长度"), LENGTH_NAMES), (("windows", "窗口"), WINDOW_NAMES)]
+    listed = ("；" if zh else "; ").join(f"{label[zh]} {', '.join(names[:2])}..." for label, names in groups)
+    return listed + ("；以及 dropout、bias 之类的开关" if zh else "; dropout and bias flags")
+
+
 def tried_text(lang: str = "en") -> str:
     """The names the checker recognises, grouped, for messages (``lang``: "en" or "zh")."""
     zh = lang == "zh"
