@@ -42,10 +42,10 @@ def name_the_stage(module, spec, case, report) -> Core | None:
     """For a FAIL without a bug: trace the core on ``case``, name its first stage that differs (and the bug,
     when it is a known one) in the report. Returns the core (None when none was found)."""
     core = trace_core(module, spec, case)
-    if core is None:
+    finding = None if core is None else judge_stages(core, spec)
+    if finding is None:
         report.notes.append(say("core-not-found", report.lang))
         return None
-    finding = judge_stages(core, spec)
     report.stage = finding
     if finding.bug:
         report.bug = finding.bug

@@ -53,11 +53,22 @@ def trace_core(module, spec: CallSpec, case) -> Core | None:
             invoke(module, spec, *case[:3])
     except LearnerError:
         return None
-    return find_core(trace.ops)
+    try:
+        return find_core(trace.ops)
+    except (RuntimeError, ValueError, IndexError, TypeError):  # ops the core finder cannot read: no core
+        return None
 
 
-def judge_stages(core: Core, spec: CallSpec) -> StageFinding:
-    """The first stage of ``core`` that differs from correct attention on the same tensors."""
+def judge_stages(core: Core, spec: CallSpec) -> StageFinding | None:
+    """The first stage of ``core`` that differs from correct attention on the same tensors (None: tensors of
+    shapes the judge cannot read, nothing judged)."""
+    try:
+        return _judge_stages(core, spec)
+    except (RuntimeError, ValueError, IndexError, TypeError):  # tensors of unexpected shapes: nothing judged
+        return None
+
+
+def _judge_stages(core: Core, spec: CallSpec) -> StageFinding:
     judged = []
     for stage, judge in (("scores", _kv_groups), ("scores", _scores), ("masked-scores", _masked),
                          ("weights", _weights), ("per-head-output", _values), ("merged-heads", _merged)):

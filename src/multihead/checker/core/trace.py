@@ -100,7 +100,7 @@ def _operands(op: Op) -> tuple:
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def find_core(ops: list[Op]) -> Core | None:
