@@ -59,8 +59,8 @@ class CoreTrace(TorchFunctionMode):
 
 
 def _detached(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+    if isinstance(value, torch.Tensor):  # real floats in float64: stages compare tensors of mixed dtypes
+        return value.detach().double() if value.is_floating_point() else value.detach().clone()
     if isinstance(value, (tuple, list)):
         return type(value)(_detached(v) for v in value)
     return value
