@@ -22,6 +22,7 @@ CORRECT = {
     "ok_functional_rmsnorm_before_rotary.py:NormedCausalSelfAttention": {},
     "ok_mla_tutorial_separate_ups.py:TutorialMLA": {},
     "ok_mla_hf_reference_style.py:DeepseekV2Attention": {},
+    "ok_gated_cross_attention.py:GatedCross": {},
     "ok_seq_first_einsum.py:TimeMajorAttention": {},
     "ok_fused_causal.py:Block": {},
     "ok_folded_valid_lens.py:FoldMHA": {},

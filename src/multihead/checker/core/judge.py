@@ -82,13 +82,29 @@ def _scaled_right(core: Core) -> bool:
     return torch.allclose(core.scores[finite], (core.raw * factor)[finite], rtol=1e-6, atol=1e-9)
 
 
+def _future_unseen(module, spec, case, wanted: torch.Tensor) -> bool:
+    """The causal property on the module itself: a new last token leaves every earlier output as it was."""
+    changed = [t.clone() for t in case[:3]]
+    for t in changed:
+        t[:, -1] = torch.randn(t[:, -1].shape, dtype=t.dtype, generator=torch.Generator().manual_seed(3))
+    try:
+        with torch.no_grad():
+            moved = invoke(module, spec, *changed)
+    except LearnerError:
+        return False
+    return torch.allclose(moved[:, :-1], wanted[:, :-1], rtol=1e-6, atol=1e-9)
+
+
 def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: torch.Tensor) -> bool:
     """Does the module pass on its core: every stage right, scale 1/sqrt(D), q, k, v affine in the input, a gate
     (if any) sigmoid of an affine map of the input, and the module's output the last linear layer's?"""
-    if spec.mask_param or spec.inputs != "x" or spec.layout != "batch" or finding.stage is not None \
-            or core.merged is None:
+    if spec.mask_param or spec.layout != "batch" or finding.stage is not None or core.merged is None:
         return False
-    x = case[0]
+    linears = [layer.weight for layer in module.modules() if isinstance(layer, torch.nn.Linear)]
+    if any(id(weight) not in core.weights_used for weight in linears):
+        return False  # a projection the forward never uses (queries from the key layer?): not judged here
+    a, b, c = case[:3]
+    x, context, values = {"x": (a, a, a), "q_kv": (a, b, b), "qkv": (a, b, c)}[spec.inputs]  # what q, k, v read
     B, L = x.shape[:2]
     if core.sdpa is not None:
         scale = core.sdpa.kwargs.get("scale")
@@ -98,10 +114,12 @@ def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: t
     elif core.raw is None or not _scaled_right(core):
         return False
     rows = x.reshape(B * L, -1)
-    for t in (core.q, core.k, core.v):
-        tokens = _tokens(t, B, L)
-        if tokens is None or not affine(rows, tokens):
+    for t, read in ((core.q, x), (core.k, context), (core.v, values)):  # each an affine map of what it reads
+        tokens = _tokens(t, B, read.shape[1])
+        if tokens is None or not affine(read.reshape(B * read.shape[1], -1), tokens):
             return False
+    if spec.causal and not _future_unseen(module, spec, case, wanted):
+        return False
     if finding.gate is not None:
         gate = finding.gate.reshape(B * L, -1)
         known = ~gate.isnan().any(-1)  # tokens whose every gate entry was measured

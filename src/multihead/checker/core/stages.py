@@ -54,7 +54,10 @@ def trace_core(module, spec: CallSpec, case) -> Core | None:
     except LearnerError:
         return None
     try:
-        return find_core(trace.ops)
+        core = find_core(trace.ops)
+        if core is not None:
+            core.weights_used = trace.weights_used
+        return core
     except (RuntimeError, ValueError, IndexError, TypeError):  # ops the core finder cannot read: no core
         return None
 
@@ -110,12 +113,23 @@ def _scores(core: Core, spec: CallSpec) -> StageFinding | None:
     if not kept.any():
         return None
     scale = _scale(core.raw, core.scores, kept)
-    if torch.allclose(core.scores[kept], core.raw[kept] * scale, rtol=1e-4, atol=1e-6):
-        return None  # one scale throughout (its value is the catalogue's to judge)
     D = core.q.shape[-1]
-    want = torch.where(kept, core.raw / math.sqrt(D), core.scores)
+    meant = D ** -0.5 / (core.prescale or 1.0)  # q (and k) may come scaled already
+    one_scale = torch.allclose(core.scores[kept], core.raw[kept] * scale, rtol=1e-4, atol=1e-6)
+    if one_scale and math.isclose(scale, meant, rel_tol=1e-4):
+        return None
+    want = torch.where(kept, core.raw * meant, core.scores)
     index = _first_row(core.scores, want)
-    return StageFinding("scores", _row(core.scores, index), _row(want, index), _where(index))
+    bug = _scale_bug(scale * (core.prescale or 1.0), D, core.q.numel() // (core.q.shape[-2] * D * core.q.shape[0]))
+    return StageFinding("scores", _row(core.scores, index), _row(want, index), _where(index),
+                        bug if one_scale else None)
+
+
+def _scale_bug(factor: float, D: int, H: int) -> str:
+    """The catalogue id of a measured scale ``factor`` (D head size, H heads per batch row of q)."""
+    known = {"missing-scale": 1.0, "scale-by-head-dim": 1.0 / D, "scale-by-embed-dim": (H * D) ** -0.5,
+             "scale-halved": 0.5 * D ** -0.5}
+    return next((bug for bug, value in known.items() if math.isclose(factor, value, rel_tol=1e-4)), "wrong-scale")
 
 
 def _scale(raw: torch.Tensor, scores: torch.Tensor, kept: torch.Tensor) -> float:

@@ -13,7 +13,8 @@ v (..., Lk, Dv), per-head output (..., Lq, Dv), merged (B, Lq, H*Dv) or the modu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +44,7 @@ class CoreTrace(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.ops: list[Op] = []
+        self.weights_used: set[int] = set()  # id() of every weight handed to F.linear
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -53,6 +55,8 @@ class CoreTrace(TorchFunctionMode):
             factor = 1.0 / args[1] if func in (torch.Tensor.__truediv__, torch.div, torch.Tensor.div) else args[1]
             self.ops.append(Op("scale", (), {"factor": float(factor)}, _detached(out)))
         elif kind is not None:
+            if kind == "linear":
+                self.weights_used.add(id(kwargs.get("weight", args[1] if len(args) > 1 else None)))
             self.ops.append(Op(kind, tuple(_detached(a) for a in args),
                                {k: _detached(v) for k, v in kwargs.items()}, _detached(out)))
         return out
@@ -83,6 +87,7 @@ class Core:
     sdpa: Op | None = None
     merged: torch.Tensor | None = None
     prescale: float | None = None  # the number q (or k) was multiplied by on its way into the scores product
+    weights_used: set = field(default_factory=set)  # id() of the weights the call handed to F.linear
     projected: torch.Tensor | None = None  # what the module's last linear layer gave (its output, batch first)
 
 
@@ -107,8 +112,9 @@ def find_core(ops: list[Op]) -> Core | None:
     """The first attention core among the recorded ops, or None (no softmax feeding a product, no SDPA)."""
     for i, op in enumerate(ops):
         if op.kind == "sdpa":
-            q, k, v = op.args[:3]
-            return _with_merge(Core(q, k, v, op.out, sdpa=op), ops[i + 1:])
+            core = _sdpa_core(op)
+            core.prescale = _prescale(ops[:i], core.q, core.k.transpose(-1, -2))
+            return _with_merge(core, ops[i + 1:])
         if op.kind != "softmax" or not isinstance(op.args[0], torch.Tensor) or op.args[0].dim() < 2:
             continue
         scores, weights = op.args[0], op.out
@@ -131,15 +137,45 @@ def find_core(ops: list[Op]) -> Core | None:
     return None
 
 
+def _sdpa_core(op: Op) -> Core:
+    """An SDPA call's core, its scores and weights written out from its arguments (scale, attn_mask, is_causal,
+    enable_gqa) the way the call computes them."""
+    q, k, v = op.args[:3]
+    names = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    given = {**dict(zip(names, op.args[3:])), **op.kwargs}
+    if given.get("enable_gqa") and k.dim() == 4 and k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    raw = q @ k.transpose(-1, -2)
+    scale = given.get("scale")
+    scores = raw * (q.shape[-1] ** -0.5 if scale is None else scale)
+    Lq, Lk = scores.shape[-2:]
+    if given.get("is_causal"):
+        scores = scores.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool).tril(Lk - Lq).logical_not(), float("-inf"))
+    mask = given.get("attn_mask")
+    if isinstance(mask, torch.Tensor):
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return Core(q, k, v, op.out, scores, raw, torch.softmax(scores, dim=-1), scores.dim() - 1, sdpa=op)
+
+
 def _prescale(earlier: list[Op], q: torch.Tensor, kt: torch.Tensor) -> float | None:
-    """The factor of the last scaling by a number whose output the scores product read as q or k^T."""
-    for op in reversed(earlier):
-        if op.kind == "scale" and isinstance(op.out, torch.Tensor) and any(
-                op.out.numel() == t.numel() and torch.equal(op.out.reshape(-1), t.reshape(-1))
-                or op.out.shape[-2:] == t.shape[-2:][::-1] and torch.equal(op.out.transpose(-1, -2), t)
-                for t in (q, kt)):
-            return op.kwargs["factor"]
-    return None
+    """The product of the numbers q and k^T were multiplied by just before the scores product read them (q * D**-0.5,
+    or Whisper's q and k each times D**-0.25); None when neither was."""
+    factors = []
+    for t in (q, kt):
+        for op in reversed(earlier):
+            if op.kind == "scale" and isinstance(op.out, torch.Tensor) and _holds(op.out, t):
+                factors.append(op.kwargs["factor"])
+                break
+    return math.prod(factors) if factors else None
+
+
+def _holds(made: torch.Tensor, read: torch.Tensor) -> bool:
+    """Is ``read`` ``made``, viewed, transposed or permuted (same elements, in some order)?"""
+    if made.numel() != read.numel():
+        return False
+    return bool(torch.equal(made.reshape(-1), read.reshape(-1)) or torch.equal(
+        made.reshape(-1).sort().values, read.reshape(-1).sort().values))
 
 
 def _reads_weights(operands: tuple, weights: torch.Tensor) -> bool:
@@ -155,15 +191,12 @@ def _reads_weights(operands: tuple, weights: torch.Tensor) -> bool:
 
 
 def _with_merge(core: Core, later: list[Op]) -> Core:
-    """Attach the input of the first linear layer after the core that holds the core's output values."""
+    """Attach the input and output of the output projection: the last linear layer after the core whose input
+    is as large as the core's output (a gate's linear layer on the input, say, comes before it)."""
     size = core.out.numel()
-    for op in later:
-        if op.kind != "linear" or not isinstance(op.args[0], torch.Tensor):
-            continue
-        seen = op.args[0]
-        if seen.numel() == size:
-            core.merged = seen
-            break
-    linears = [op for op in later if op.kind == "linear" and isinstance(op.out, torch.Tensor)]
-    core.projected = linears[-1].out if linears and core.merged is not None else None
+    linears = [op for op in later if op.kind == "linear" and isinstance(op.args[0], torch.Tensor)
+               and isinstance(op.out, torch.Tensor)]
+    last = linears[-1] if linears else None
+    if last is not None and last.args[0].numel() == size:
+        core.merged, core.projected = last.args[0], last.out
     return core
