@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from multihead.checker.bugs.bug_words import BUG_TEXT, BUG_TITLE, LANGS, bug_name  # noqa: F401 (re-exported)
+from multihead.checker.core.stage_words import STAGE_TEXT
 from multihead.errors import AttentionError
 
 # convention key -> (English, Chinese)
@@ -223,34 +224,6 @@ MESSAGES = {
                            "在因果的分数上（每个查询之后的键为 -inf），最前面几个查询可选的键不足 k 个，它们的列表里"
                            "就混进了分数为 -inf 的键，也就是未来的键，交给 mh.Mask.sparse 之后它们会被看到："
                            "应把这些位置标成 -1（torch.where(values == -inf, -1, indices)）"),
-    "stage:scores": ("scores", "分数"),
-    "stage:masked-scores": ("masked scores", "掩码后的分数"),
-    "stage:weights": ("weights", "注意力权重"),
-    "stage:per-head-output": ("per-head output", "每个头的输出"),
-    "stage:merged-heads": ("merged heads", "合并后的多头输出"),
-    "stage:projected-output": ("projected output", "输出投影之后的结果"),
-    "first-stage": ("first stage that differs, judged on your own tensors: {stage} ({where})",
-                    "在你自己的张量上逐步检查，第一个出错的步骤是：{stage}（{where}）"),
-    "stage-yours": ("yours:    {values}", "你的结果：{values}"),
-    "stage-expected": ("expected: {values}", "应得结果：{values}"),
-    "core-right": ("stage by stage on your own tensors, the attention core is right ({stages}); the difference "
-                   "lies outside it: the projections, norms or rotary before it, or the output projection after it",
-                   "在你自己的张量上逐步检查，注意力核心是对的（{stages}）；差别出在核心之外：核心之前的投影、"
-                   "归一化或旋转位置编码，或者核心之后的输出投影"),
-    "core-not-found": ("no attention core (q·k, a softmax over the keys, weights times v, or "
-                       "scaled_dot_product_attention) was found in its forward, so no stage could be named",
-                       "在它的 forward 里没有找到注意力核心（q·k、对键做 softmax、权重乘 v，或 "
-                       "scaled_dot_product_attention），因此无法指出是哪一步出错"),
-    "gate-judged": ("your output gate (sigmoid(gate) * attention, before the output projection, gate a linear map "
-                    "of the input) sits outside attention: it was checked as a gate, not against a reference",
-                    "你的输出门控（在输出投影之前计算 sigmoid(gate) * attention，gate 是输入的线性变换）位于注意力"
-                    "之外：只按门控的形式检查过，没有和参考实现比较"),
-    "gate-outside": ("your output gate sits outside attention; it was not checked",
-                     "你的输出门控位于注意力之外，没有被检查"),
-    "no-roles-core": ("which layers project queries, keys and values could not be told apart, so the projections "
-                      "were judged only as what the core reads: q, k and v each an affine map of the input",
-                      "无法分辨哪些层分别投影查询、键和值，因此投影部分只按注意力核心读到的内容来检查："
-                      "q、k、v 各自都是输入的仿射变换"),
     "mask-fill-positive": ("masked_fill gives the blocked scores {fill}, a large positive number: after the softmax "
                            "those keys take all the weight instead of none. Keep your masked_fill and its condition, "
                            "and fill with a large negative number: masked_fill(<your condition>, float('-inf')) "
@@ -258,10 +231,6 @@ MESSAGES = {
                            "masked_fill 把被屏蔽的分数填成了 {fill}，这是一个很大的正数：softmax 之后这些键会拿走"
                            "全部权重，而不是一点也拿不到。masked_fill 和它的条件都不用改，只要把填充值换成一个很大的负数："
                            "masked_fill(原来的条件, float('-inf'))（或 -1e9）。"),
-    "pass-core": ("PASS: {target}: its attention core is right on its own tensors (scores, mask, weights, "
-                  "per-head output, merged heads; max error {error:.1e}), and every part around it was recognised",
-                  "通过：{target}：在它自己的张量上，注意力核心完全正确（分数、掩码、权重、每个头的输出、多头合并；"
-                  "最大误差 {error:.1e}），核心周围的每个部分也都识别出来了"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
@@ -383,7 +352,7 @@ MESSAGES = {
 
 def say(key: str, lang: str = "en", **values) -> str:
     """The message ``key`` in ``lang``, formatted with ``values``."""
-    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, MEANING_TEXT, ROLE_TEXT):
+    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, MEANING_TEXT, ROLE_TEXT, STAGE_TEXT):
         if key in table:
             return table[key][LANGS.index(lang)].format(**values)
     raise KeyError(key)
