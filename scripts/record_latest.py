@@ -56,9 +56,15 @@ def record(results: Path, record_file: Path, command: str, today: str | None = N
     return entry
 
 
+def summary(run: dict) -> str:
+    """The run in two lines: what ran against what, with its counts; and its command."""
+    return (f"transformers {run['versions']['transformers']}, on {run['date']}: {run['passed']} passed, "
+            f"{run['failed']} failed, {run['errors']} errors, {run['skipped']} skipped\ncommand: {run['command']}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     done = record(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
-    print(f"transformers {done['versions']['transformers']}: {done['passed']} passed, {done['failed']} failed, "
-          f"{done['errors']} errors, {done['skipped']} skipped -> {sys.argv[2]}")
+    print(summary(done))
+    print(f"recorded in {sys.argv[2]}")
