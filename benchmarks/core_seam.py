@@ -30,7 +30,7 @@ import multihead as mh
 from multihead.backends.common import keep_nan_rows
 from multihead.backends.sdpa_args import run_sdpa
 from multihead.bench.machine import describe
-from multihead.dispatch import plan_call
+from multihead.backends.dispatch import plan_call
 
 
 def timed(fn, calls: int) -> float:

@@ -24,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from multihead.backends import decode_build
+from multihead.backends.cpu import build as decode_build
 from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import plain_decode_step
 from multihead.bench import machine

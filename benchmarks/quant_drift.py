@@ -23,7 +23,7 @@ import torch
 import multihead as mh
 from multihead.backends.decode_quant import quantized_attention
 from multihead.bench import machine
-from multihead.quant_cache import Quantized, quantize
+from multihead.caches.quantized import Quantized, quantize
 
 KINDS = {"bf16": None, "int8": torch.int8, "fp8": torch.float8_e4m3fn}
 

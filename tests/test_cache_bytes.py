@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.compressor import CompressorState
-from multihead.latent_cache import LatentCache
-from multihead.shared_kv_cache import SharedKVCache
+from multihead.layers.compressor import CompressorState
+from multihead.caches.latent import LatentCache
+from multihead.caches.shared_kv import SharedKVCache
 
 pytestmark = pytest.mark.models
 transformers = pytest.importorskip("transformers")

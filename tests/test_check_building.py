@@ -8,9 +8,9 @@ import pytest
 from torch import nn
 
 from multihead.checker import check
-from multihead.checker.config import GuessedConfig
-from multihead.checker.load import LoadError, build, guess_init, parse_config, size_values, with_head_count
-from multihead.checker.names import guess_value, is_config_name, tried_text
+from multihead.checker.loading.config import GuessedConfig
+from multihead.checker.loading.learner_file import LoadError, build, guess_init, parse_config, size_values, with_head_count
+from multihead.checker.loading.constructor_args import guess_value, is_config_name, tried_text
 from multihead.cli import main
 from zoo_mutants import target_path
 
@@ -142,7 +142,7 @@ def test_names_not_listed_are_read_by_their_words(name, value):
 
 
 def test_head_count_and_head_size_names_by_their_words():
-    from multihead.checker.names import is_head_count_name, is_head_size_name
+    from multihead.checker.loading.constructor_args import is_head_count_name, is_head_size_name
 
     assert is_head_count_name("head_count") and is_head_count_name("n_heads") and not is_head_count_name("d_k")
     assert is_head_size_name("dim_per_head") and is_head_size_name("d_k") and not is_head_size_name("head_count")

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from helpers import reference_mha
-from multihead.checker.catalogue import (BUG_BY_ID, BUGS, FILLS_BLOCKED, NEEDS_CAUSAL, NEEDS_MASK, NEEDS_USER_MASK,
+from multihead.checker.bugs.catalogue import (BUG_BY_ID, BUGS, FILLS_BLOCKED, NEEDS_CAUSAL, NEEDS_MASK, NEEDS_USER_MASK,
                                         SCALE_FORMS, forms_to_try, reference_variant)
-from multihead.checker.roles import Weights
-from multihead.checker.text import BUG_TEXT, say
+from multihead.checker.roles.assign import Weights
+from multihead.checker.bugs.sentences import BUG_TEXT, say
 from multihead.explain.topics import TOPICS
 
 REQUIRED = {"reshape-without-transpose", "merge-without-transpose", "softmax-wrong-axis", "missing-scale",
@@ -114,7 +114,7 @@ def test_forms_to_try_leave_out_what_cannot_show():
 def test_every_message_has_both_languages_with_the_same_placeholders():
     import string
 
-    from multihead.checker import text
+    from multihead.checker.bugs import sentences as text
 
     for table in (text.MESSAGES, text.CONVENTION_TEXT, text.BUG_TEXT, text.MASK_TEXT, text.ROLE_TEXT):
         for key, (english, chinese) in table.items():

@@ -1,4 +1,4 @@
-"""What check hands a layer besides its input (fillers.py), the config class defaults it builds with
+"""What check hands a layer besides its input (loading/forward_args.py), the config class defaults it builds with
 (config.class_defaults) and an MLA file's form switch (latent_switch.find_switch)."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import types
 import pytest
 import torch
 
-from multihead.checker.config import class_defaults
-from multihead.checker.fillers import Filler, choose_sizes, filler_for, size_candidates
-from multihead.checker.latent_switch import find_switch
-from multihead.checker.names import LENGTH
+from multihead.checker.loading.config import class_defaults
+from multihead.checker.loading.forward_args import Filler, choose_sizes, filler_for, size_candidates
+from multihead.checker.targets.latent_switch import find_switch
+from multihead.checker.loading.constructor_args import LENGTH
 
 
 @pytest.mark.parametrize("name, kind", [("start_pos", "start"), ("position_ids", "positions"),

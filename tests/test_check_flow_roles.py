@@ -12,10 +12,10 @@ from torch import nn
 
 from helpers import edited_zoo_file
 from multihead.checker import check
-from multihead.checker.load import load_class
-from multihead.checker.projections import ProjectionInputs, find_projections
-from multihead.checker.roles import candidate_roles
-from multihead.checker.rotary import Rotary
+from multihead.checker.loading.learner_file import load_class
+from multihead.checker.roles.projections import ProjectionInputs, find_projections
+from multihead.checker.roles.assign import candidate_roles
+from multihead.checker.behaviour.rotary import Rotary
 
 ZOO = Path(__file__).parent / "check_zoo"
 

@@ -10,8 +10,8 @@ import torch
 
 import multihead as mh
 from multihead.checker import check
-from multihead.checker.functions import function_class, weight_role
-from multihead.checker.load import LoadError, load_class
+from multihead.checker.targets.functions import function_class, weight_role
+from multihead.checker.loading.learner_file import LoadError, load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 

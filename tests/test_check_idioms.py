@@ -191,7 +191,7 @@ def test_scale_by_embed_dim_and_missing_scale_for_any_head_count(tmp_path, heads
 
 def test_an_instance_with_two_scale_readings_says_so():
     """Built by the learner with 4 heads of 4, 1/(2 sqrt(D)) = 1/sqrt(H D) = 1/D: it cannot be rebuilt."""
-    from multihead.checker.load import load_class
+    from multihead.checker.loading.learner_file import load_class
 
     module = load_class(target_path("scale_halved.py:HalfScaleAttention"))(16, 4)
     report = check(module)

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 import multihead as mh
 from helpers import edited_zoo_file
 from multihead.checker import check
-from multihead.checker.latent import find_absorbed
-from multihead.checker.latent_roles import WUK_TRANSPOSED, find_latent_roles, latent_variant
-from multihead.checker.projections import find_projections
-from multihead.checker.rotary import Rotary
+from multihead.checker.targets.latent import find_absorbed
+from multihead.checker.roles.latent import WUK_TRANSPOSED, find_latent_roles, latent_variant
+from multihead.checker.roles.projections import find_projections
+from multihead.checker.behaviour.rotary import Rotary
 
 ZOO = Path(__file__).parent / "check_zoo"
 CORRECT = str(ZOO / "ok_mla_absorbed.py:LatentAttention")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from multihead.checker import BUGS, check
-from multihead.checker.text import BUG_TITLE, bug_name
+from multihead.checker.bugs.sentences import BUG_TITLE, bug_name
 from multihead.explain.topics import TOPICS
 
 ROOT = Path(__file__).parent.parent

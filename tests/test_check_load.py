@@ -10,7 +10,7 @@ from torch import nn
 
 from helpers import edited_zoo_file
 from multihead.checker import check
-from multihead.checker.load import (
+from multihead.checker.loading.learner_file import (
     LoadError,
     guess_init,
     load_class,

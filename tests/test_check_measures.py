@@ -10,15 +10,15 @@ from torch import nn
 
 from helpers import randn64
 from multihead import textbook
-from multihead.checker.calling import CallSpec, LearnerError, WrongOutputShape, invoke, read_signature
-from multihead.checker.catalogue import reference_variant
-from multihead.checker.masks import ENCODINGS, LENGTHS, detect_encoding, try_encoding
-from multihead.checker.masks import tried_text as mask_conventions_tried
-from multihead.checker.order import find_order, order_by_names
-from multihead.checker.probes import randomise_projections
-from multihead.checker.projections import Projection, ProjectionInputs, find_projections, shared_across_heads
-from multihead.checker.roles import RoleAssignment
-from multihead.checker.scale import measure_scale
+from multihead.checker.loading.calling import CallSpec, LearnerError, WrongOutputShape, invoke, read_signature
+from multihead.checker.bugs.catalogue import reference_variant
+from multihead.checker.behaviour.mask_convention import ENCODINGS, LENGTHS, detect_encoding, try_encoding
+from multihead.checker.behaviour.mask_convention import tried_text as mask_conventions_tried
+from multihead.checker.roles.argument_order import find_order, order_by_names
+from multihead.checker.loading.probes import randomise_projections
+from multihead.checker.roles.projections import Projection, ProjectionInputs, find_projections, shared_across_heads
+from multihead.checker.roles.assign import RoleAssignment
+from multihead.checker.behaviour.scale import measure_scale
 
 TOL = 1e-6
 
@@ -213,7 +213,7 @@ def test_a_mask_whose_presence_alone_makes_it_causal():
                 return self.inner(x, x, x)
             return self.inner(x, x, x, (mask & causal) if self.honour_values else causal)
 
-    from multihead.checker.masks import causal_switch
+    from multihead.checker.behaviour.mask_convention import causal_switch
 
     probe = tuple(randn64(3, 5, 16, seed=s) for s in range(3))
     spec = read_signature(Switch(False).forward)
@@ -242,7 +242,7 @@ def test_the_input_of_a_layer_before_the_projections_is_found():
 @pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e.kind == "keep"] + LENGTHS[:1],
                          ids=lambda e: f"{e.kind} {e.shape}")
 def test_masked_probes_give_every_batch_row_its_own_mask(encoding, causal):
-    from multihead.checker.probes import masked_cases
+    from multihead.checker.loading.probes import masked_cases
 
     spec = CallSpec(args=["x"], inputs="x", encoding=encoding, causal=causal)
     for L, Lk in ((5, 5), (5, 7), (4, 4), (8, 8)):
@@ -254,7 +254,7 @@ def test_masked_probes_give_every_batch_row_its_own_mask(encoding, causal):
 
 
 def test_what_each_projection_read_is_described():
-    from multihead.checker.projections import describe_seen
+    from multihead.checker.roles.projections import describe_seen
 
     module = nn.ModuleDict({"c_attn": nn.Linear(16, 48), "c_proj": nn.Linear(16, 16), "spare": nn.Linear(8, 8)})
     found = find_projections(module)

@@ -10,16 +10,16 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from multihead.checker.calling import read_signature
-from multihead.checker.catalogue import reference_variant
+from multihead.checker.loading.calling import read_signature
+from multihead.checker.bugs.catalogue import reference_variant
 from multihead.checker.compare import reference_parameters
-from multihead.checker.load import load_class
-from multihead.checker.option_search import find_window, intended, normalised, turned_by_position
-from multihead.checker.options import Options, QKNorm
-from multihead.checker.probes import plain_cases
-from multihead.checker.projections import ProjectionInputs
-from multihead.checker.roles import Weights, candidate_roles
-from multihead.checker.rotary import Rotary
+from multihead.checker.loading.learner_file import load_class
+from multihead.checker.behaviour.find_options import find_window, intended, normalised, turned_by_position
+from multihead.checker.behaviour.options import Options, QKNorm
+from multihead.checker.loading.probes import plain_cases
+from multihead.checker.roles.projections import ProjectionInputs
+from multihead.checker.roles.assign import Weights, candidate_roles
+from multihead.checker.behaviour.rotary import Rotary
 
 ZOO = Path(__file__).parent / "check_zoo"
 TOL = 1e-6

@@ -12,17 +12,17 @@ import multihead as mh
 
 from helpers import randn64
 from multihead import AttentionError, textbook
-from multihead.checker.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
+from multihead.checker.loading.calling import (CallSpec, LearnerError, attention_inputs, first_tensor, invoke, read_signature,
                                      to_layout)
 from multihead.checker.compare import agree, compare_with_reference, reference_output, relative_error
-from multihead.checker.conventions import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
-from multihead.checker.diagnose import closest, exception_signature, match_exception, random_weights, variant_outputs
-from multihead.checker.hints import Hints, apply_hints, parse_hints
-from multihead.checker.load import LoadError
-from multihead.checker.masks import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
-from multihead.checker.report import CheckReport
-from multihead.checker.roles import LinearInputs, candidate_roles, linear_layers
-from multihead.checker.text import check_lang, say
+from multihead.checker.behaviour.layout import accepts_cross_lengths, causal_buffer, detect_causal, detect_layout
+from multihead.checker.bugs.diagnose import closest, exception_signature, match_exception, random_weights, variant_outputs
+from multihead.checker.loading.call_hints import Hints, apply_hints, parse_hints
+from multihead.checker.loading.learner_file import LoadError
+from multihead.checker.behaviour.mask_convention import ENCODINGS, LENGTHS, detect_encoding, probe_pattern, random_pattern
+from multihead.checker.bugs.report import CheckReport
+from multihead.checker.roles.assign import LinearInputs, candidate_roles, linear_layers
+from multihead.checker.bugs.sentences import check_lang, say
 
 TOL = 1e-6
 
@@ -293,7 +293,7 @@ def test_report_pretty_printing_is_the_text_report():
 
 
 def test_probe_cases_are_fixed_and_sized_apart():
-    from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+    from multihead.checker.loading.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
 
     xq, xk, xv = inputs((16, 12, 8), PROBE_BATCH, 5, 7, torch.float64, seed=1)
     assert (xq.shape, xk.shape, xv.shape) == ((3, 5, 16), (3, 7, 12), (3, 7, 8))

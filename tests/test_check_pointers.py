@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from multihead.checker import BUGS, check
-from multihead.checker.catalogue import BUG_BY_ID
+from multihead.checker.bugs.catalogue import BUG_BY_ID
 from multihead.explain import words
 from multihead.explain.topics import TOPICS
 

@@ -9,8 +9,8 @@ import pytest
 
 from helpers import edited_zoo_file
 from multihead.checker import check
-from multihead.checker.mask_meaning import claim_broken
-from multihead.checker.masks import Encoding
+from multihead.checker.behaviour.mask_meaning import claim_broken
+from multihead.checker.behaviour.mask_convention import Encoding
 
 ZOO = Path(__file__).parent / "check_zoo"
 KEEP_COMMENT = str(ZOO / "mask_one_means_keep.py:PaddingAwareAttention")

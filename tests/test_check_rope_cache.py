@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from multihead.checker import check
-from multihead.checker.catalogue import reference_variant
-from multihead.checker.incremental import PROMPT, cached_variant, find_driver, run_cached
-from multihead.checker.roles import Weights
-from multihead.checker.rotary import DEFAULT_BASE, Rotary, bases, rotaries
+from multihead.checker.bugs.catalogue import reference_variant
+from multihead.checker.targets.kv_cache import PROMPT, cached_variant, find_driver, run_cached
+from multihead.checker.roles.assign import Weights
+from multihead.checker.behaviour.rotary import DEFAULT_BASE, Rotary, bases, rotaries
 from multihead.positions import RoPE
 
 ZOO = Path(__file__).parent / "check_zoo"

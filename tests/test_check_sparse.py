@@ -9,7 +9,7 @@ import torch
 
 import multihead as mh
 from multihead.checker import check
-from multihead.checker.sparse import causal_lists, gathered, sparse_kind
+from multihead.checker.targets.sparse import causal_lists, gathered, sparse_kind
 
 ZOO = Path(__file__).parent / "check_zoo"
 

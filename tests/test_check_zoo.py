@@ -10,7 +10,7 @@ import pytest
 from helpers import edited_zoo_file
 from multihead.checker import BUGS, check
 from zoo_mutants import BUGGY, BUGGY_OPTIONS, CORRECT, target_path
-from multihead.checker.load import load_class
+from multihead.checker.loading.learner_file import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 

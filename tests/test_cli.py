@@ -8,7 +8,7 @@ import pytest
 from rich.cells import cell_len
 
 from multihead import cli
-from multihead.cli_help import error_text
+from multihead.terminal.help import error_text
 
 
 def test_parser_offers_every_tool():

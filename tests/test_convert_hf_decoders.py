@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.convert.hf_decoders import MODEL_TYPES
+from multihead.convert.hf.decoders import MODEL_TYPES
 from multihead.positions import RoPE
 
 pytestmark = pytest.mark.models

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.convert.hf_latent import softmax_scale
+from multihead.convert.hf.latent import softmax_scale
 
 pytestmark = pytest.mark.models
 transformers = pytest.importorskip("transformers")

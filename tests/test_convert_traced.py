@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import multihead as mh
-from multihead.checker.load import load_class
+from multihead.checker.loading.learner_file import load_class
 
 ZOO = Path(__file__).parent / "check_zoo"
 TOLERANCE = 1e-5  # fp32, relative to the largest output (ParamMatrixAttention's reach 40: 1e-5 absolute is 2.5e-7)

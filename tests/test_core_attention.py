@@ -199,7 +199,7 @@ def test_a_nan_or_inf_query_row_stays_nan_and_only_that_row(extension, layout, d
     """The CPU flash kernel returns such a row as zeros when it has no mask; the NaN-row rule (the compiled
     extension's pass over q's rows, or torch ops where it is switched off: MULTIHEAD_DECODE_KERNEL=0, or for
     fp16) makes it NaN again, in no-grad calls and in calls that record autograd alike."""
-    from multihead.backends import decode_build
+    from multihead.backends.cpu import build as decode_build
 
     if not extension:
         monkeypatch.setattr(decode_build, "_state", {"module": None, "why": "switched off"})

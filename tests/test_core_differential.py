@@ -8,7 +8,7 @@ import torch
 
 import multihead as mh
 from helpers import assert_compiles_across_lengths, decoded_step_by_step
-from multihead.differential import lambda_init_for_layer
+from multihead.layers.differential import lambda_init_for_layer
 
 E, H, HKV, L, D = 32, 4, 2, 9, 8
 

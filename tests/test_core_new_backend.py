@@ -1,4 +1,4 @@
-"""A new backend is one object registered through multihead.dispatch.register_backend; it reads the mask's normal
+"""A new backend is one object registered through multihead.backends.dispatch.register_backend; it reads the mask's normal
 form and the shared helpers (backends/common.py), and nothing in masks/ changes for it. This file is the whole of
 one: a backend that takes the masks whose normal form is one interval of keys per query row."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 import multihead as mh
 from multihead.backends.common import masked_softmax, repeat_kv
 from multihead.backends.reasons import cannot
-from multihead.dispatch import backend_names, register_backend, remove_backend
+from multihead.backends.dispatch import backend_names, register_backend, remove_backend
 from multihead.errors import CannotRunError
 
 NOT_INTERVALS = cannot("rows.mask", "takes masks that keep one interval of keys per query row")

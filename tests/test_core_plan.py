@@ -9,7 +9,7 @@ from multihead.attention import make_problem
 from multihead.backends import BUILTIN
 from multihead.backends.banded import TOO_FEW_KEYS, min_keys
 from multihead.backends.decode import MIN_KEYS as DECODE_MIN_KEYS
-from multihead.dispatch import PLAN_LIMIT, cache_info, plan_call, register_backend, remove_backend
+from multihead.backends.dispatch import PLAN_LIMIT, cache_info, plan_call, register_backend, remove_backend
 
 
 def _qkv(B=2, H=2, L=6, D=8, Lk=None):

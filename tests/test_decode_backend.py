@@ -7,7 +7,7 @@ import torch
 import multihead as mh
 from multihead.errors import CannotRunError
 from multihead.attention import make_problem
-from multihead.backends import decode_build
+from multihead.backends.cpu import build as decode_build
 from multihead.backends.decode import MASK, DecodeBackend
 from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import decode_step

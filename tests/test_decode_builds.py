@@ -1,5 +1,5 @@
 """Every build of the C++ decode kernel (native, x86-64-v3, portable) against float64, the ISA each
-reports, and the rule that picks the kernel or the plain-torch form per ISA (decode_choice.py).
+reports, and the rule that picks the kernel or the plain-torch form per ISA (cpu/choice.py).
 
 Each build is made once per source (cached in the build folder like the native one): about 8 s of
 CPU time each the first time."""
@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.backends import decode_build, decode_choice
+from multihead.backends.cpu import build as decode_build, choice as decode_choice
 from multihead.backends.decode_quant import kernel_step
 from multihead.backends.decode_ranges import key_ranges
 from multihead.backends.decode_step import describe_step
 from multihead.bench import machine
 from multihead.bench.suites import read_share
-from multihead.quant_cache import Quantized, quantize
+from multihead.caches.quantized import Quantized, quantize
 
 N = 200  # keys: 12 whole tiles of 16 and 8 left over
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "benchmarks" / "decode-isa.json"

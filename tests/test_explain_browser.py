@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.explain import page
-from multihead.explain.explore import walkthrough_explorer
+from multihead.explain.render import page
+from multihead.explain.render.page_data import walkthrough_explorer
 from multihead.explain.lesson import Lesson, filled, lesson, told
-from multihead.explain.walkthrough import Setup, tell
+from multihead.explain.walkthrough.steps import Setup, tell
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def big_page() -> tuple[str, str]:
     try:
         from test_explain_page import minilm_page_html
 
-        from multihead.explain.model_text import ModelsMissing
+        from multihead.explain.walkthrough.real_model import ModelsMissing
 
         return minilm_page_html(), "all-MiniLM-L6-v2"
     except (ImportError, ModelsMissing):

@@ -17,10 +17,10 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from multihead.cli import main
-from multihead.explain import walkthrough
+from multihead.explain.walkthrough import steps as walkthrough
 from multihead.explain.cli import topic_story
-from multihead.explain.render_html import render_html
-from multihead.explain.render_terminal import render
+from multihead.explain.render.html import render_html
+from multihead.explain.render.terminal import render
 from multihead.explain.topics import TOPICS
 
 

@@ -11,7 +11,7 @@ from helpers import plain_terminal
 from rich.cells import cell_len
 
 from multihead.cli import main
-from multihead.explain import model_text
+from multihead.explain.walkthrough import real_model as model_text
 
 SENTENCE = "The cat sat on the mat because it was tired."
 

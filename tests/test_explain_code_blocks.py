@@ -11,7 +11,7 @@ from rich.cells import cell_len
 
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
-from multihead.explain.walkthrough import DOC001_TOKENS, tell
+from multihead.explain.walkthrough.steps import DOC001_TOKENS, tell
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # a lowercase English word that is not a name in code (not before "=", "(", "[", "." or after ".")

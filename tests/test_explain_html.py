@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from multihead.cli import main
-from multihead.explain import walkthrough
-from multihead.explain.render_html import render_html
-from multihead.explain.render_svg import cut, heatmaps_svg, shade
+from multihead.explain.walkthrough import steps as walkthrough
+from multihead.explain.render.html import render_html
+from multihead.explain.render.svg import cut, heatmaps_svg, shade
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
 

@@ -27,10 +27,10 @@ def framed_page(output: str) -> str:
 
 
 def test_explain_is_callable_and_stays_a_package():
-    import multihead.explain.walkthrough as walkthrough   # `import a.b.c as x` walks the attributes
+    import multihead.explain.walkthrough.steps as steps   # `import a.b.c.d as x` walks the attributes
 
     assert callable(mh.explain) and "explain" in mh.__all__
-    assert mh.explain.walkthrough is walkthrough and walkthrough.STEPS
+    assert mh.explain.walkthrough.steps is steps and steps.STEPS
 
 
 def test_explain_a_topic_in_chinese():

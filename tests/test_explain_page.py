@@ -14,10 +14,12 @@ from test_explain_html import assert_self_contained
 
 from multihead.cli import main
 from multihead.errors import AttentionError
-from multihead.explain import explore, page, page_script, words
+from multihead.explain import words
+from multihead.explain.render import page, page_script
+from multihead.explain.render import page_data as explore
 from multihead.explain.lesson import lesson
 from multihead.explain.story import Story
-from multihead.explain.walkthrough import DOC001_TOKENS, STEPS, default_setup, tell
+from multihead.explain.walkthrough.steps import DOC001_TOKENS, STEPS, default_setup, tell
 
 DATA = re.compile(r'<script type="application/json" id="mh-data">(.*?)</script>', re.S)
 SENTENCE_16 = "The cat sat on the mat because it was tired and very hungry."   # 16 tokens with [CLS] and [SEP]
@@ -181,7 +183,7 @@ def test_the_text_page_is_minilm_6_layers_by_12_heads(minilm_page):
         trace = row["trace"]
         assert trace["D"] == 32 and trace["O"] == 384 and trace["blocked"] is None
         assert all(c["ok"] for checks in trace["checks"].values() for c in checks)
-    from multihead.explain.model_text import text_setup
+    from multihead.explain.walkthrough.real_model import text_setup
 
     setup, _, hf_weights = text_setup(SENTENCE_16, 4)
     torch.testing.assert_close(unflat(explorer["rows"][4]["weights"]), hf_weights[0].double(), atol=5e-5, rtol=0)

@@ -7,9 +7,9 @@ import io
 import torch
 from rich.console import Console
 
-from multihead.explain.present import slices, table_value, tensor_note
-from multihead.explain.render_html import story_html
-from multihead.explain.render_terminal import render
+from multihead.explain.render.tensor_text import slices, table_value, tensor_note
+from multihead.explain.render.html import story_html
+from multihead.explain.render.terminal import render
 from multihead.explain.story import Story
 
 TOKENS = ["Your", "journey", "starts"]
@@ -54,7 +54,7 @@ def test_view_b_l_h_d_slices_say_which_index_is_the_token_and_which_the_head():
 
 
 def test_the_walkthrough_labels_its_view_slices(capsys):
-    from multihead.explain.walkthrough import default_setup, tell
+    from multihead.explain.walkthrough.steps import default_setup, tell
 
     story = Story("en")
     tell(story, default_setup())

@@ -7,7 +7,7 @@ import torch
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
 from multihead.explain.topics import latent as mla_topic
-from multihead.latent import MultiHeadLatentAttention
+from multihead.layers.latent import MultiHeadLatentAttention
 
 
 def test_cache_bytes_per_token_follow_the_formulas():

@@ -10,12 +10,12 @@ import multihead as mh
 from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
-from multihead.explain.topics import shared_kv_trick as v4
+from multihead.explain.topics import shared_kv_head as v4
 from multihead.explain.topics import sparse_attention as dsa
 from multihead.explain.topics.decoding import flop_counts
-from multihead.indexer import select_keys
+from multihead.layers.indexer import select_keys
 from multihead.positions.rotary import apply_rotary
-from multihead.selected_attention import attend_selected
+from multihead.layers.selected_attention import attend_selected
 
 SMALL = {"H": 4, "C": 16, "R": 4, "Hi": 2, "Di": 8, "K": 6}
 

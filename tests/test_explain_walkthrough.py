@@ -10,8 +10,9 @@ from helpers import max_abs_diff, reference_attention
 from seeds import doc001
 
 import multihead as mh
-from multihead.explain import walk_checks, words
-from multihead.explain import walkthrough as wt
+from multihead.explain import words
+from multihead.explain.walkthrough import checks as walk_checks
+from multihead.explain.walkthrough import steps as wt
 from multihead.explain.story import Story
 
 

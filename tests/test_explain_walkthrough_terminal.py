@@ -9,10 +9,10 @@ import torch
 from rich.cells import cell_len
 from rich.console import Console
 
-from multihead.explain import present
-from multihead.explain.render_terminal import MAX_GRID_HEADS, render, render_summary
+from multihead.explain.render import tensor_text as present
+from multihead.explain.render.terminal import MAX_GRID_HEADS, render, render_summary
 from multihead.explain.story import Story
-from multihead.explain.walkthrough import tell
+from multihead.explain.walkthrough.steps import tell
 
 
 def drawn(story: Story, width: int = 80) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from multihead import AttentionError
-from multihead.language import lang_in_argv, pick, resolve_lang
+from multihead.terminal.language import lang_in_argv, pick, resolve_lang
 
 
 def test_resolve_lang_follows_the_locale_precedence():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import multihead as mh
 from helpers import reference_mla
-from multihead.latent import MultiHeadLatentAttention
+from multihead.layers.latent import MultiHeadLatentAttention
 
 
 def make_mla(seed=0, *, H=4, C=16, Dn=8, R=4, Dv=6, E=32, q_lora_rank=None, bias=False, interleaved=True,

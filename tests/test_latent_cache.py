@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.latent_cache import LatentCache
+from multihead.caches.latent import LatentCache
 from test_latent import make_mla
 
 

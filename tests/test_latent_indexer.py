@@ -9,9 +9,9 @@ import torch
 
 import multihead as mh
 from helpers import decoded_step_by_step, reference_mla
-import multihead.indexer as indexer_module
-from multihead.indexer import LightningIndexer, top_k_keys
-from multihead.latent import MultiHeadLatentAttention
+import multihead.layers.indexer as indexer_module
+from multihead.layers.indexer import LightningIndexer, top_k_keys
+from multihead.layers.latent import MultiHeadLatentAttention
 
 E, H, C, Dn, R, Dv, CQ, HI, DI, TOP_K = 32, 4, 16, 8, 4, 6, 12, 8, 8, 3
 

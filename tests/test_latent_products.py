@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead import latent_products
-from multihead.backends import decode_build
+from multihead.backends.cpu import latent_products
+from multihead.backends.cpu import build as decode_build
 
 needs_kernel = pytest.mark.skipif(decode_build.kernel() is None, reason="the C++ kernel could not be built here")
 SHAPES = [(1, 16, 1, 128, 512), (2, 3, 1, 5, 40), (1, 2, 3, 33, 17), (3, 4, 2, 64, 300)]  # (B, H, L, K, N)

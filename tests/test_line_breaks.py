@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from multihead.explain.topics import TOPICS
-from multihead.line_breaks import break_offsets, cells, narrowest, wrap
+from multihead.terminal.line_breaks import break_offsets, cells, narrowest, wrap
 
 UNKNOWN_TOPIC_ZH = ("没有名为“reshape-transpose”的主题。你要找的是不是：reshape-then-transpose、k-transpose、"
                     "split-heads-transpose？（全部主题：multihead explain --list）")

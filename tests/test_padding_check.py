@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.padding_check import LOOKS, AllKeysPaddedWarning, message
+from multihead.layers.padding_check import LOOKS, AllKeysPaddedWarning, message
 
 HF_MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])   # 1 = real token; sequence 0 has no padding
 

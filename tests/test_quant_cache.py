@@ -9,8 +9,8 @@ import torch
 import multihead as mh
 from multihead.backends.decode_quant import _ranges, blockwise, quantized_attention
 from multihead.backends.decode_ranges import key_ranges
-from multihead.cache import BOTTOM_RIGHT
-from multihead.quant_cache import Quantized, QuantizedKVCache, dequantized, quantize
+from multihead.caches.kv import BOTTOM_RIGHT
+from multihead.caches.quantized import Quantized, QuantizedKVCache, dequantized, quantize
 
 KV_DTYPES = [torch.int8, torch.float8_e4m3fn]
 IDS = ["int8", "fp8"]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.quant_cache import dequantized
-from multihead.quant_latent_cache import QuantizedLatentCache
+from multihead.caches.quantized import dequantized
+from multihead.caches.quantized_latent import QuantizedLatentCache
 from test_latent import make_mla
 
 KV_DTYPES = [torch.int8, torch.float8_e4m3fn]

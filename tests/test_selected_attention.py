@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import multihead as mh
 import multihead.backends.sparse as sparse_backend
-from multihead.selected_attention import attend_selected, restrict_indices
+from multihead.layers.selected_attention import attend_selected, restrict_indices
 
 
 def random_selection(B, Lq, Lk, K, seed, free=0.25):

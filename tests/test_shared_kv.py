@@ -1,7 +1,7 @@
 """SharedKVAttention (DeepSeek V4): the three layer types against a plain float64 reference, and its SharedKVCache.
 
-The reference below is written per query and per block, from the formulas in shared_kv.py and
-compressor.py (no batching tricks, no cache): the window of W tokens, block entries as gated averages
+The reference below is written per query and per block, from the formulas in layers/shared_kv.py and
+layers/compressor.py (no batching tricks, no cache): the window of W tokens, block entries as gated averages
 (overlapping for the compressed-sparse type), the indexer's top-k, sinks, the de-rotated output.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 import multihead as mh
 from helpers import decoded_step_by_step
-from multihead.shared_kv_cache import SharedKVCache
+from multihead.caches.shared_kv import SharedKVCache
 
 E, H, D, R, CQ, W, G, O = 32, 4, 16, 4, 12, 4, 2, 8
 TYPES = {"sliding": {}, "heavily_compressed": {"compress_rate": 3},

@@ -15,18 +15,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from multihead.attention import attention
-from multihead.cache import KVCache
+from multihead.caches.kv import KVCache
 from multihead.capture import capture_attention
-from multihead.differential import DifferentialAttention
-from multihead.dispatch import Decision, dispatch
+from multihead.layers.differential import DifferentialAttention
+from multihead.backends.dispatch import Decision, dispatch
+from multihead.backends.merge import merge_states
 from multihead.errors import AttentionError
-from multihead.gated import GatedMultiHeadAttention
-from multihead.indexer import LightningIndexer
+from multihead.layers.gated import GatedMultiHeadAttention
+from multihead.layers.indexer import LightningIndexer
 from multihead.masks import Mask
-from multihead.module import MultiHeadAttention
-from multihead.latent import MultiHeadLatentAttention
+from multihead.layers.multi_head import MultiHeadAttention
+from multihead.layers.latent import MultiHeadLatentAttention
 from multihead.positions import RoPE, alibi_slopes
-from multihead.shared_kv import SharedKVAttention
+from multihead.layers.shared_kv import SharedKVAttention
 from multihead import doors  # the facade's table of tools: each loads on first use
 
 if TYPE_CHECKING:
@@ -67,5 +68,6 @@ __all__ = [
     "compat",
     "dispatch",
     "explain",
+    "merge_states",
     "textbook",
 ]

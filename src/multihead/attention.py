@@ -19,7 +19,7 @@ import torch
 
 from multihead import capture
 from multihead.backends.problem import make_problem
-from multihead.dispatch import plan_call
+from multihead.backends.dispatch import plan_call
 from multihead.masks import Mask
 
 __all__ = ["attention", "make_problem"]

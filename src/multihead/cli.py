@@ -3,7 +3,7 @@
 Each tool lives in its own subpackage and exposes two functions: ``configure(parser, lang)`` adds its
 arguments (their help in `lang`, "en" or "zh"), ``main(args) -> int`` runs it and returns the exit code.
 Only the chosen tool's module is imported, so `multihead check` never pays for matplotlib. The help
-speaks the language of --lang, else of the locale (multihead.language), for every subcommand.
+speaks the language of --lang, else of the locale (multihead.terminal.language), for every subcommand.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import importlib
 import sys
 
 from multihead import __version__
-from multihead.cli_help import Parser
-from multihead.language import lang_in_argv, pick, resolve_lang
+from multihead.terminal.help import Parser
+from multihead.terminal.language import lang_in_argv, pick, resolve_lang
 
 SUBCOMMANDS = {
     "explain": ("multihead.explain.cli", "walk through multi-head attention step by step (EN/ZH)",

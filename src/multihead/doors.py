@@ -28,8 +28,8 @@ TOOLS = {
 SERVICE_TOOLS = {
     "from_module": ("multihead.convert.registry", "from_module"),
     "to_torch": ("multihead.convert.to_torch", "to_torch"),
-    "latent_from_module": ("multihead.convert.hf_latent", "latent_from_module"),
-    "shared_kv_from_module": ("multihead.convert.hf_deepseek_v4", "shared_kv_from_module"),
+    "latent_from_module": ("multihead.convert.hf.latent", "latent_from_module"),
+    "shared_kv_from_module": ("multihead.convert.hf.deepseek_v4", "shared_kv_from_module"),
     "record_html": ("multihead.explain.notebook", "record_html"),
 }
 

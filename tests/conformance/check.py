@@ -13,7 +13,7 @@ import torch
 
 import multihead as mh
 from multihead.errors import CannotRunError
-from multihead.dispatch import backend_names
+from multihead.backends.dispatch import backend_names
 from tests.conformance.cases import Case
 from tests.conformance.reference import build_mask, dense_terms, reference_attention
 

@@ -17,7 +17,7 @@ and may have
         and plan(problem, auto) accepts it: a KV cache's steps then plan once (see multihead.dispatch).
 Backends are siblings: each imports only the shared modules (problem, reasons, common, sdpa_args and the
 kernel wrappers), never another backend. `BUILTIN` lists them in the order "auto" tries them: fastest
-first, the reference math last; `multihead.dispatch.register_backend` adds one.
+first, the reference math last; `multihead.backends.dispatch.register_backend` adds one.
 """
 from __future__ import annotations
 

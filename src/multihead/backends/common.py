@@ -21,7 +21,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.decode_build import kernel
+from multihead.backends.cpu.build import kernel
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
 from multihead.backends.sink_rescale import FLASH_CPU_DTYPES

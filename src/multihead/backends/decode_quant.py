@@ -1,4 +1,4 @@
-"""Attention over a quantized KV cache (quant_cache.py): int8 or fp8 e4m3 codes with an fp32 scale per
+"""Attention over a quantized KV cache (caches/quantized.py): int8 or fp8 e4m3 codes with an fp32 scale per
 token and kv head, never dequantized whole.
 
     out = quantized_attention(q, keys, values, mask, scale=, softcap=, sinks=)
@@ -18,12 +18,12 @@ import torch
 
 from multihead.backends.common import masked_softmax, recorded_graph, zero_where
 from multihead.backends.decode import MAX_ROWS
-from multihead.backends.decode_build import kernel
+from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_ranges import DecodeRows, key_ranges
-from multihead.cache import BOTTOM_RIGHT
+from multihead.caches.kv import BOTTOM_RIGHT
 from multihead.errors import AttentionError
 from multihead.masks import Mask
-from multihead.quant_cache import Quantized
+from multihead.caches.quantized import Quantized
 
 BLOCK = 1024  # keys dequantized at a time by the blockwise form
 

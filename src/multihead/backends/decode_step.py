@@ -13,15 +13,15 @@ The decode backend (decode.py) turns a mask's normal form into (lo, hi, qpos, sl
 The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
 also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes
 the same with torch ops; so it does where that form measured faster for the build's ISA and the dtype
-(decode_choice.py). `describe_step` says which form runs and why.
+(cpu/choice.py). `describe_step` says which form runs and why.
 """
 from __future__ import annotations
 
 import torch
 
 from multihead.backends.common import masked_softmax
-from multihead.backends.decode_build import kernel, loaded, unavailable
-from multihead.backends.decode_choice import KERNEL, faster_form
+from multihead.backends.cpu.build import kernel, loaded, unavailable
+from multihead.backends.cpu.choice import KERNEL, faster_form
 
 
 @torch.library.custom_op("multihead::decode_step", mutates_args=())

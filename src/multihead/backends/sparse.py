@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.common import masked_softmax, needs_grad, recorded_graph, zero_where
-from multihead.backends.decode_build import kernel
+from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines, empty_sequences

@@ -22,7 +22,7 @@ from multihead.bench.plots import save_all
 from multihead.bench.progress import Bars
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import set_clock, set_threads
-from multihead.cli_help import help_texts
+from multihead.terminal.help import help_texts
 
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from multihead.cache import KVCache
-from multihead.module import MultiHeadAttention
+from multihead.caches.kv import KVCache
+from multihead.layers.multi_head import MultiHeadAttention
 from multihead.positions import apply_rotary
 
 GQA_UNDER_COMPILE = (

@@ -8,7 +8,7 @@ import platform
 
 import torch
 
-from multihead.backends import decode_build
+from multihead.backends.cpu import build as decode_build
 from multihead.bench.timing import clock
 
 # the CPU features that decide which path the C++ decode kernel builds (x86: "flags", ARM: "Features")

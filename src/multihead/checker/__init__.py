@@ -9,7 +9,7 @@ Works without rich; only ``multihead.checker.cli`` (the terminal front end) impo
 How a module is checked (each step is one file; nothing is taken from names alone when behaviour can
 tell, and every trial verifies the output shape, so a trial that does not fit is evidence, not a crash):
 
-1. Build it (``load.py``, ``names.py``, ``config.py``): import the file without writing bytecode; fill
+1. Build it (``loading/learner_file.py``, ``loading/constructor_args.py``, ``config.py``): import the file without writing bytecode; fill
    the constructor by parameter name (d_model, hid_dim, n_state, heads, d_k...), or pass a config
    object whose attributes are given (``--config``) or guessed by name and recorded. Eval mode, dropout
    off, fresh random projection weights (``probes.randomise_projections``) and 1-D parameters (norm
@@ -21,15 +21,15 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
 2. Read ``forward``'s signature (``calling.py``): how many tensor inputs, which parameter is the mask.
    A mask the module requires (it raises on None) is given an all-keep mask in its own convention
    wherever the checker calls without one (``masks.all_keep_encoding``).
-3. Layout (``conventions.py``): change batch row 0 and see which dimension keeps its other outputs.
+3. Layout (``behaviour/layout.py``): change batch row 0 and see which dimension keeps its other outputs.
 4. Argument order (``order.py``): the query is the argument whose token 0 moves output row 0 only;
    the values are the argument the output is affine in: ``forward(values, keys, query, mask)`` works.
-5. Causality and cross lengths (``conventions.py``): change the last token; try Lq != Lk.
-6. Mask convention (``masks.py``): every encoding (keep/block, bool/0-1/additive, each shape, valid
+5. Causality and cross lengths (``behaviour/layout.py``): change the last token; try Lq != Lk.
+6. Mask convention (``behaviour/mask_convention.py``): every encoding (keep/block, bool/0-1/additive, each shape, valid
    lengths) is tried with a different mask per batch row; the right one makes blocked keys inert. A
    mask whose mere presence makes the module causal (values unread) is recognised first. A module that
    raises under every convention is reported by that exception (run.py). A causal module that drops its
-   own causal masking when given a mask takes the complete mask (``mask_meaning.py``, Hugging Face's 4-D
+   own causal masking when given a mask takes the complete mask (``behaviour/mask_meaning.py``, Hugging Face's 4-D
    additive one); a sliding window is read from the outputs token 0 moves (``option_search.find_window``).
 7. Roles (``projections.py``, ``roles.py``): hooks record which projection (nn.Linear, a GPT-2 Conv1D,
    an inner nn.MultiheadAttention's in-projection, one Linear shared by all heads) sees the query, key
@@ -40,27 +40,27 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    compared with ``MultiHeadAttention`` on outputs and gradients (``compare.py``), then at longer
    lengths up to 64 tokens, and a keep mask added times +1e9 is ruled out -> PASS (a module that turns q
    and k by position is compared with RoPE in the pairing it uses, ``rotary.py``; a module with a KV
-   cache must then give the same rows from a prompt and single steps, ``incremental.py``); otherwise
-   the catalogue's variants (``catalogue.py``, ``diagnose.py``) and the measured scale (``scale.py``)
+   cache must then give the same rows from a prompt and single steps, ``targets/kv_cache.py``); otherwise
+   the catalogue's variants (``bugs/catalogue.py``, ``bugs/diagnose.py``) and the measured scale (``scale.py``)
    name the bug (the order of those tries is in ``verdict.py``), and the mask convention is re-read
    under that bug. A mask that could not be verified never passes. A module with an absorbed path
    (``forward(x, absorb=True)``...) whose Linears fit multi-head latent attention's roles
-   (``latent_roles.py``) is judged as MLA instead (``latent.py``): its naive forward against MLA on its
+   (``roles/latent.py``) is judged as MLA instead (``targets/latent.py``): its naive forward against MLA on its
    own weights, then its absorbed path against its naive forward. When neither plain maths nor plain
    RoPE fits, the options the module shows by behaviour (QK-norm, partial or reversed RoPE, sinks, a named
-   softcap: ``options.py``) are searched (``option_search.py``); a mistake inside them (QK-norm over the
+   softcap: ``options.py``) are searched (``behaviour/find_options.py``); a mistake inside them (QK-norm over the
    whole width, a window or a rotary size other than the constructor's) is named. Then the mask as
-   callers pass it (``mask_meaning.py``): a mask added with the wrong sign, a convention that breaks the
+   callers pass it (``behaviour/mask_meaning.py``): a mask added with the wrong sign, a convention that breaks the
    caller's ``--call mask=...`` claim.
-9. Report (``report.py``, ``text.py``, ``wrap.py``): the verdict, for a PASS what its mask means to a
+9. Report (``bugs/report.py``, ``bugs/sentences.py``, ``wrap.py``): the verdict, for a PASS what its mask means to a
    caller, the bug in words with its id, its explain topic, the conventions and roles found, in English
    or Chinese. An exception is matched
    against the catalogue and shown with the learner's line (``run.py`` retries once with
    Lq = Lk = head_dim, where ``q @ k`` still runs).
 """
 
-from multihead.checker.catalogue import BUGS
-from multihead.checker.report import CheckReport
+from multihead.checker.bugs.catalogue import BUGS
+from multihead.checker.bugs.report import CheckReport
 from multihead.checker.run import check
 
 __all__ = ["BUGS", "CheckReport", "check"]

@@ -14,12 +14,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from multihead.checker.report import CheckReport
+from multihead.checker.bugs.report import CheckReport
 from multihead.checker.run import check
-from multihead.checker.text import LANGS, bug_name, say
-from multihead.cli_help import help_texts
-from multihead.language import resolve_lang
-from multihead.line_breaks import wrap
+from multihead.checker.bugs.sentences import LANGS, bug_name, say
+from multihead.terminal.help import help_texts
+from multihead.terminal.language import resolve_lang
+from multihead.terminal.line_breaks import wrap
 
 STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold yellow"}
 TITLE = {"pass": ("PASS", "通过"), "fail": ("FAIL", "未通过"), "error": ("ERROR", "错误")}

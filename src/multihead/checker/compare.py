@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from multihead.checker.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
-from multihead.checker.options import Options
-from multihead.checker.roles import RoleAssignment, Weights
+from multihead.checker.loading.calling import INPUT_COUNT, CallSpec, attention_inputs, invoke
+from multihead.checker.behaviour.options import Options
+from multihead.checker.roles.assign import RoleAssignment, Weights
 from multihead.convert import linears_to_module
 from multihead.masks import Mask
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 
 def agree(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:

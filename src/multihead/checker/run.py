@@ -21,15 +21,15 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from multihead.checker import conventions as conv
-from multihead.checker.calling import CallSpec, LearnerError, invoke, read_signature
-from multihead.checker.catalogue import BUG_OF_FORM
-from multihead.checker.config import GuessedConfig
-from multihead.checker.diagnose import match_exception, random_weights
-from multihead.checker.fillers import choose_sizes
-from multihead.checker.functions import describe_function, function_class, is_function_target
-from multihead.checker.hints import Hints, apply_hints, parse_hints
-from multihead.checker.load import (
+from multihead.checker.behaviour import layout as conv
+from multihead.checker.loading.calling import CallSpec, LearnerError, invoke, read_signature
+from multihead.checker.bugs.catalogue import BUG_OF_FORM
+from multihead.checker.loading.config import GuessedConfig
+from multihead.checker.bugs.diagnose import match_exception, random_weights
+from multihead.checker.loading.forward_args import choose_sizes
+from multihead.checker.targets.functions import describe_function, function_class, is_function_target
+from multihead.checker.loading.call_hints import Hints, apply_hints, parse_hints
+from multihead.checker.loading.learner_file import (
     LoadError,
     build,
     load_target,
@@ -41,9 +41,9 @@ from multihead.checker.load import (
     switched_on,
     with_head_count,
 )
-from multihead.checker.latent_switch import SWITCHED, AbsorbedTwins, find_switch
-from multihead.checker.masks import all_keep_encoding
-from multihead.checker.names import (
+from multihead.checker.targets.latent_switch import SWITCHED, AbsorbedTwins, find_switch
+from multihead.checker.behaviour.mask_convention import all_keep_encoding
+from multihead.checker.loading.constructor_args import (
     EMBED,
     EMBED_NAMES,
     HEAD_NAMES,
@@ -53,13 +53,13 @@ from multihead.checker.names import (
     VALUE_SIZE_NAMES,
     is_head_count_name,
 )
-from multihead.checker.option_search import intended, randomise_extras
-from multihead.checker.probes import PROBE_BATCH, inputs, randomise_projections
-from multihead.checker.report import CheckReport
-from multihead.checker.roles import linear_layers
-from multihead.checker.sparse import check_sparse, sparse_kind
-from multihead.checker.rotary import bases
-from multihead.checker.text import bug_name, check_lang, say
+from multihead.checker.behaviour.find_options import intended, randomise_extras
+from multihead.checker.loading.probes import PROBE_BATCH, inputs, randomise_projections
+from multihead.checker.bugs.report import CheckReport
+from multihead.checker.roles.assign import linear_layers
+from multihead.checker.targets.sparse import check_sparse, sparse_kind
+from multihead.checker.behaviour.rotary import bases
+from multihead.checker.bugs.sentences import bug_name, check_lang, say
 from multihead.checker.verdict import Setup, check_in_layout, conventions
 
 

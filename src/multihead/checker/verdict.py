@@ -1,13 +1,13 @@
 """Once the layout is known: argument order, causality, mask convention, roles, then the verdict.
 
 A module with an absorbed path whose Linears fit multi-head latent attention's roles gets its own
-verdict instead (``latent.py``). Otherwise, in order (each step only when the previous ones did not
+verdict instead (``targets/latent.py``). Otherwise, in order (each step only when the previous ones did not
 explain the outputs):
 
 1. some role assignment reproduces the outputs with the correct maths -> forward + gradient comparison
    with ``MultiHeadAttention`` (``compare.py``) -> PASS; for self-attention, with q and k turned by RoPE
    in either pairing when plain maths does not fit (``rotary.py``; mixed pairings are bugs), and with the
-   module's KV cache driven step by step after the PASS (``incremental.py``);
+   module's KV cache driven step by step after the PASS (``targets/kv_cache.py``);
 2. a catalogue form reproduces them -> FAIL with that bug (``diagnose.closest``);
 3. a causal buffer applied after the softmax (weights zeroed through ``tril``) -> mask-after-softmax;
 4. a measured scale other than 1/sqrt(D) reproduces them -> the scale bug it names (``scale.py``);
@@ -24,26 +24,26 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from multihead.checker import conventions as conv
-from multihead.checker.calling import CallSpec, LearnerError, invoke
-from multihead.checker.catalogue import MASK_BUGS, forms_to_try
+from multihead.checker.behaviour import layout as conv
+from multihead.checker.loading.calling import CallSpec, LearnerError, invoke
+from multihead.checker.bugs.catalogue import MASK_BUGS, forms_to_try
 from multihead.checker.compare import compare_with_reference
-from multihead.checker.diagnose import Match, closest
-from multihead.checker.hints import Hints
-from multihead.checker.incremental import check_cached
-from multihead.checker.latent import check_latent
-from multihead.checker.mask_meaning import judge_mask, mask_replaces_causal
-from multihead.checker.masks import causal_switch, detect_encoding, encoding_by_agreement, tried_text
-from multihead.checker.naming import by_names, mask_under_bug, name_the_bug
-from multihead.checker.option_search import describe, find_window, intended_bug, one_dimensional, search
-from multihead.checker.options import Options
-from multihead.checker.order import find_order
-from multihead.checker.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
-from multihead.checker.projections import ProjectionInputs, describe_seen
-from multihead.checker.roles import candidate_roles, linear_layers
-from multihead.checker.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
-from multihead.checker.text import say
-from multihead.checker.unused_mask import applies_causal_mask, unused_causal_mask
+from multihead.checker.bugs.diagnose import Match, closest
+from multihead.checker.loading.call_hints import Hints
+from multihead.checker.targets.kv_cache import check_cached
+from multihead.checker.targets.latent import check_latent
+from multihead.checker.behaviour.mask_meaning import judge_mask, mask_replaces_causal
+from multihead.checker.behaviour.mask_convention import causal_switch, detect_encoding, encoding_by_agreement, tried_text
+from multihead.checker.bugs.name_the_bug import by_names, mask_under_bug, name_the_bug
+from multihead.checker.behaviour.find_options import describe, find_window, intended_bug, one_dimensional, search
+from multihead.checker.behaviour.options import Options
+from multihead.checker.roles.argument_order import find_order
+from multihead.checker.loading.probes import PROBE_BATCH, inputs, masked_cases, plain_cases
+from multihead.checker.roles.projections import ProjectionInputs, describe_seen
+from multihead.checker.roles.assign import candidate_roles, linear_layers
+from multihead.checker.behaviour.rotary import DEFAULT_BASE, ROPE_TOLERANCE, rotaries
+from multihead.checker.bugs.sentences import say
+from multihead.checker.behaviour.unused_mask import applies_causal_mask, unused_causal_mask
 
 TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}  # relative, see compare.relative_error
 
@@ -77,7 +77,7 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
     if setup.hints.inputs is None:
         spec.order, spec.order_found = find_order(module, spec, dims, dtype, setup.tol)
     Lk = _detect_call_conventions(module, spec, setup)
-    if check_latent(module, spec, setup, report, conventions(spec, dtype)):  # MLA: its own verdict (latent.py)
+    if check_latent(module, spec, setup, report, conventions(spec, dtype)):  # MLA: its own verdict (targets/latent.py)
         return report
     plain = plain_cases(dims, dtype, L, Lk)
     assignments, seen = _role_candidates(module, spec, setup.heads, plain[0])
@@ -107,7 +107,7 @@ def _fitting(module, spec: CallSpec, assignments, plain, setup: Setup) -> tuple[
 
 
 def _option_match(module, spec: CallSpec, assignments, cases, wanted, tol: float, rope_bases, report):
-    """(match, assignments, tolerance) under the options the module was found to use (option_search.py),
+    """(match, assignments, tolerance) under the options the module was found to use (behaviour/find_options.py),
     with ``spec.options`` set to them; None when it shows no sign of any."""
     found = search(module, spec, assignments, cases, wanted, tol, rope_bases,
                    one_dimensional(module, linear_layers(module)))
@@ -165,7 +165,7 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
 def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report,
              rope_bases: tuple[float, ...] = (DEFAULT_BASE,)):
     """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
-    the bug whose variant reproduces them (if one does, ``naming.py``). See the module docstring for the order."""
+    the bug whose variant reproduces them (if one does, ``bugs/name_the_bug.py``). See the module docstring for the order."""
     cases = plain + make_masked(spec)
     with torch.no_grad():
         wanted = [invoke(module, spec, *case) for case in cases]

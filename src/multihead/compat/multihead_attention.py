@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from multihead.attention import attention
-from multihead.attention_weights import attention_with_weights
+from multihead.backends.with_weights import attention_with_weights
 from multihead.compat.checks import check_call, check_construction
 from multihead.compat.errors import CompatAssertionError, CompatRuntimeError
 from multihead.compat.masks import torch_masks_to_mask

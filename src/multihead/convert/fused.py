@@ -13,7 +13,7 @@ from multihead.convert.projections import (build_attention, check_no_extra_linea
                                            require_head_count, weight_and_bias)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 
 @register_converter("nanoGPT fused c_attn/c_proj")

@@ -27,7 +27,7 @@ from multihead.convert.projections import (build_attention, check_no_extra_linea
                                            has_causal_buffer, linear_at, require_head_count, submodule)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 
 @dataclass(frozen=True)

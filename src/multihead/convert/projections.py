@@ -18,7 +18,7 @@ from torch.nn.parameter import UninitializedParameter
 from multihead.convert.model_attributes import model_attribute, spellings
 from multihead.convert.registry import describe_linears, linears_to_module
 from multihead.errors import AttentionError, shape_str
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 HEAD_COUNT_NAMES = spellings("num_heads")  # the names of a head count, in the order tried (model_attributes)
 

@@ -14,19 +14,19 @@ import torch
 from torch import nn
 
 from multihead.errors import AttentionError, shape_str
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 STYLE_MODULES = [
     "multihead.convert.torch_mha",
     "multihead.convert.named",
     "multihead.convert.fused",
-    "multihead.convert.hf",
+    "multihead.convert.hf.layers",
     "multihead.convert.stacked",
-    "multihead.convert.hf_decoders",
-    "multihead.convert.hf_gpt2",
-    "multihead.convert.hf_neox",
-    "multihead.convert.hf_latent",
-    "multihead.convert.hf_deepseek_v4",
+    "multihead.convert.hf.decoders",
+    "multihead.convert.hf.gpt2",
+    "multihead.convert.hf.neox",
+    "multihead.convert.hf.latent",
+    "multihead.convert.hf.deepseek_v4",
     "multihead.convert.traced",  # last: any module, read from its dataflow
 ]
 _CONVERTERS: list[tuple[str, Callable]] = []

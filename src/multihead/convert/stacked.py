@@ -17,7 +17,7 @@ from multihead.convert.projections import (build_attention, check_no_extra_linea
                                            has_causal_buffer, linear_at, submodule, weight_and_bias)
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 # How a single head may name its three projections (document 001's CausalAttention first).
 SINGLE_HEAD_NAMES = (("W_query", "W_key", "W_value"), ("W_q", "W_k", "W_v"), ("query", "key", "value"),

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from multihead.errors import AttentionError
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 
 
 def _unsupported_reasons(mod: MultiHeadAttention) -> list[str]:

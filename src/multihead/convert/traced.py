@@ -26,7 +26,7 @@ from multihead.convert.projections import build_attention, find_dropout, find_he
 from multihead.convert.registry import register_converter
 from multihead.convert.rope_bases import rope_bases
 from multihead.errors import AttentionError
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 from multihead.positions import RoPE
 
 STYLE = "any attention module, read from its dataflow (Linears of its own, raw parameters, fused or uneven qkv)"

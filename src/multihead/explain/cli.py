@@ -12,14 +12,14 @@ from rich import box
 from rich.console import Console
 from rich.text import Text
 
-from multihead.cli_help import help_texts
+from multihead.terminal.help import help_texts
 from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.lang import resolve_lang, ui
 from multihead.explain.lesson import lesson, topic_story  # noqa: F401 - topic_story: part of this module's API
-from multihead.explain.model_text import ModelsMissing
-from multihead.explain.page import write_page
-from multihead.explain.render_terminal import FittedTable, Wrapped, make_console, render, render_summary
+from multihead.explain.walkthrough.real_model import ModelsMissing
+from multihead.explain.render.page import write_page
+from multihead.explain.render.terminal import FittedTable, Wrapped, make_console, render, render_summary
 from multihead.explain.story import LANGS
 from multihead.explain.topics import TOPICS
 

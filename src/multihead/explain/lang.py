@@ -2,11 +2,11 @@
 
 Everything a step or topic says comes through `Story.heading/text/check(en, zh)`; this module only
 holds the renderers' own labels (check marks, summaries, table headers); the locale rule is
-multihead.language's, shared by every command.
+multihead.terminal.language's, shared by every command.
 """
 from __future__ import annotations
 
-from multihead.language import LOCALE_VARS, resolve_lang  # noqa: F401 - the one language rule, re-exported
+from multihead.terminal.language import LOCALE_VARS, resolve_lang  # noqa: F401 - the one language rule, re-exported
 
 UI: dict[str, tuple[str, str]] = {
     "failed": ("FAILED", "未通过"),

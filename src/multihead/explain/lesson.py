@@ -12,12 +12,12 @@ from typing import Any
 
 from multihead.errors import AttentionError
 from multihead.explain import words
-from multihead.explain.explore import figure_explorers, walkthrough_explorer
+from multihead.explain.render.page_data import figure_explorers, walkthrough_explorer
 from multihead.explain.lang import resolve_lang, ui
-from multihead.explain.model_text import check_text, layer_setups, tell_text
+from multihead.explain.walkthrough.real_model import check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
 from multihead.explain.topics import TOPICS
-from multihead.explain.walkthrough import default_setup, tell, tell_closing
+from multihead.explain.walkthrough.steps import default_setup, tell, tell_closing
 
 
 @dataclass

@@ -15,10 +15,10 @@ from html import escape
 from pathlib import Path
 
 from multihead.explain import words
-from multihead.explain.explore import record_explorer
+from multihead.explain.render.page_data import record_explorer
 from multihead.explain.lang import resolve_lang
 from multihead.explain.lesson import Lesson, filled, lesson
-from multihead.explain.page import page_html, write_page
+from multihead.explain.render.page import page_html, write_page
 
 FRAME_HEIGHT = 780   # px: the model view and the head view fit; the page scrolls inside for the rest
 

@@ -29,7 +29,7 @@ import torch
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
 from multihead.attention import attention
-from multihead.attention_weights import attention_with_weights
+from multihead.backends.with_weights import attention_with_weights
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 

@@ -26,13 +26,13 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 
-from multihead.convert.hf_config import hf_config
-from multihead.convert.hf_latent import MODEL_TYPES, is_deepseek_attention
+from multihead.convert.hf.config import hf_config
+from multihead.convert.hf.latent import MODEL_TYPES, is_deepseek_attention
 from multihead.errors import AttentionError
 from multihead.hf.attention import as_mask
-from multihead.latent import MultiHeadLatentAttention
-from multihead.latent_cache import LatentCache
-from multihead.quant_cache import check_kv_dtype
+from multihead.layers.latent import MultiHeadLatentAttention
+from multihead.caches.latent import LatentCache
+from multihead.caches.quantized import check_kv_dtype
 
 FIRST_CAPACITY = 64  # tokens per sequence in a new LatentCache; doubled whenever a call needs more
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from multihead.errors import AttentionError
-from multihead.module import MultiHeadAttention
+from multihead.layers.multi_head import MultiHeadAttention
 from multihead.parallel.comm import resolve_group
 from multihead.parallel.validation import agree, require_same
 

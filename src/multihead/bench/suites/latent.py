@@ -31,7 +31,7 @@ from multihead.bench.plots import DRAWERS
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio
-from multihead.latent import MultiHeadLatentAttention
+from multihead.layers.latent import MultiHeadLatentAttention
 from multihead.positions import apply_rotary
 
 GOAL_HF = 30.0  # HF's step / the absorbed step

@@ -24,7 +24,7 @@ from multihead.backends.decode_step import kernel_build
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio, ratio_range
-from multihead.quant_cache import Quantized, QuantizedKVCache
+from multihead.caches.quantized import Quantized, QuantizedKVCache
 
 GOALS = {"speed": 1.5, "drift": 0.02}
 CACHES = {"bf16 cache": None, "int8 cache": torch.int8, "fp8 e4m3 cache": torch.float8_e4m3fn}

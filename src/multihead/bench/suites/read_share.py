@@ -29,7 +29,7 @@ from multihead.backends.decode_step import decode_step, kernel_build, plain_deco
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import Timing, clock_name, compare, ratio, set_clock
-from multihead.cache import KVCache
+from multihead.caches.kv import KVCache
 
 PLAIN = "decode step, plain-torch form (what runs without a compiler)"
 KERNEL = "the decode kernel alone (decode_step: no dispatch, no plan)"

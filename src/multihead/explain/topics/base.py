@@ -16,7 +16,7 @@ import torch
 
 from multihead.explain import words
 from multihead.explain.story import Story
-from multihead.explain.walk_checks import diff_text, max_diff  # noqa: F401 - the topics' too
+from multihead.explain.walkthrough.checks import diff_text, max_diff  # noqa: F401 - the topics' too
 
 NO_DOCUMENT = "—"  # the document of a topic that answers the project's own question
 

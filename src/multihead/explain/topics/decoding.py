@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import multihead as mh
-from multihead.cache import KVCache
+from multihead.caches.kv import KVCache
 from multihead.explain.story import Story
 from multihead.explain.topics.base import Say, diff_text, max_diff, topic
 

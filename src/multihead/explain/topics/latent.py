@@ -12,7 +12,7 @@ import multihead as mh
 from multihead.explain.story import Story
 from multihead.explain.topics.base import Say, diff_text, max_diff, topic
 from multihead.explain.topics.decoding import flop_counts
-from multihead.latent_cache import LatentCache
+from multihead.caches.latent import LatentCache
 
 # DeepSeek-V2-Lite's attention (public config): layers, hidden, heads, C, Dn, R, Dv; D = hidden / heads
 LITE = {"layers": 27, "hidden": 2048, "heads": 16, "C": 512, "Dn": 128, "R": 64, "Dv": 128}

@@ -17,10 +17,10 @@ import multihead as mh
 from multihead.explain.story import Story
 from multihead.explain.topics.base import Say, diff_text, max_diff, topic
 from multihead.explain.topics.decoding import flop_counts, nbytes
-from multihead.explain.topics.shared_kv_trick import tell_shared_kv
-from multihead.indexer import select_keys
-from multihead.latent_cache import LatentCache
-from multihead.selected_attention import attend_selected
+from multihead.explain.topics.shared_kv_head import tell_shared_kv
+from multihead.layers.indexer import select_keys
+from multihead.caches.latent import LatentCache
+from multihead.layers.selected_attention import attend_selected
 
 # DeepSeek V3.2's attention (transformers' DeepseekV32Config defaults): attention heads H, latent C, rotary R,
 # indexer heads Hi of Di features, top-k K

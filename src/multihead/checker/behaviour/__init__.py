@@ -1,0 +1,1 @@
+"""The learner's conventions, found by behaviour: layout, causality, mask convention, options, rotary, scale."""

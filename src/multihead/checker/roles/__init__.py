@@ -1,0 +1,1 @@
+"""Which of the learner's layers and arguments is which: projections, their roles, the argument order."""

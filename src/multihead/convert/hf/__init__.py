@@ -1,0 +1,1 @@
+"""Converters from Hugging Face transformers' attention layers, one family per file."""

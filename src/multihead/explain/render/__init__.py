@@ -1,0 +1,1 @@
+"""Drawing stories: the terminal, static HTML, SVG heatmaps, and the interactive page."""
