@@ -52,6 +52,10 @@ class Spec:
 
 
 def linear(x: torch.Tensor, projection: Projection) -> torch.Tensor:
+    """x through (weight (out, in), bias or None), or through a function of x (a low-rank path with a norm
+    inside, written out by the case's reader)."""
+    if callable(projection):
+        return projection(x)
     weight, bias = projection
     return F.linear(x, weight, bias)
 

@@ -190,7 +190,9 @@ def compare(case: dict, path: Path, adapters: dict = ADAPTERS, calls=run_calls) 
             target = target.double().eval()
             redraw(target, seed=1)
         plan = adapters[case["adapter"]](target)
-        for what, got, want in calls(target, plan, gen):
+        with torch.no_grad():  # outputs only (FlexAttention on CPU has no backward)
+            results = calls(target, plan, gen)
+        for what, got, want in results:
             error = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
             error = float("inf") if error != error else error  # NaN
             worst = max(worst, error)
