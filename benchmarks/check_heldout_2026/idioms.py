@@ -24,9 +24,10 @@ def qkv_rows(layer, q: int, kv: int) -> dict:
 
 
 def gemma3(m) -> Plan:
+    """The manifest sets query_pre_attn_scalar = head_dim: the scale is the usual 1/sqrt(D), not read from the
+    module (whose scaling may be the mistake)."""
     norm = QKNorm(1 + m.q_norm.weight, 1 + m.k_norm.weight, m.q_norm.eps)
-    spec = Spec(m.num_heads, m.num_kv_heads, causal=True, rotary=Rotary(m.head_dim, m.rope_theta), qk_norm=norm,
-                scale=m.scaling)
+    spec = Spec(m.num_heads, m.num_kv_heads, causal=True, rotary=Rotary(m.head_dim, m.rope_theta), qk_norm=norm)
     return Plan(four(m, "q_proj", "k_proj", "v_proj", "o_proj"), spec, "x")
 
 
