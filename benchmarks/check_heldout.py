@@ -108,9 +108,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float, folder: Path) -> dict:
+def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float, folder: Path,
+               reports: Path | None = None) -> dict:
     """One check in its own process: the verdict, its exit code, its wall and CPU seconds (children run one
-    at a time, so the children's CPU clock's step is this process's)."""
+    at a time, so the children's CPU clock's step is this process's); the report is kept under `reports`
+    (as CASE.LANG.txt) when given."""
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         done = _cli(*command(case, lang, with_claim, folder), timeout=timeout)
@@ -118,6 +120,9 @@ def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: 
     except subprocess.TimeoutExpired:
         returncode, output = None, ""
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
+    if reports is not None:
+        reports.mkdir(parents=True, exist_ok=True)
+        (reports / f"{case['name']}.{lang}.txt").write_text(output, encoding="utf-8")
     got = verdict(returncode, output, ids)
     return {"got": got, "exit": returncode, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
             "ok": right(case["expected"], got)}
@@ -149,7 +154,8 @@ def totals(cases: list[dict], rows: list[dict], lang: str) -> dict:
     }
 
 
-def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = True, zoo: Path = ZOO) -> dict:
+def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = True, zoo: Path = ZOO,
+        reports: Path | None = None) -> dict:
     """Check every case in every language; the rows, the totals per language and how it was run."""
     ids, with_claim = known_bug_ids(), claims_supported()
     started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
@@ -157,7 +163,7 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
     files = tempfile.TemporaryDirectory(prefix="heldout-")
     folder = write_cases(cases, Path(files.name) / "cases", zoo / "cases")
     for case in cases:
-        row = {lang: check_case(case, lang, ids, with_claim, timeout, folder) for lang in langs}
+        row = {lang: check_case(case, lang, ids, with_claim, timeout, folder, reports) for lang in langs}
         rows.append(row)
         if progress:
             marks = "  ".join(f"{lang} {row[lang]['got']:<30s} {row[lang]['seconds']:5.1f}s" for lang in langs)
@@ -220,9 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before one check counts as TIMEOUT")
     parser.add_argument("--markdown", metavar="FILE", help="write the tables as markdown to FILE")
     parser.add_argument("--json", metavar="FILE", help="write the JSON line to FILE")
+    parser.add_argument("--reports", type=Path, metavar="DIR", help="keep every check's report as DIR/CASE.LANG.txt")
     args = parser.parse_args(argv)
     zoo = args.zoo.resolve()
-    result = run(load_cases(args.cases, zoo), args.lang, args.timeout, zoo=zoo)
+    result = run(load_cases(args.cases, zoo), args.lang, args.timeout, zoo=zoo, reports=args.reports)
     data = as_json(result)
     table, line = markdown(data, zoo), json.dumps(data, ensure_ascii=False)
     print(table)
