@@ -47,11 +47,14 @@ def test_the_first_stage_that_differs_names_the_bug(target, stage, bug):
     core, spec = _core(target, "sliding" in target)
     finding = judge_stages(core, spec)
     assert (finding.stage, finding.bug) == (stage, bug)
-    assert finding.got and len(finding.got) == len(finding.want) and finding.where.startswith("batch 0")
+    assert finding.got and len(finding.got) == len(finding.want) and finding.where[0] == ("batch", 0)
+    assert finding.got != finding.want  # the numbers shown start at the first column that differs
 
 
-@pytest.mark.parametrize("lang, words", [("en", ("first stage that differs", "masked scores", "yours:", "expected:")),
-                                         ("zh", ("第一个出错的步骤", "掩码后的分数", "你的结果", "应得结果"))])
+@pytest.mark.parametrize("lang, words", [("en", ("first stage that differs", "masked scores", "yours:", "expected:",
+                                                 "batch 0, head 0, query")),
+                                         ("zh", ("第一个出错的步骤", "掩码后的分数", "你的结果", "应得结果",
+                                                 "第 0 个样本、第 0 个头"))])
 def test_a_triu_causal_mask_is_named_with_its_stage_and_topic(lang, words):
     report = check(str(ZOO / "causal_triu_keeps_future.py:MyCausalAttention"), lang=lang)
     text = str(report)
@@ -130,3 +133,19 @@ def test_tiled_kv_heads_next_to_sinks_are_named():
 def test_chinese_role_lines_have_no_english_fragments(target):
     lines = check(str(ZOO / target), lang="zh").role_lines()
     assert not any(word in line for line in lines for word in ("rows", "viewed as", "per-head", ", then")), lines
+
+
+def test_weights_that_are_not_a_softmax_over_the_keys_are_the_first_stage(tmp_path):
+    learner = tmp_path / "log_weights.py"
+    learner.write_text(
+        "import torch\nfrom torch import nn\n\n\nclass LogWeights(nn.Module):\n"
+        "    def __init__(self, d_model, n_heads):\n        super().__init__()\n"
+        "        self.h, self.d = n_heads, d_model // n_heads\n"
+        "        self.qkv = nn.Linear(d_model, 3 * d_model)\n        self.proj = nn.Linear(d_model, d_model)\n\n"
+        "    def forward(self, x):\n        B, L, E = x.shape\n"
+        "        q, k, v = self.qkv(x).view(B, L, 3, self.h, self.d).permute(2, 0, 3, 1, 4)\n"
+        "        w = torch.log_softmax(q @ k.transpose(-2, -1) / self.d ** 0.5, dim=-1)\n"
+        "        return self.proj((w @ v).transpose(1, 2).reshape(B, L, E))\n")
+    report = check(f"{learner}:LogWeights", lang="zh")
+    assert report.verdict == "fail" and report.stage.stage == "weights" and report.stage.topic == "softmax-axis"
+    assert "注意力权重" in str(report) and "multihead explain softmax-axis" in str(report)

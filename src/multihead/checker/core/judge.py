@@ -25,16 +25,18 @@ FIT = 1e-7  # relative least-squares residual under which a tensor is an affine 
 def stage_lines(finding: StageFinding, lang: str) -> list[str]:
     """The report's lines for a finding: the stage and the row it shows, the learner's numbers and the expected."""
     if finding.stage is None:
-        stages = ", ".join(say("stage:" + stage, lang) for stage in finding.judged)
+        stages = ("、" if lang == "zh" else ", ").join(say("stage:" + stage, lang) for stage in finding.judged)
         return [say("core-right", lang, stages=stages)]
 
     def numbers(values) -> str:
         return "[" + ", ".join(f"{v:.4g}" for v in values) + "]"
 
-    lines = [say("first-stage", lang, stage=say("stage:" + finding.stage, lang), where=finding.where)]
+    where = ("、" if lang == "zh" else ", ").join(say("at:" + name, lang, n=n) for name, n in finding.where)
+    lines = [say("first-stage", lang, stage=say("stage:" + finding.stage, lang), where=where)]
     if finding.got:
-        lines += ["  " + say("stage-yours", lang, values=numbers(finding.got)),
-                  "  " + say("stage-expected", lang, values=numbers(finding.want))]
+        lines.append("  " + say("stage-yours", lang, values=numbers(finding.got)))
+    if finding.want:
+        lines.append("  " + say("stage-expected", lang, values=numbers(finding.want)))
     return lines
 
 

@@ -35,7 +35,7 @@ class StageFinding:
     stage: str | None
     got: list = field(default_factory=list)
     want: list = field(default_factory=list)
-    where: str = ""  # which row the numbers come from ("batch 0, head 0, query 2")
+    where: tuple = ()  # which row the numbers come from: (("batch", 0), ("head", 0), ("query", 2), ("column", 4))
     bug: str | None = None
     judged: list = field(default_factory=list)  # the stages found right, in order
     gate: torch.Tensor | None = None  # the merged heads were multiplied by this, each entry in (0, 1)
@@ -87,14 +87,21 @@ def _kept(scores: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(scores) & (scores > BLOCKED)
 
 
-def _row(t: torch.Tensor, index: tuple) -> list:
-    return [float(x) for x in t[index][:SHOWN]]
-
-
-def _where(index: tuple) -> str:
-    """"batch 0, head 1, query 2" for an index into (B, H, Lq) (or (B, Lq), or (B*H, Lq))."""
-    names = {2: ("batch", "query"), 3: ("batch", "head", "query")}.get(len(index), ("",) * len(index))
-    return ", ".join(f"{n} {i}".strip() for n, i in zip(names, index))
+def _at(stage: str, got: torch.Tensor, want: torch.Tensor | None, index: tuple, bug: str | None = None,
+        names: tuple | None = None) -> StageFinding:
+    """A finding at row ``index`` of ``got`` (and ``want``: None when the expected numbers are unknown), its
+    numbers shown from the first column that differs; ``where`` as (name, number) pairs for the report."""
+    row = got[index]
+    start = 0
+    if want is not None:
+        differs = (~torch.isclose(row, want[index], rtol=1e-4, atol=1e-6, equal_nan=True)).nonzero()
+        start = int(differs[0]) if len(differs) else 0
+        start = max(0, min(start, row.shape[-1] - SHOWN))
+    names = names or {2: ("batch", "query"), 3: ("batch", "head", "query")}.get(len(index), ("",) * len(index))
+    where = tuple(zip(names, index)) + ((("column", start),) if start else ())
+    shown = slice(start, start + SHOWN)
+    return StageFinding(stage, [float(x) for x in row[shown]],
+                        [] if want is None else [float(x) for x in want[index][shown]], where, bug)
 
 
 def _first_row(a: torch.Tensor, b: torch.Tensor) -> tuple:
@@ -121,8 +128,7 @@ def _scores(core: Core, spec: CallSpec) -> StageFinding | None:
     want = torch.where(kept, core.raw * meant, core.scores)
     index = _first_row(core.scores, want)
     bug = _scale_bug(scale * (core.prescale or 1.0), D, core.q.numel() // (core.q.shape[-2] * D * core.q.shape[0]))
-    return StageFinding("scores", _row(core.scores, index), _row(want, index), _where(index),
-                        bug if one_scale else None)
+    return _at("scores", core.scores, want, index, bug if one_scale else None)
 
 
 def _scale_bug(factor: float, D: int, H: int) -> str:
@@ -186,7 +192,7 @@ def _masked(core: Core, spec: CallSpec) -> StageFinding | None:
     if core.raw is not None and core.raw.shape == core.scores.shape:  # the scaled product, before any mask
         unmasked = core.raw * _scale(core.raw, core.scores, kept)
     expected = torch.where(want.expand_as(kept), unmasked, minus_inf)
-    return StageFinding("masked-scores", _row(got, index), _row(expected, index), _where(index), bug)
+    return _at("masked-scores", got, expected.expand_as(got), index, bug)
 
 
 def _weights(core: Core, spec: CallSpec) -> StageFinding | None:
@@ -201,7 +207,7 @@ def _weights(core: Core, spec: CallSpec) -> StageFinding | None:
         return None
     index = _first_row(core.weights, want)
     bug = "softmax-wrong-axis" if core.dim != core.scores.dim() - 1 else None
-    return StageFinding("weights", _row(core.weights, index), _row(want, index), _where(index), bug)
+    return _at("weights", core.weights, want, index, bug)
 
 
 def _kv_groups(core: Core, spec: CallSpec) -> StageFinding | None:
@@ -219,7 +225,7 @@ def _kv_groups(core: Core, spec: CallSpec) -> StageFinding | None:
     grouped = all(same[a][b] == (a // group == b // group) for a in range(H) for b in range(H))
     if grouped or not tiled:
         return None
-    return StageFinding("scores", _row(k, (0, 1, 0)), _row(k, (0, 0, 0)), "batch 0, head 1, key 0", "kv-heads-tiled")
+    return _at("scores", k[:, 1], k[:, 0], (0, 0), "kv-heads-tiled", ("batch", "key"))
 
 
 def _values(core: Core, spec: CallSpec) -> StageFinding | None:
@@ -227,7 +233,7 @@ def _values(core: Core, spec: CallSpec) -> StageFinding | None:
     if core.v.shape != core.k.shape or not torch.allclose(core.v, core.k):
         return None
     index = (0,) * (core.out.dim() - 1)
-    return StageFinding("per-head-output", _row(core.out, index), [], _where(index), "keys-used-as-values")
+    return _at("per-head-output", core.out, None, index, "keys-used-as-values")
 
 
 def merges(out: torch.Tensor, merged: torch.Tensor, layout: str) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -258,4 +264,4 @@ def _merged(core: Core, spec: CallSpec) -> StageFinding | None:
         gate[large] = ratio
         return StageFinding(None, gate=gate)
     index = _first_row(core.merged, want)
-    return StageFinding("merged-heads", _row(core.merged, index), _row(want, index), _where(index), bug)
+    return _at("merged-heads", core.merged, want, index, bug)

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-SOFTMAXES = {torch.softmax, F.softmax, torch.Tensor.softmax, torch.nn.functional.log_softmax}
+SOFTMAXES = {torch.softmax, F.softmax, torch.Tensor.softmax, F.log_softmax, torch.log_softmax,
+             torch.Tensor.log_softmax}
 PRODUCTS = {torch.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.matmul, torch.Tensor.bmm, torch.einsum}
 SDPA = {F.scaled_dot_product_attention}
 LINEARS = {F.linear}
