@@ -149,3 +149,10 @@ def test_weights_that_are_not_a_softmax_over_the_keys_are_the_first_stage(tmp_pa
     report = check(f"{learner}:LogWeights", lang="zh")
     assert report.verdict == "fail" and report.stage.stage == "weights" and report.stage.topic == "softmax-axis"
     assert "注意力权重" in str(report) and "multihead explain softmax-axis" in str(report)
+
+
+def test_a_dict_cache_filled_in_place_is_driven_step_by_step():
+    correct = check(str(ZOO / "ok_dict_kv_cache.py:CachedDecoderAttention"))
+    assert correct.passed and "cache" in dict(correct.conventions), str(correct)
+    buggy = check(str(ZOO / "dict_cache_causal_every_step.py:StepCausalAttention"))
+    assert buggy.bug == "cache-causal-top-left", str(buggy)

@@ -148,6 +148,7 @@ BUGGY = {
     "sparse_minus_one_wraps.py:sparse_attention": "sparse-none-unmasked",
     "topk_over_queries.py:select": "topk-wrong-axis",
     "sinks_kv_tiled.py:SinkGQAttention": "kv-heads-tiled",
+    "dict_cache_causal_every_step.py:StepCausalAttention": "cache-causal-top-left",
     "sliding_merge_no_transpose.py:WindowedAttention": "merge-without-transpose",
     "causal_triu_keeps_future.py:MyCausalAttention": "causal-mask-reversed",
     "mask_fill_positive.py:PaddedAttention": "mask-sign-flipped",
