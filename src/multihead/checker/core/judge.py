@@ -131,10 +131,11 @@ def core_passes(module, spec, case, core: Core, finding: StageFinding, wanted: t
         torch.allclose(core.projected, wanted, rtol=1e-6, atol=1e-9)
 
 
-def judge_unknown(module, spec, dims: tuple, dtype, report, assignments=()):
+def judge_unknown(module, spec, dims: tuple, dtype, report, assignments=(), heads: int | None = None):
     """A FAIL the catalogue could not name: name its first stage on the learner's own tensors (8 sequences of 6
     tokens: enough tokens for the affine fits), and PASS it when its core is right and its periphery recognised.
-    Returns the role assignment whose q and k are the core's (None when none is, or no bug was named here)."""
+    ``heads``: the head count the constructor or --call gives (the core must have as many). Returns the role
+    assignment whose q and k are the core's (None when none is, or no bug was named here)."""
     case = inputs(dims, 8, 6, 6, dtype, 40)
     core = name_the_stage(module, spec, case, report)
     if core is None or report.stage is None:
@@ -149,10 +150,10 @@ def judge_unknown(module, spec, dims: tuple, dtype, report, assignments=()):
     except LearnerError:
         return None
     finding = report.stage
-    if core_passes(module, spec, case, core, finding, wanted):
+    count = core.q.numel() // (core.q.shape[-1] * core.q.shape[-2] * case[0].shape[0])
+    if (heads is None or heads == count) and core_passes(module, spec, case, core, finding, wanted):
         report.verdict, report.kind, report.error, report.stage = "pass", "core", 0.0, None
-        report.bug_values = {"heads": core.q.numel() // (core.q.shape[-1] * core.q.shape[-2] * case[0].shape[0]),
-                             "head_dim": core.q.shape[-1]}
+        report.bug_values = {"heads": count, "head_dim": core.q.shape[-1]}
         report.notes[:] = [note for note in report.notes if note != say("gate-outside", report.lang)]
         if finding.gate is not None:
             report.notes.append(say("gate-judged", report.lang))
