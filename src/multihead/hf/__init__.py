@@ -11,7 +11,8 @@ description, so that structure reaches mh.attention instead of a dense tensor; t
 softcap and sink logits come along. `register()` is idempotent and can add other names.
 
 Continuous batching (generate_batch) runs on multihead under the name PAGED (hf/paged.py):
-`multihead.hf.use_paged(model)`.
+`multihead.hf.use_paged(model)`. Any decoder's generate keeps int8 or fp8 keys and values with
+`multihead.hf.use_quantized_cache(model, kv_dtype=torch.int8)` (hf/quantized.py).
 
 Needs the optional extra and transformers >= 5.4: pip install -e ".[hf]" (transformers alone) in the root of a clone.
 """
@@ -25,14 +26,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "in the root of a multihead clone") from exc
 
 from multihead.errors import AttentionError
-from multihead.hf.attention import hf_attention
+from multihead.hf.attention import NAME, hf_attention
 from multihead.hf.latent import use_latent_cache
 from multihead.hf.masks import hf_mask
 from multihead.hf.paged import PAGED, paged_attention, use_paged
+from multihead.hf.quantized import use_quantized_cache
 
-__all__ = ["NAME", "PAGED", "hf_attention", "hf_mask", "paged_attention", "register", "use_latent_cache", "use_paged"]
-
-NAME = "multihead"
+__all__ = ["NAME", "PAGED", "hf_attention", "hf_mask", "paged_attention", "register", "use_latent_cache", "use_paged",
+           "use_quantized_cache"]
 
 
 def register(name: str = NAME) -> None:
