@@ -64,6 +64,7 @@ def test_generate_batch_on_multihead_gives_paged_eagers_tokens():
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (70, 9, 66)]
     config = tf.GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    pages = tf.ContinuousBatchingConfig(num_blocks=16, max_batch_tokens=256, page_size=32)  # sized, not from RAM
     tokens = {}
     for name in ("paged|eager", multihead.hf.PAGED):
         if name == multihead.hf.PAGED:
@@ -71,7 +72,8 @@ def test_generate_batch_on_multihead_gives_paged_eagers_tokens():
         else:
             model.set_attn_implementation(name)
         with mh.trace() as t:
-            out = model.generate_batch(prompts, generation_config=config, warmup=False)
+            out = model.generate_batch(prompts, generation_config=config, continuous_batching_config=pages,
+                                     warmup=False)
         assert model.config._attn_implementation == name
         tokens[name] = [out[key].generated_tokens for key in sorted(out)]
     assert tokens["paged|eager"] == tokens[multihead.hf.PAGED] and all(len(t) == 4 for t in tokens["paged|eager"])
