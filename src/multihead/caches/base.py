@@ -316,6 +316,14 @@ class Cache(Paging, nn.Module):
             raise AttentionError(f"{what} expects a sequence index in [0, {self.batch_size}); got {b!r}.")
 
 
+class Coded(type):
+    """The metaclass of a quantized kind's old name (QuantizedKVCache): an instance is any cache of the parent
+    kind whose codec is int8 or fp8, however it was made."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls.__bases__[0]) and obj.codec.quantized
+
+
 def describe(t) -> str:
     if isinstance(t, torch.Tensor):
         return f"{t.dtype} of shape {shape_str(t.shape)}"

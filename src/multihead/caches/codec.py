@@ -22,6 +22,7 @@ from multihead.errors import AttentionError
 KV_DTYPES = (torch.int8, torch.float8_e4m3fn)  # what a quantized cache holds
 LARGEST = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}  # the largest code magnitude
 STORED = {torch.int8: torch.int8, torch.float8_e4m3fn: torch.uint8}  # the buffers' dtype
+FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # a float cache's dtypes
 
 
 class Quantized(NamedTuple):
@@ -47,8 +48,8 @@ class Quantized(NamedTuple):
 def check_kv_dtype(kv_dtype) -> None:
     """AttentionError unless kv_dtype is one a quantized cache holds."""
     if kv_dtype not in KV_DTYPES:
-        raise AttentionError(f"a quantized KV cache holds torch.int8 or torch.float8_e4m3fn codes; got kv_dtype="
-                             f"{kv_dtype!r} (a float cache's dtype goes in dtype=).")
+        raise AttentionError(f"a quantized KV cache holds torch.int8 or torch.float8_e4m3fn codes, a float cache "
+                             f"one of {[str(d) for d in FLOATS]} (as dtype= does); got kv_dtype={kv_dtype!r}.")
 
 
 def quantize(x: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +106,7 @@ class Codec(NamedTuple):
 def codec_for(kv_dtype: torch.dtype | None, dtype: torch.dtype | None, default: torch.dtype | None = None) -> Codec:
     """The codec for kv_dtype (None, a float dtype, int8 or float8_e4m3fn) and the model's dtype (dtype, else
     default, else torch's). A float kv_dtype is the cache's dtype, as dtype= is (both given, they must agree)."""
-    floating = isinstance(kv_dtype, torch.dtype) and kv_dtype.is_floating_point and kv_dtype not in KV_DTYPES
+    floating = kv_dtype in FLOATS
     if floating and dtype is not None and dtype != kv_dtype:
         raise AttentionError(f"kv_dtype={kv_dtype} and dtype={dtype} disagree: a float cache holds numbers in the "
                              "dtype the model hands in; give one of them.")

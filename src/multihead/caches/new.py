@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from multihead.caches.base import Cache
-from multihead.caches.codec import KV_DTYPES
+from multihead.caches.codec import FLOATS
 from multihead.errors import AttentionError
 
 
@@ -20,8 +20,7 @@ def new_cache(kind: type[Cache], weight, batch_size: int, max_len: int, *, dtype
               **layout) -> Cache:
     """A `kind` cache on `weight`'s device for batch_size sequences of up to max_len tokens (see the module)."""
     weight = weight() if callable(weight) else weight  # a dynamically quantized Linear's weight is a method
-    quantized = kv_dtype is not None and not (isinstance(kv_dtype, torch.dtype) and kv_dtype.is_floating_point
-                                              and kv_dtype not in KV_DTYPES)
+    quantized = kv_dtype is not None and kv_dtype not in FLOATS
     if not kind.pageable and (quantized or page_size is not None or num_pages is not None):
         raise AttentionError(f"a {kind.__name__} keeps its own windowed form: it takes no int8/fp8 kv_dtype, "
                              f"page_size or num_pages; got kv_dtype={kv_dtype}, page_size={page_size}, "

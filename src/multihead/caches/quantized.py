@@ -8,13 +8,14 @@ from __future__ import annotations
 import torch
 
 from multihead.caches.codec import KV_DTYPES, LARGEST, STORED, Quantized, check_kv_dtype, dequantized, quantize
+from multihead.caches.base import Coded
 from multihead.caches.kv import KVCache
 
 __all__ = ["QuantizedKVCache", "Quantized", "KV_DTYPES", "LARGEST", "STORED", "check_kv_dtype", "dequantized",
            "quantize"]
 
 
-class QuantizedKVCache(KVCache):
+class QuantizedKVCache(KVCache, metaclass=Coded):
     """KVCache(..., kv_dtype=int8 or float8_e4m3fn): appended keys and values come in `dtype` (the model's)."""
 
     def __init__(self, batch_size: int, max_len: int, num_kv_heads: int, head_dim: int, *, kv_dtype: torch.dtype,

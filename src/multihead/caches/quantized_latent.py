@@ -8,10 +8,11 @@ from __future__ import annotations
 import torch
 
 from multihead.caches.codec import check_kv_dtype
+from multihead.caches.base import Coded
 from multihead.caches.latent import LatentCache
 
 
-class QuantizedLatentCache(LatentCache):
+class QuantizedLatentCache(LatentCache, metaclass=Coded):
     """LatentCache(..., kv_dtype=int8 or float8_e4m3fn): latents and rotary keys come in `dtype`."""
 
     def __init__(self, batch_size: int, max_len: int, latent_dim: int, rope_dim: int, *, kv_dtype: torch.dtype,

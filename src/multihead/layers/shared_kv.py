@@ -37,6 +37,7 @@ from multihead.masks import Mask
 from multihead.positions import RoPE
 from multihead.services import service
 from multihead.layers.selected_attention import attend_selected
+from multihead.caches.codec import FLOATS
 from multihead.caches.new import new_cache
 from multihead.caches.shared_kv import SharedKVCache
 
@@ -130,8 +131,7 @@ class SharedKVAttention(nn.Module):
         """An empty SharedKVCache for batch_size sequences of up to max_len tokens (kv_dtype: a float dtype, as
         dtype=; the window and the compressed entries take no codes and no pages)."""
         weight = self.kv_proj.weight
-        held = dtype or (kv_dtype if isinstance(kv_dtype, torch.dtype) and kv_dtype.is_floating_point else None) \
-            or weight.dtype
+        held = dtype or (kv_dtype if kv_dtype in FLOATS else None) or weight.dtype
         states = [None if c is None else c.new_state(batch_size, max_len, dtype=held)
                   for c in (self.compressor, None if self.indexer is None else self.indexer.compressor)]
         return new_cache(SharedKVCache, weight, batch_size, max_len, head_dim=self.head_dim, window=self.window,
