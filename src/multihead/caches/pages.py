@@ -60,9 +60,10 @@ class Paging:
         for b, (start, n) in enumerate(zip(lengths, counts)):
             for i in range(start // S, -(-(start + n) // S)) if n else ():
                 page = table[b][i]
-                if page < 0 or refs[page] > 1:
+                if page < 0 or refs[page] > 1:  # the last holder of a shared page then writes it in place
                     wanted.append((b, i, page))
-        free = [p for p, r in enumerate(refs) if r == 0]
+                    refs[page] -= page >= 0
+        free = [p for p, r in enumerate(self.page_refs().tolist()) if r == 0]
         if len(wanted) > len(free):
             raise AttentionError(f"the page pool has {len(free)} free pages of {S} tokens; this call needs "
                                  f"{len(wanted)}. Release finished sequences, or make the cache with more pages "
