@@ -48,7 +48,7 @@ def cascade_attention(q: torch.Tensor, cache: Cache, prefix: int, *, scale: floa
     out_p = out_p.view(H, Lq, B, -1).permute(2, 0, 1, 3)
     lse_p = lse_p.view(H, Lq, B).permute(2, 0, 1)
     longest = int(lengths.max())
-    suffix = [cache._gathered(p.pages, longest)[:, :, prefix:] for p in (keys, values)]  # (B, Hkv, Ls, D)
+    suffix = [cache._gathered(p.pages, longest, n) for p in (keys, values)]  # (B, Hkv, Ls, D): own pages
     j = torch.arange(longest - prefix, device=q.device)
     last = (lengths - prefix)[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq) each query's position
     keep = (j <= last[..., None])[:, None]  # (B, 1, Lq, Ls): causal, bottom-right per sequence

@@ -38,15 +38,16 @@ class Paging:
     def _pooled(self) -> list[str]:
         return [n for p in self.parts for n in (p.pages, p.scales) if hasattr(self, n)]
 
-    def _gathered(self, name: str, stop: int) -> torch.Tensor:
-        """The first `stop` slots of every sequence of buffer `name`, (B, h, stop, ...), read through the block
-        table. A FALLBACK that gathers pages into a contiguous copy, until a paged backend reads them in place."""
+    def _gathered(self, name: str, stop: int, first_page: int = 0) -> torch.Tensor:
+        """Slots first_page * S <= t < stop of every sequence of buffer `name`, (B, h, stop - first_page * S, ...),
+        read through the block table. A FALLBACK that gathers pages into a contiguous copy, until a paged
+        backend reads them in place."""
         pages = getattr(self, name)
         n = -(-stop // self.page_size)
-        table = self.block_table[:, :n].clamp(min=0).long()  # -1 (no page) reads page 0: masked out
-        rows = pages[table]  # (B, n, h, S, ...)
-        B, _, h, S = rows.shape[:4]
-        return rows.transpose(1, 2).reshape(B, h, n * S, *rows.shape[4:])[:, :, :stop]
+        table = self.block_table[:, first_page:n].clamp(min=0).long()  # -1 (no page) reads page 0: masked out
+        rows = pages[table]  # (B, n - first_page, h, S, ...)
+        B, m, h, S = rows.shape[:4]
+        return rows.transpose(1, 2).reshape(B, h, m * S, *rows.shape[4:])[:, :, :stop - first_page * S]
 
     def _plan_pages(self, Lq: int, new_tokens: torch.Tensor | None):
         """Give every sequence the pages its next tokens need (fresh pages, or copies of shared ones) and say
