@@ -1,20 +1,15 @@
-"""Cache: what every cache kind shares. Storage, per-sequence lengths, positions, reset, reorder, the capacity
-check and the check of a layer's call; what differs is data: the parts a layout stores, the codec, the storage.
+"""Cache: what every cache kind shares (storage, per-sequence lengths, positions, reset, reorder, release, the
+capacity check and the check of a layer's call); what differs is data: a layout's parts, a codec, a storage.
 
 Shape legend: B batch, h a part's heads, M max_len, w a part's width, Lq new tokens, P pages, S page_size.
 
-    parts = (Part("keys", Hkv, D), Part("values", Hkv, Dv))          # a layout: what one token leaves behind
-    Cache(B, M, parts, codec=codec_for(None, torch.bfloat16))        # contiguous: keys (B, Hkv, M, D), ...
-    Cache(B, M, parts, codec=..., page_size=16)                      # paged: key_pages (P, Hkv, 16, D), ...
+    Cache(B, M, (Part("keys", Hkv, D), Part("values", Hkv, Dv)), codec=codec_for(None, torch.bfloat16))
+        contiguous: keys (B, Hkv, M, D) ...; page_size=S: key_pages (P, Hkv, S, D) ..., block_table (caches/pages.py)
 
-Contiguous storage preallocates M slots per sequence. Paged storage (caches/pages.py) keeps a pool of pages
-and a block table (B, ceil(M / S)), -1 = no page: token t of sequence b lives at page block_table[b, t // S],
-slot t % S. A quantized codec adds fp32 scales beside each part: (B, h, M) or (P, h, S), (..., 2) for a
-split part. Each write goes after each sequence's own length, and attention reads the slots bottom-right
-causally aligned per sequence. A call that cannot be done raises AttentionError and leaves the cache as it was.
-
-Under torch.compile a contiguous cache attends over all M slots (static shapes, no recompiles); in eager it
-attends only up to the longest sequence so far. Compiled, the capacity check is a device-side assertion.
+A quantized codec adds fp32 scales beside each part: (B, h, M) or (P, h, S), (..., 2) for a split part. Writes go
+after each sequence's own length; attention reads the slots causally aligned bottom-right per sequence. A call
+that cannot be done raises AttentionError and changes nothing. Compiled (contiguous), the cache attends over all
+M slots (static shapes) and the capacity check is a device-side assertion; in eager, up to the longest sequence.
 """
 from __future__ import annotations
 
@@ -34,9 +29,8 @@ OVERFLOW = "the KV cache has no room for these tokens: make a larger cache with 
 
 
 class Part(NamedTuple):
-    """One tensor a token leaves in the cache: `name` (B, heads, M, width) contiguous, `pages` (P, heads, S,
-    width) paged; `scales` names its fp32 scales under a quantized codec. split: two scales per row (columns
-    before split, and the rest). coded=False: kept in the model's dtype whatever the codec."""
+    """One tensor a token leaves: buffer `name` (B, heads, M, width), or `pages` (P, heads, S, width), with fp32
+    `scales` when quantized (two per row with split); coded=False: in the model's dtype whatever the codec."""
     name: str
     heads: int
     width: int
@@ -83,13 +77,8 @@ class Cache(Paging, nn.Module):
         self._stepping = None  # (lengths copy, mask): the decode step's mask, one object across steps
 
     # ------------------------------------------------------------------ what the cache is
-    @property
-    def max_len(self) -> int:
-        return self._max_len
-
-    @property
-    def batch_size(self) -> int:
-        return self.lengths.shape[0]
+    max_len = property(lambda self: self._max_len)
+    batch_size = property(lambda self: self.lengths.shape[0])
 
     @property
     def held(self) -> int:
@@ -106,9 +95,7 @@ class Cache(Paging, nn.Module):
         """The dtype the cache takes new keys and values in (the model's)."""
         return self.codec.dtype
 
-    @property
-    def paged(self) -> bool:
-        return self.page_size is not None
+    paged = property(lambda self: self.page_size is not None)
 
     def positions(self, Lq: int) -> torch.Tensor:
         """(B, Lq) absolute positions of the next Lq tokens of each sequence (for RoPE)."""

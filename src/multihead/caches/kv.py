@@ -2,17 +2,13 @@
 
 Shape legend: B batch, Hkv key/value heads, M max_len, D head dim, Dv value head dim, Lq new tokens.
 
-    cache = attn.new_cache(batch_size=B, max_len=M)     # keys (B, Hkv, M, D), values (B, Hkv, M, Dv)
+    cache = attn.new_cache(B, M)                        # keys (B, Hkv, M, D), values (B, Hkv, M, Dv), lengths (B,)
     cache = attn.new_cache(B, M, kv_dtype=torch.int8)   # codes, with key_scales, value_scales (B, Hkv, M) fp32
-    cache = attn.new_cache(B, M, page_size=16)          # key_pages (P, Hkv, 16, D), ..., block_table (B, M/16)
-    y = attn(prompt, cache=cache)                       # prefill: writes Lq tokens per sequence
-    y = attn(next_token, cache=cache)                   # decode: one more per sequence
+    cache = attn.new_cache(B, M, page_size=16)          # key_pages (P, Hkv, 16, D), ..., block_table (B, M / 16)
+    y = attn(prompt, cache=cache); y = attn(next_token, cache=cache)
 
-Each call writes its keys and values at each sequence's own length, then attends to everything cached,
-causally aligned bottom-right: the new tokens of sequence b sit at positions lengths[b] ... lengths[b] +
-n_b - 1. Ragged batches decode together: a right-padded prompt prefilled with `Mask.lengths(lens,
-query_lens=lens)` advances each sequence by its own length. Storage, codec and the rules every cache kind
-shares (reset, reorder, release, fork, the checks) are the base's (caches/base.py).
+The new tokens of sequence b sit at positions lengths[b] ... lengths[b] + n_b - 1; a right-padded prompt
+prefilled with `Mask.lengths(lens, query_lens=lens)` advances each sequence by its own length.
 """
 from __future__ import annotations
 

@@ -1,24 +1,14 @@
-"""LatentCache: what multi-head latent attention (MLA) caches, the latent and the rotary key of each token
-(the latent layout).
+"""LatentCache: what multi-head latent attention (MLA) caches, the latent and rotary key of each token (a layout).
 
-Shape legend: B batch, M max_len, C latent width (kv_lora_rank), R rotary key width (qk_rope_head_dim),
-Di the lightning indexer's key width, Lq new tokens.
+Shape legend: B batch, M max_len, C latent width (kv_lora_rank), R rotary key width, Di indexer key width.
 
-    cache = mla.new_cache(batch_size=B, max_len=M)   # latents (B, M, C), rope_keys (B, M, R), lengths (B,)
-    y = mla(prompt, cache=cache)                     # prefill: writes Lq tokens per sequence
-    y = mla(next_token, cache=cache)                 # decode: one more per sequence
+    cache = mla.new_cache(batch_size=B, max_len=M)   # keys (B, 1, M, C + R) = [latent | rotary key], lengths (B,)
 
-Every head's keys and values are computed from the latent, so a token costs (C + R) numbers per layer
-instead of H · (D + Dv). Both live in one buffer, `keys` (B, 1, M, C + R) = [latent | rotary key], so
-that the absorbed decode step attends to it as multi-query attention with one key/value head whose
-values are the first C features (`values`, a view). `latents` and `rope_keys` are views of the parts.
-Quantized (kv_dtype=int8 or float8_e4m3fn), the latent and the rotary key of a token get a scale each,
-`scales` (B, 1, M, 2): their magnitudes differ (the latent is normalised, the rotary key is not).
-
-A layer with a lightning indexer (DeepSeek V3.2, GLM-MoE-DSA) also caches the indexer's key of each
-token: `index_dim=Di` adds `index_keys` (B, M, Di) beside the latents (in the model's dtype, whatever
-the codec), written by the same call. Everything else (lengths, reset, reorder, positions, paging, the
-checks) is the base's (caches/base.py).
+A token costs C + R numbers per layer instead of H · (D + Dv). The absorbed decode step attends to `keys` as
+multi-query attention with one key/value head whose values are the first C features (`values`, a view);
+`latents` and `rope_keys` are views of the parts. Quantized, the latent and the rotary key get a scale each,
+`scales` (B, 1, M, 2) (the latent is normalised, the rotary key is not). index_dim=Di (DeepSeek V3.2,
+GLM-MoE-DSA) adds the lightning indexer's keys `index_keys` (B, M, Di), in the model's dtype whatever the codec.
 """
 from __future__ import annotations
 
@@ -37,10 +27,10 @@ class LatentCache(Cache):
                  kv_dtype: torch.dtype | None = None, page_size: int | None = None, num_pages: int | None = None,
                  device=None, dtype=None):
         positive("LatentCache", latent_dim=latent_dim, rope_dim=rope_dim, index_dim=index_dim or 1)
-        self_parts = (Part("keys", 1, latent_dim + rope_dim, "latent_pages", "scales", split=latent_dim),) + (
+        parts = (Part("keys", 1, latent_dim + rope_dim, "latent_pages", "scales", split=latent_dim),) + (
             () if index_dim is None else (Part("index_store", 1, index_dim, "index_pages", coded=False),))
         self.latent_dim, self.rope_dim, self.index_dim = latent_dim, rope_dim, index_dim
-        super().__init__(batch_size, max_len, self_parts, codec=codec_for(kv_dtype, dtype), page_size=page_size,
+        super().__init__(batch_size, max_len, parts, codec=codec_for(kv_dtype, dtype), page_size=page_size,
                          num_pages=num_pages, device=device)
 
     @property

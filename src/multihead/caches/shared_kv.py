@@ -1,21 +1,11 @@
-"""SharedKVCache: what a DeepSeek V4 attention layer (mh.SharedKVAttention) keeps between decode calls (the
-one-K-=-V-head layout, with compressed entries).
+"""SharedKVCache: what a DeepSeek V4 layer (mh.SharedKVAttention) keeps: one K = V head, a window, compressed entries.
 
 Shape legend: B batch, M max_len, W window, D head dim, m compress rate, Di indexer head dim.
 
-    cache = layer.new_cache(batch_size=B, max_len=M)
-    y = layer(prompt, cache=cache)        # prefill
-    y = layer(next_token, cache=cache)    # one more token per sequence
-
-Keys and values are one tensor (K = V), so each token is stored once, D numbers, not 2D. And only the
-last W - 1 tokens are kept exactly (`window` (B, 1, W - 1, D)): older tokens live on in the compressed
-entries, D numbers per m tokens (`compressor`, a CompressorState), and in a compressed-sparse layer
-also Di numbers per m tokens for its indexer (`indexer`). So a sequence costs a fixed amount for the
-window and the unfinished blocks, plus (D + Di) / m numbers per token (`bytes_per_token`).
-
-Every sequence of the batch holds the same number of tokens (`held`; the compressors close blocks at
-the same steps for all): prompts of one length, one token per step. Lengths, reset, reorder and the
-checks are the base's (caches/base.py); a refused call leaves the cache as it was.
+Keys and values are one tensor (K = V): a token is stored once, D numbers, not 2D. Only the last W - 1 tokens are
+kept exactly (`window` (B, 1, W - 1, D)); older ones live on in the compressed entries, D numbers per m tokens
+(`compressor`, a CompressorState), and in a compressed-sparse layer Di per m tokens for its indexer (`indexer`).
+Every sequence holds the same number of tokens (`held`): prompts of one length, one token per step.
 """
 from __future__ import annotations
 
