@@ -189,3 +189,18 @@ def test_a_ragged_decode_step_hands_one_mask_object_across_steps():
         masks = [cache.append(*(torch.randn(2, HKV, 1, E // H) for _ in range(2)))[2] for _ in range(3)]
     assert masks[0] is masks[1] is masks[2] and cache.lengths.tolist() == [6, 8]
     assert masks[2].parts[0].key_lens.tolist() == [6, 8]
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8], ids=["float", "int8"])
+def test_a_paged_latent_cache_decodes_like_the_contiguous_one(kv_dtype):
+    """The latent layout gets pages from the same base: MLA's decode over pages equals it over slots."""
+    from test_latent import make_mla
+
+    mla = make_mla(E=E).eval()
+    x = torch.randn(2, 21, E, generator=torch.Generator().manual_seed(8))
+    paged, flat = (mla.new_cache(2, 32, kv_dtype=kv_dtype, page_size=s) for s in (8, None))
+    got, want = (_decode(mla, c, x, 17) for c in (paged, flat))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    assert paged.latent_pages.shape[1:] == (1, 8, 16 + 4) and paged.pages_in_use() == 6
+    grown = paged.resized(torch.tensor([1, 0]))  # contiguous again, read through the pages
+    assert torch.equal(grown.keys[0, :, :21], flat.keys[1, :, :21])
