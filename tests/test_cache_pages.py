@@ -204,3 +204,19 @@ def test_a_paged_latent_cache_decodes_like_the_contiguous_one(kv_dtype):
     assert paged.latent_pages.shape[1:] == (1, 8, 16 + 4) and paged.pages_in_use() == 6
     grown = paged.resized(torch.tensor([1, 0]))  # contiguous again, read through the pages
     assert torch.equal(grown.keys[0, :, :21], flat.keys[1, :, :21])
+
+
+def test_the_v4_cache_refuses_pages_codes_and_per_sequence_operations():
+    """DeepSeek V4's window cache keeps every sequence at one length: no pages, no int8, no fork or release."""
+    from multihead.caches.new import new_cache
+    from multihead.caches.shared_kv import SharedKVCache
+
+    weight = torch.zeros(4, 4)
+    for options in ({"page_size": 16}, {"kv_dtype": torch.int8}):
+        with pytest.raises(mh.AttentionError, match="takes no int8/fp8 kv_dtype, page_size"):
+            new_cache(SharedKVCache, weight, 2, 8, head_dim=16, window=4, **options)
+    cache = new_cache(SharedKVCache, weight, 2, 8, head_dim=16, window=4, kv_dtype=torch.bfloat16)
+    assert cache.window.dtype == torch.bfloat16 and "window=4" in repr(cache)
+    for bad in (lambda: cache.fork(0, 1), lambda: cache.release(0), lambda: cache.add_sequence()):
+        with pytest.raises(mh.AttentionError, match="SharedKVCache"):
+            bad()

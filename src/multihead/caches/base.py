@@ -299,6 +299,8 @@ class Cache(Paging, nn.Module):
         self._same_lengths = self._same_lengths and self._filled == 0
 
     def _check_sequence(self, b, what: str) -> None:
+        if not self.pageable:
+            raise AttentionError(f"a {type(self).__name__} holds every sequence at one length: it cannot {what} one.")
         if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < self.batch_size:
             raise AttentionError(f"{what} expects a sequence index in [0, {self.batch_size}); got {b!r}.")
 

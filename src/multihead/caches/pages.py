@@ -113,9 +113,8 @@ class Paging:
             b = min(free)
             free.discard(b)
             return b
-        if any(name for name, _ in self.named_buffers() if "." in name):
-            raise AttentionError(f"{type(self).__name__} keeps per-sequence state in its parts: it cannot grow; "
-                                 "make it with room for every sequence and release() finished ones.")
+        if not self.pageable:
+            raise AttentionError(f"a {type(self).__name__} holds every sequence at one length: it cannot add one.")
         pooled = set(self._pooled())
         for name, buf in list(self._buffers.items()):
             if name not in pooled:
