@@ -17,10 +17,10 @@ over the copies.
 
 A prefill (more than KERNEL_ROWS queries) gathers K rows per query while the dense keep mask of the same
 keys runs one fused SDPA call over the (Lq, Lk) grid; the gathers cost more per key, so "auto" runs the
-sparse path only while the lists are a small enough fraction of the keys: PREFILL_UP_TO, measured per
-torch CPU capability and dtype by benchmarks/sparse_prefill_boundary.py (results and the machine in
-benchmarks/sparse-prefill-boundary.json: the largest measured K / Lk where the sparse path was faster).
-A capability not measured uses the AVX512 entries.
+sparse path for a prefill only up to PREFILL_UP_TO listed keys per query, measured per torch CPU
+capability and dtype by benchmarks/sparse_prefill_boundary.py (results and the machine in
+benchmarks/sparse-prefill-boundary.json: the largest K at which the sparse path was faster at every length
+measured). A capability not measured uses the AVX512 entries.
 """
 from __future__ import annotations
 
@@ -37,10 +37,11 @@ from multihead.backends.reasons import cannot, declines, empty_sequences
 from multihead.masks import Index
 from multihead.masks.intervals import bounds
 
-# (torch CPU capability, dtype) -> the largest K / Lk at which a sparse prefill beat the dense keep mask, measured
-PREFILL_UP_TO: dict[tuple[str, torch.dtype], float] = {
-    ("AVX512", torch.float32): 1 / 64,  # 1.57x faster at 1/64, 0.78x at 1/32 (L = 2048)
-    ("AVX512", torch.bfloat16): 1 / 32,  # 1.99x faster at 1/32, the largest fraction measured
+# (torch CPU capability, dtype) -> the most listed keys per query at which a sparse prefill beat the dense keep
+# mask at every length measured (benchmarks/sparse-prefill-boundary.json)
+PREFILL_UP_TO: dict[tuple[str, torch.dtype], int] = {
+    ("AVX512", torch.float32): 32,
+    ("AVX512", torch.bfloat16): 64,
 }
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
 GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb · K · (D + Dv)
@@ -54,14 +55,13 @@ LISTS_NOT_SMALLER = declines("sparse.lists-not-smaller", lambda p: f"each query 
                                                                    f"Lk={p.dims[3]} keys: the dense grid is no larger")
 
 
-DENSER = declines("sparse.prefill-dense-faster", lambda p: f"a prefill listing K={_listed(p)} of Lk={p.dims[3]} keys "
-                   f"per query: above {prefill_up_to(p.q.dtype):.4f} of the keys the dense keep mask of the same "
-                   f"keys measured faster on {CAPABILITY}")
+DENSER = declines("sparse.prefill-dense-faster", lambda p: f"a prefill listing K={_listed(p)} keys per query: above "
+                   f"{prefill_up_to(p.q.dtype)} the dense keep mask of the same keys measured faster on {CAPABILITY}")
 
 
-def prefill_up_to(dtype: torch.dtype) -> float:
-    """The largest K / Lk at which "auto" runs a prefill (more than KERNEL_ROWS queries) on the sparse path."""
-    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 1 / 64))
+def prefill_up_to(dtype: torch.dtype) -> int:
+    """The most listed keys per query at which "auto" runs a prefill (more than KERNEL_ROWS queries) sparse."""
+    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 32))
 
 
 def _listed(p: Problem) -> int:
@@ -92,7 +92,7 @@ class SparseBackend:
         K = _listed(p)
         if auto and K >= Lk:
             return LISTS_NOT_SMALLER
-        if auto and Lq > KERNEL_ROWS and p.q.device.type == "cpu" and K > prefill_up_to(p.q.dtype) * Lk:
+        if auto and Lq > KERNEL_ROWS and p.q.device.type == "cpu" and K > prefill_up_to(p.q.dtype):
             return DENSER
         lists = p.form.sparse.lists()
         N = p.k.shape[1] if lists.shape[1] == 1 else H
