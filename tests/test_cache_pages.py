@@ -189,6 +189,10 @@ def test_a_ragged_decode_step_hands_one_mask_object_across_steps():
         masks = [cache.append(*(torch.randn(2, HKV, 1, E // H) for _ in range(2)))[2] for _ in range(3)]
     assert masks[0] is masks[1] is masks[2] and cache.lengths.tolist() == [6, 8]
     assert masks[2].parts[0].key_lens.tolist() == [6, 8]
+    for mode in (torch.inference_mode, torch.no_grad, torch.inference_mode):  # the kept lengths move in each
+        with mode():
+            m(torch.randn(2, 1, E), cache=cache)
+    assert masks[0].parts[0].key_lens.tolist() == [9, 11]
 
 
 @pytest.mark.parametrize("kv_dtype", [None, torch.int8], ids=["float", "int8"])
