@@ -155,12 +155,15 @@ def test_memory_bytes_and_repr():
         assert shown in text
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype):
-    """4 sequences share a 2048-token prefix, each with its own suffix; against float64 attention."""
+@pytest.mark.parametrize("dtype, kv_dtype", [(torch.float32, None), (torch.bfloat16, None),
+                                            (torch.float32, torch.int8), (torch.bfloat16, torch.float8_e4m3fn)],
+                         ids=["fp32", "bf16", "int8", "fp8"])
+def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype, kv_dtype):
+    """4 sequences share a 2048-token prefix, each with its own suffix; against float64 attention over the
+    numbers the cache holds."""
     B, P, D = 4, 2048, 32
     g = torch.Generator().manual_seed(7)
-    cache = mh.KVCache(B, P + 40, HKV, D, page_size=16, dtype=dtype)
+    cache = mh.KVCache(B, P + 40, HKV, D, page_size=16, dtype=dtype, kv_dtype=kv_dtype)
     pk, pv = (torch.randn(1, HKV, P, D, generator=g).to(dtype) for _ in range(2))
     cache.append(pk.expand(B, -1, -1, -1).contiguous(), pv.expand(B, -1, -1, -1).contiguous(),
                  torch.tensor([P, 0, 0, 0]))
@@ -169,6 +172,8 @@ def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype):
     lens = torch.tensor([5, 17, 1, 30])
     sk, sv = (torch.randn(B, HKV, 30, D, generator=g).to(dtype) for _ in range(2))
     keys, values, _ = cache.append(sk, sv, lens)
+    if kv_dtype is not None:
+        keys, values = keys.numbers(torch.float64), values.numbers(torch.float64)
     q = torch.randn(B, H, 1, D, generator=g).to(dtype)
     got = cascade_attention(q, cache, prefix=P)
     assert cache.pages_in_use() == P // 16 + sum(-(-int(n) // 16) for n in lens)

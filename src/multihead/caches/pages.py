@@ -49,6 +49,13 @@ class Paging:
         B, m, h, S = rows.shape[:4]
         return rows.transpose(1, 2).reshape(B, h, m * S, *rows.shape[4:])[:, :, :stop - first_page * S]
 
+    def _pages_as_read(self, part) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A part's pages (P, h, S, w) as a paged kernel reads them (fp8 codes as float8_e4m3fn) and its scales."""
+        pages = getattr(self, part.pages)
+        if self.kv_dtype is torch.float8_e4m3fn and part.coded:
+            pages = pages.view(torch.float8_e4m3fn)
+        return pages, getattr(self, part.scales, None)
+
     def _plan_pages(self, Lq: int, new_tokens: torch.Tensor | None):
         """Give every sequence the pages its next tokens need (fresh pages, or copies of shared ones) and say
         where each real token goes: (sequence, token, page, slot) index tensors. Refuses, before any change,
