@@ -9,6 +9,7 @@ import torch
 
 import multihead as mh
 from multihead.caches.cascade import cascade_attention
+from multihead.caches.pages import materialized
 
 E, H, HKV = 64, 4, 2
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}  # measured: fp32 ~3e-6, bf16 ~8e-3 of the largest output
@@ -171,7 +172,7 @@ def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype, 
         cache.fork(0, b)
     lens = torch.tensor([5, 17, 1, 30])
     sk, sv = (torch.randn(B, HKV, 30, D, generator=g).to(dtype) for _ in range(2))
-    keys, values, _ = cache.append(sk, sv, lens)
+    keys, values = (materialized(t) for t in cache.append(sk, sv, lens)[:2])  # the pages gathered
     if kv_dtype is not None:
         keys, values = keys.numbers(torch.float64), values.numbers(torch.float64)
     q = torch.randn(B, H, 1, D, generator=g).to(dtype)
@@ -229,3 +230,18 @@ def test_the_v4_cache_refuses_pages_codes_and_per_sequence_operations():
     for bad in (lambda: cache.fork(0, 1), lambda: cache.release(0), lambda: cache.add_sequence()):
         with pytest.raises(mh.AttentionError, match="SharedKVCache"):
             bad()
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8, torch.float8_e4m3fn], ids=["float", "int8", "fp8"])
+def test_a_paged_decode_step_reads_the_pages_in_place(kv_dtype, monkeypatch):
+    """After the prompt, each step goes to the paged decode op: no page is gathered, and the output is the
+    contiguous cache's."""
+    m = _module(sinks=True, softcap=30.0)
+    x = torch.randn(2, 40, E, generator=torch.Generator().manual_seed(9))
+    paged, flat = m.new_cache(2, 48, kv_dtype=kv_dtype, page_size=16), m.new_cache(2, 48, kv_dtype=kv_dtype)
+    with torch.no_grad():
+        m(x[:, :30], cache=paged), m(x[:, :30], cache=flat)
+        monkeypatch.setattr(type(paged), "_gathered", lambda *a: pytest.fail("a decode step gathered pages"))
+        got = torch.cat([m(x[:, t:t + 1], cache=paged) for t in range(30, 40)], 1)
+        want = torch.cat([m(x[:, t:t + 1], cache=flat) for t in range(30, 40)], 1)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from multihead.caches.codec import Codec
-from multihead.caches.pages import Paging
+from multihead.caches.pages import PagedRead, Paging
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 from multihead.masks.values import values_checkable
@@ -212,7 +212,10 @@ class Cache(Paging, nn.Module):
         else:
             self._filled += Lq
             self._same_lengths = self._same_lengths and new_tokens is None
-        return [self.read(p) for p in self.parts], self._mask(new_tokens)
+        mask = self._mask(new_tokens)
+        if self.paged:  # read later: in place by the paged decode op, or gathered
+            return [PagedRead(self, p, self._filled, mask if new_tokens is None else None) for p in self.parts], mask
+        return [self.read(p) for p in self.parts], mask
 
     def read(self, part: Part, stop: int | None = None):
         """What attention reads of one part over slots [0, stop) (default: the held ones): a tensor, or Quantized."""
