@@ -245,3 +245,24 @@ def test_a_paged_decode_step_reads_the_pages_in_place(kv_dtype, monkeypatch):
         got = torch.cat([m(x[:, t:t + 1], cache=paged) for t in range(30, 40)], 1)
         want = torch.cat([m(x[:, t:t + 1], cache=flat) for t in range(30, 40)], 1)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_a_contiguous_cache_takes_release_add_sequence_and_fork_too():
+    m = _module()
+    x = torch.randn(3, 8, E, generator=torch.Generator().manual_seed(11))
+    cache = m.new_cache(2, 16)
+    with torch.no_grad():
+        m(x[:2, :5], cache=cache)
+        cache.release(1)
+        assert (cache.add_sequence(), cache.add_sequence()) == (1, 2) and cache.keys.shape[0] == 3
+        lens = torch.tensor([1, 5, 5])
+        step = torch.zeros(3, 5, E)
+        step[0, 0], step[1], step[2] = x[0, 5], x[1, :5], x[2, :5]
+        out = m(step, cache=cache, mask=mh.Mask.lengths(lens, query_lens=lens))
+        cache.fork(2, 0, length=3)
+    for row, n, q in ((0, 6, 0), (1, 5, 4), (2, 5, 4)):
+        assert (out[row, q].double() - _reference(m, x[row:row + 1, :n])[0, -1]).abs().max() < 1e-5
+    assert cache.lengths.tolist() == [3, 5, 5] and torch.equal(cache.keys[0, :, :3], cache.keys[2, :, :3])
+    assert not cache.keys[0, :, 3:].any()  # the rest of the row is emptied
+    with pytest.raises(mh.AttentionError, match="contiguous"):
+        cache.page_refs()

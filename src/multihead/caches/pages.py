@@ -46,6 +46,8 @@ class Paging:
 
     def page_refs(self) -> torch.Tensor:
         """(P,) int64: how many block-table entries refer to each page (0: free)."""
+        if not self.paged:
+            raise AttentionError("page_refs: this cache is contiguous (new_cache(..., page_size=S) makes pages).")
         table = self.block_table[self.block_table >= 0].long()
         return torch.bincount(table.cpu(), minlength=self._pool()).to(self.block_table.device)
 
