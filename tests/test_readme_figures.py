@@ -144,6 +144,20 @@ def test_each_run_section_names_the_machine_and_the_isa_that_gave_its_figures(do
         assert value in run, f"{doc}'s run section does not say {value!r} (benchmarks/{source}'s machine)"
 
 
+@pytest.mark.parametrize("file", sorted(p.name for p in (ROOT / "benchmarks").glob("*.json")))
+def test_each_results_file_records_the_isa_or_says_why_it_cannot(file):
+    """A bench's machine entry: the CPU's vector flags, or an isa_note saying what the run recorded instead;
+    a held-out zoo run's conditions: its cpu (with its flags), or that the run did not record it."""
+    data = json.loads((ROOT / "benchmarks" / file).read_text(encoding="utf-8"))
+    if "conditions" in data:
+        assert data["conditions"].get("cpu"), f"benchmarks/{file}'s conditions say nothing of the CPU"
+        return
+    machine = data["machine"]
+    assert machine.get("cpu_capability"), f"benchmarks/{file} records no cpu_capability"
+    assert machine.get("cpu_flags") or machine.get("isa_note"), (
+        f"benchmarks/{file} records neither the CPU's vector flags (cpu_flags) nor why not (isa_note)")
+
+
 def test_the_tables_are_the_ones_the_run_wrote():
     text = (ROOT / "benchmarks/README.md").read_text()
     written = (ROOT / "benchmarks/results.md").read_text()
