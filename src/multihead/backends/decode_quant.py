@@ -21,10 +21,10 @@ from multihead.backends.decode import MAX_ROWS
 from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_ranges import DecodeRows, key_ranges
-from multihead.caches.kv import BOTTOM_RIGHT
+from multihead.caches.base import BOTTOM_RIGHT
 from multihead.errors import AttentionError
 from multihead.masks import Mask
-from multihead.caches.quantized import Quantized
+from multihead.caches.codec import Quantized
 
 BLOCK = 1024  # keys dequantized at a time by the blockwise form
 
