@@ -72,13 +72,16 @@ RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", 
               "parallel.md": "parallel.json", "check_zoo-results.md": "check_zoo.json",
               "quant-cache-results.md": "quant-cache.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
 # benchmarks/<md>: what benchmarks/<script>'s `markdown` makes of benchmarks/<json> (the held-out zoo's runs; the
-# decode kernel of every build against the plain-torch form; peak memory with and without sinks; the sparse decode
+# decode kernel of every build against the plain-torch form, also with torch held to AVX2; the decode kernel's
+# goals per build; peak memory with and without sinks; the sparse decode
 # step and V3.2 layer step)
 HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
                   "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
                   "check_heldout-after.md": ("check_heldout-after.json", "check_heldout.py"),
                   "check_heldout_2026-blind.md": ("check_heldout_2026-blind.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py"),
+                  "decode-isa-avx2-results.md": ("decode-isa-avx2.json", "decode_isa.py"),
+                  "decode-goals-results.md": ("decode-goals.json", "decode_goals.py"),
                   "sinks-memory-results.md": ("sinks-memory.json", "sinks_memory.py"),
                   "sparse-decode-results.md": ("sparse-decode.json", "sparse_decode.py")}
 
