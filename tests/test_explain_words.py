@@ -123,12 +123,12 @@ def test_say_falls_back_to_the_shared_labels_and_adds_blocks():
 
 
 def chinese_texts() -> dict[str, str]:
-    """Every Chinese text explain says: the zh words file and the renderers' own labels."""
-    from multihead.explain.lang import UI
+    """Every Chinese text explain says: the zh words file (topics, the renderers' and the command's labels)."""
+    return {"/".join(key): words.template(value) for key, value in ZH.items()}
 
-    found = {"/".join(key): "\n".join(value) if isinstance(value, list) else value for key, value in ZH.items()}
-    found.update({f"ui/{key}": zh for key, (_, zh) in UI.items()})
-    return found
+
+def test_the_phrasebook_finds_the_files_in_step():
+    assert words.BOOK.out_of_step() == []
 
 
 STYLE = {

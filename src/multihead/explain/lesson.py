@@ -13,7 +13,8 @@ from typing import Any
 from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.render.page_data import figure_explorers, walkthrough_explorer
-from multihead.explain.lang import resolve_lang, ui
+from multihead.explain.words import ui
+from multihead.terminal.language import resolve_lang
 from multihead.explain.walkthrough.real_model import check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
 from multihead.explain.topics import TOPICS

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from multihead.explain import words
 from multihead.explain.render.page_data import record_explorer
-from multihead.explain.lang import resolve_lang
+from multihead.terminal.language import resolve_lang
 from multihead.explain.lesson import Lesson, filled, lesson
 from multihead.explain.render.page import page_html, write_page
 
