@@ -38,7 +38,9 @@ def test_explain_a_topic_in_chinese():
     assert isinstance(shown, Explanation) and shown.ok
     assert shown.title == TOPICS["keys-vs-values"].title["zh"]
     assert shown.checks and all(passed for _, passed, _ in shown.checks)
-    assert repr(shown) == f"<Explanation {shown.title!r}: {len(shown.checks)} checks, all passed>"
+    assert repr(shown) == f"<讲解“{shown.title}”：共 {len(shown.checks)} 项检查，全部通过>"
+    english = mh.explain("keys-vs-values", lang="en")
+    assert repr(english) == f"<Explanation {english.title!r}: {len(english.checks)} checks, all passed>"
     output = shown._repr_html_()
     assert 'sandbox="allow-scripts"' in output and "<script" not in output.split("srcdoc=")[0]
     framed = framed_page(output)
@@ -51,6 +53,22 @@ def test_explain_the_walkthrough_and_save_it(tmp_path):
     assert shown.ok and len(shown.checks) == 20
     saved = shown.save(tmp_path / "walkthrough.html")
     assert saved.read_text(encoding="utf-8") == shown.html()
+
+
+def test_a_failed_check_is_counted_in_the_repr_in_both_languages(monkeypatch):
+    shown = mh.explain("keys-vs-values", lang="zh")
+    for story in shown.lesson.stories.values():   # the page holds the lesson in both languages
+        monkeypatch.setitem(story.checks[0].data, "ok", False)
+    assert not shown.ok and repr(shown).endswith("，1 项未通过>")
+    shown.lesson.lang = "en"
+    assert repr(shown).endswith(" checks, 1 FAILED>")
+
+
+def test_explain_refuses_bad_requests_in_the_lessons_language():
+    with pytest.raises(mh.AttentionError, match="一次只能讲一样"):
+        mh.explain("lse-merge", text="a sentence", lang="zh")
+    with pytest.raises(mh.AttentionError, match="非空的句子"):
+        mh.explain(text="   ", lang="zh")
 
 
 def test_explain_refuses_bad_requests():

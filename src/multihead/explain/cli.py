@@ -58,16 +58,15 @@ def documents_table(lang: str) -> FittedTable:
                        box.SIMPLE_HEAD)
 
 
-def chosen_topic(args: argparse.Namespace) -> str | None:
-    """The topic asked for, positionally (`explain TOPIC`) or with --topic; AttentionError when the
-    positional name comes together with --topic, --text or --list."""
+def chosen_topic(args: argparse.Namespace, lang: str = "en") -> str | None:
+    """The topic asked for, positionally (`explain TOPIC`) or with --topic; AttentionError, said in `lang`,
+    when the positional name comes together with --topic, --text or --list."""
     name = getattr(args, "name", None)
     if name is None:
         return args.topic
     for option, value in (("--topic", args.topic), ("--text", args.text), ("--list", getattr(args, "list", False))):
         if value:
-            raise AttentionError(f"give the topic once: either `multihead explain {name}` or {option}; "
-                                 f"got both.")
+            raise AttentionError(ui("topic_once", lang, name=name, option=option))
     return name
 
 
@@ -83,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     page = getattr(args, "html", None)
     try:
         lang = resolve_lang(getattr(args, "lang", None))
-        topic = chosen_topic(args)
+        topic = chosen_topic(args, lang)
         if getattr(args, "list", False):
             return list_topics(console, lang)
         told = lesson(topic=topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))

@@ -15,7 +15,7 @@ from multihead.explain import words
 from multihead.explain.render.page_data import figure_explorers, walkthrough_explorer
 from multihead.explain.words import ui
 from multihead.terminal.language import resolve_lang
-from multihead.explain.walkthrough.real_model import check_text, layer_setups, tell_text
+from multihead.explain.walkthrough.real_model import ModelsMissing, check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
 from multihead.explain.topics import TOPICS
 from multihead.explain.walkthrough.steps import default_setup, tell, tell_closing
@@ -134,19 +134,22 @@ def lesson(topic: str | None = None, text: str | None = None, layer: int = 0, la
 
     lang: "en" or "zh" (None: from the locale). page=True tells it in both languages and adds the
     explorers the interactive page draws. Raises AttentionError for an unknown topic, a bad layer or
-    an empty sentence, and model_text.ModelsMissing when `text` needs the 'models' extra.
+    an empty sentence, and real_model.ModelsMissing when `text` needs the 'models' extra, all said in `lang`.
     """
     lang = resolve_lang(lang)
     langs = LANGS if page else (lang,)
     if topic is not None and text is not None:
-        raise AttentionError(f"explain one thing at a time: a topic or a text; got topic={topic!r} and text={text!r}.")
+        raise AttentionError(ui("one_thing", lang, topic=repr(topic), text=repr(text)))
     if topic is not None:
         topic = known_topic(topic, tuple(TOPICS), lang)
         stories, explorers = topic_lesson(topic, langs, page)
         title = dict(TOPICS[topic].title)
     elif text is not None:
-        check_text(text)   # before loading the model: a bad request fails fast, with or without the extra
-        stories, explorers = text_lesson(text, layer, langs, page)
+        check_text(text, lang)   # before loading the model: a bad request fails fast, with or without the extra
+        try:
+            stories, explorers = text_lesson(text, layer, langs, page)
+        except ModelsMissing as exc:
+            raise exc.speaking(lang) from exc.__cause__
         title = filled("title_text", text=text.strip())
     else:
         stories, explorers = walkthrough_lesson(langs, page)

