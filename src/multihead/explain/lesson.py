@@ -6,7 +6,6 @@ attention data of its views. The CLI and the notebook API (`mh.explain`) both bu
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from multihead.explain.words import ui
 from multihead.terminal.language import resolve_lang
 from multihead.explain.walkthrough.real_model import ModelsMissing, check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
+from multihead.explain.topic_names import known_topic
 from multihead.explain.topics import TOPICS
 from multihead.explain.walkthrough.steps import default_setup, tell, tell_closing
 
@@ -82,34 +82,6 @@ def topic_story(name: str, lang: str) -> Story:
     story.add_text(question_line(topic, lang))
     topic.run(story)
     return story
-
-
-def near_topics(name: str, known: tuple[str, ...]) -> list[str]:
-    """The known topic names a mistyped `name` probably meant, best first (at most 3): the names that
-    start with it or contain it as a whole part ("reshape" -> "reshape-then-transpose"), then the
-    ones spelled alike ("masked-fil" -> "masked-fill")."""
-    wanted = name.strip().lower().replace("_", "-").replace(" ", "-")
-    if not wanted:
-        return []
-    starts = [k for k in known if k.startswith(wanted)]
-    parts = [k for k in known if k not in starts and wanted in k.split("-")]
-    alike = [k for k in difflib.get_close_matches(wanted, known, n=3, cutoff=0.6) if k not in starts + parts]
-    return (starts + parts + alike)[:3]
-
-
-def known_topic(name: str, known: tuple[str, ...], lang: str) -> str:
-    """`name` itself when it is a topic (underscores, spaces and case forgiven); else AttentionError with
-    "did you mean" and the close names, or the whole list when nothing is close."""
-    if name in known:
-        return name
-    spelled = name.strip().lower().replace("_", "-").replace(" ", "-")
-    if spelled in known:
-        return spelled
-    close = near_topics(name, known)
-    separator = "、" if lang == "zh" else ", "
-    if close:
-        raise AttentionError(ui("unknown_topic_near", lang, name=name, near=separator.join(close)))
-    raise AttentionError(ui("unknown_topic", lang, name=name, known=separator.join(known) or "-"))
 
 
 def question_line(topic, lang: str) -> str:
