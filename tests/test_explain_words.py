@@ -12,21 +12,11 @@ from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS, base
+from multihead.terminal.phrasebook import flatten
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 TOPICS_DIR = Path(base.__file__).parent
 PROSE = ("title", "question", "heading.", "text.", "check.")   # whole sentences, never code or symbols
-
-
-def flatten(tree: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
-    """{(section, ..., id): message} for every message, in file order."""
-    found = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            found.update(flatten(value, (*prefix, key)))
-        else:
-            found[(*prefix, key)] = value
-    return found
 
 
 EN, ZH = flatten(words.words("en")), flatten(words.words("zh"))
