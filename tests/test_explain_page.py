@@ -137,6 +137,9 @@ def test_a_page_over_5_mb_is_refused_and_nothing_is_written(tmp_path, monkeypatc
         page.write_page(target, lesson(lang="en"))
     assert not target.exists()
     assert main(["explain", "--html", str(target)]) == 2 and "at most" in capsys.readouterr().err
+    with pytest.raises(AttentionError, match="最多只允许"):
+        page.write_page(target, lesson(lang="zh"))
+    assert not target.exists()
 
 
 def test_the_cli_writes_the_page_and_says_its_size(tmp_path, capsys):

@@ -11,7 +11,7 @@ import pytest
 from multihead.errors import AttentionError
 from multihead.terminal import help as terminal_help
 from multihead.terminal.help import WORDS, error_pattern, error_text
-from multihead.terminal.phrasebook import Phrasebook, fill, flatten, placeholders
+from multihead.terminal.phrasebook import Phrasebook, fill, flatten, placeholders, write_phrasebook
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -65,3 +65,13 @@ def test_the_commands_words_come_from_the_phrasebook(capsys):
         parser.parse_args(["--nope"])
     err = capsys.readouterr().err
     assert err.startswith("用法：") and "multihead：错误：" in err
+
+
+def test_a_table_of_pairs_moves_into_a_phrasebook_and_reads_back_the_same(tmp_path):
+    """The checker's (English, Chinese) tables, e.g. checker/bugs/sentences.py's, move in one call."""
+    table = {"inputs:x": ("{call}({args}): self-attention on one input", "{call}({args})：只有一个输入的自注意力"),
+             "causal:no": ("not causal", "不带因果掩码")}
+    book = write_phrasebook(tmp_path / "words", {"conventions": table})
+    assert book.pairs("conventions") == table and book.out_of_step() == []
+    assert book.say("zh", "conventions", "inputs:x", call="f", args="x") == "f(x)：只有一个输入的自注意力"
+    assert "只有一个输入" in (tmp_path / "words" / "zh.json").read_text(encoding="utf-8")

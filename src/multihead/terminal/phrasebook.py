@@ -12,6 +12,9 @@ test asserts it finds none. A translator edits only the JSON files; code names a
     BOOK = Phrasebook(Path(__file__).parent / "words")
     BOOK.say("zh", "parser", "usage")          -> "用法："
     BOOK.pairs("options")                       -> {"lang": ("language of ...", "讲解用的语言 ..."), ...}
+
+Code that still keeps {id: (English, Chinese)} tables in Python moves them here with `write_phrasebook`
+(once, by hand), then reads them back through a Phrasebook.
 """
 from __future__ import annotations
 
@@ -103,3 +106,15 @@ class Phrasebook:
                 bad.append(f"{name}: placeholders differ: English {placeholders(message)}, "
                            f"Chinese {placeholders(other)}")
         return bad
+
+
+def write_phrasebook(folder: Path, sections: dict[str, dict[str, tuple[str, str]]]) -> Phrasebook:
+    """Write {section: {id: (English, Chinese)}} tables as `folder`/en.json and zh.json (2-space JSON, the
+    characters as they are) and return the Phrasebook that reads them: how a table of pairs in code moves
+    into the one mechanism."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, lang in enumerate(LANGS):
+        tree = {name: {key: pair[index] for key, pair in table.items()} for name, table in sections.items()}
+        (folder / f"{lang}.json").write_text(json.dumps(tree, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    return Phrasebook(folder)
