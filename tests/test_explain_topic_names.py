@@ -53,7 +53,8 @@ def test_a_word_for_several_topics_offers_them(word, first):
     message = offered(word, "zh")
     meant = alias_topics(word)
     assert len(meant) > 1 and meant[0] == first
-    assert f"没有名为“{word}”的主题。你要找的是不是：{'、'.join(meant[:3])}？" in message
+    assert f"“{word}”涉及好几个主题：{'、'.join(meant[:3])}。" in message
+    assert f"{word!r} is a word for several topics: {', '.join(meant[:3])}." in offered(word, "en")
 
 
 def test_a_name_nothing_is_close_to_lists_every_topic():

@@ -68,14 +68,17 @@ def near_topics(name: str, known: tuple[str, ...]) -> list[str]:
 
 def known_topic(name: str, known: tuple[str, ...], lang: str) -> str:
     """The topic `name` asks for: itself (case, `_` and spaces forgiven), or the one topic an alias of it
-    names; else AttentionError in `lang` with "did you mean" and the close names, or the whole list."""
+    names; else AttentionError in `lang` offering the topics the alias names, or "did you mean" with the
+    close names, or the whole list."""
     if name in known or spelled(name) in known:
         return name if name in known else spelled(name)
     meant = [topic for topic in alias_topics(name) if topic in known]
     if len(meant) == 1:
         return meant[0]
-    close = meant[:MOST] or near_topics(name, known)
     separator = "、" if lang == "zh" else ", "
+    if meant:
+        raise AttentionError(ui("several_topics", lang, name=name, near=separator.join(meant[:MOST])))
+    close = near_topics(name, known)
     if close:
         raise AttentionError(ui("unknown_topic_near", lang, name=name, near=separator.join(close)))
     raise AttentionError(ui("unknown_topic", lang, name=name, known=separator.join(known) or "-"))
