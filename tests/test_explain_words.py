@@ -88,7 +88,7 @@ def test_every_topic_message_is_said_by_its_topic(monkeypatch):
 
 def test_the_topics_code_holds_no_chinese():
     """Translating never means reading tensor code: every Chinese sentence lives in words/zh.json."""
-    for path in sorted(TOPICS_DIR.glob("*.py")):
+    for path in sorted([*TOPICS_DIR.glob("*.py"), *(TOPICS_DIR.parent / "walkthrough").glob("*.py")]):
         found = CJK.findall(path.read_text(encoding="utf-8"))
         assert not found, f"{path.name} holds Chinese text: {''.join(found[:20])}"
 
@@ -134,3 +134,37 @@ def test_chinese_reads_as_chinese():
     bad = [f"{rule}: {key}: {text[:60]!r}" for key, text in chinese_texts().items()
            for rule, pattern in STYLE.items() if pattern.search(text)]
     assert bad == []
+
+
+def test_every_walkthrough_message_is_said(monkeypatch):
+    """No dead words in the walkthrough's section: the causal default, the same without a mask, the closing
+    note, every step title and (with the 'models' extra) a sentence with an [UNK] fill every message."""
+    import dataclasses
+
+    from multihead.explain.walkthrough import steps
+
+    walkthrough = words.words("en")["walkthrough"]
+    where = {id(message): (part, key) for part, own in walkthrough.items() for key, message in own.items()}
+    heard: set[tuple[str, str]] = set()
+    fill = words.fill
+
+    def recording(message, values):
+        heard.add(where.get(id(message), ("", "")))
+        return fill(message, values)
+
+    monkeypatch.setattr(words, "fill", recording)
+    told = Story("en")
+    steps.tell(told)
+    headings = [block.data["text"] for block in told.blocks if block.kind == "heading"]
+    heard |= {("steps", key) for key, title in walkthrough["steps"].items()
+              if any(heading.endswith(f" · {title}") for heading in headings)}   # titles go in as values
+    steps.tell(Story("en"), dataclasses.replace(steps.default_setup(), causal=False))
+    steps.tell_closing(Story("en"))
+    try:
+        from multihead.explain.walkthrough import real_model
+
+        real_model.tell_text(Story("en"), "猫 sat on the mat.", 0)
+    except real_model.ModelsMissing:
+        walkthrough = {part: own for part, own in walkthrough.items() if part != "minilm"}
+    unsaid = sorted((part, key) for part, own in walkthrough.items() for key in own if (part, key) not in heard)
+    assert unsaid == []
