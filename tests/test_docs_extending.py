@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "extending.md"
 FENCE = re.compile(r"^```python (tests/\S+\.py)\n(.*?)^```$", flags=re.S | re.M)
 RECIPES = {"A new mask kind": "tests/test_core_new_mask_kind.py", "A new backend": "tests/test_core_new_backend.py",
-           "A new explain topic": "tests/test_recipe_topic.py",
+           "A new cache layout": "tests/test_cache_new_layout.py", "A new explain topic": "tests/test_recipe_topic.py",
            "A new check id": "tests/test_recipe_check_id.py"}
 
 
