@@ -16,8 +16,9 @@ numbers stayed the same), and each line to its entries:
   report renders from benchmarks/<file> (a table copied from the run), which ties every cell on it.
 
 A declaration says that a number is no measured figure, and which kind: "<kind>" or "<kind>: <why>",
-with a kind of DECLARED. A measured figure with no committed result says so as "unrecorded: <where it
-was measured>": it is counted and listed, never silently unchecked.
+with a kind of DECLARED (shapes, settings, goals, ids and the like). A measured figure has no
+declaration: it is tied to a committed result, or it leaves the doc. An entry "unrecorded: ..." (a
+figure measured outside the committed runs) is refused with that message.
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ DECLARED = {
     "tolerance": "a bound the tests assert (within 1e-5)",
     "date": "a date that is not a run's",
     "hardware": "a property of the machine's hardware (a cache's size) that no results file records",
-    "unrecorded": "a measured figure with no committed results file (say where it was measured)",
 }
+UNRECORDED = "unrecorded"  # a measured figure with no committed result: refused (tie it or take it out)
 RENDERED = "rendered: "
 
 
@@ -181,11 +182,12 @@ def check(n: Number, entry: str | list[str], results: Results) -> str | None:
 
 
 def declaration_problem(n: Number, entry: str) -> str | None:
-    kind, _, why = entry.partition(": ")
+    kind = entry.partition(": ")[0]
+    if kind == UNRECORDED:
+        return (f"{n.where()}: a measured figure with no committed result cannot stay: tie it to the results "
+                "file of a run that holds it (commit the run), or take it out of the doc")
     if kind not in DECLARED:
         return f"{n.where()}: {entry!r} is neither a key nor a declared kind ({', '.join(DECLARED)})"
-    if kind == "unrecorded" and not why:
-        return f"{n.where()}: an unrecorded figure must say where it was measured ('unrecorded: <where>')"
     return None
 
 
