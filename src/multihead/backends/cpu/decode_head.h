@@ -392,21 +392,40 @@ struct HeadPass {
     std::fill(w.acc, w.acc + w.acc_size, 0.0f);
   }
 
-  // Keys j0 .. j0+n-1 (n <= kBlock), all present in src, in runs of one piece of memory each.
+  // Keys j0 .. j0+n-1 (n <= kBlock), all present in src, in runs of one piece of memory each: the scores of
+  // each run, the softmax of the block, the values of each run.
   template <typename Src, typename A>
   void block(const Src& src, const A& ahead, int64_t j0, int64_t n) {
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      run_scores(src, ahead, j0, o, m);
+    }
+    softmax(j0, n);
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      run_values(src, j0, o, m);
+    }
+  }
+
+  // The scores of keys j0+o .. j0+o+m-1 (one run), into the block's columns o .. o+m-1.
+  template <typename Src, typename A>
+  void run_scores(const Src& src, const A& ahead, int64_t j0, int64_t o, int64_t m) {
     const int64_t R = (a.H / a.Hkv) * a.Lq;
-    for (int64_t o = 0, m; o < n; o += m) {
-      m = std::min(n, src.run_end(j0 + o) - j0) - o;
-      block_scores(q, R, src.key(j0 + o), src.ks, m, a.D, a.scale, w.s + o, ahead, j0 + o);
-      if (src.k_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.key_scale(j0 + o), m);
-    }
+    block_scores(q, R, src.key(j0 + o), src.ks, m, a.D, a.scale, w.s + o, ahead, j0 + o);
+    if (src.k_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.key_scale(j0 + o), m);
+  }
+
+  void softmax(int64_t j0, int64_t n) {
+    const int64_t R = (a.H / a.Hkv) * a.Lq;
     for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
-    for (int64_t o = 0, m; o < n; o += m) {
-      m = std::min(n, src.run_end(j0 + o) - j0) - o;
-      if (src.v_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.value_scale(j0 + o), m);
-      block_values(w.s + o, R, src.value(j0 + o), src.vs, m, a.Dv, w.acc);
-    }
+  }
+
+  // The values of keys j0+o .. j0+o+m-1 (one run), weighed by the block's columns o .. o+m-1.
+  template <typename Src>
+  void run_values(const Src& src, int64_t j0, int64_t o, int64_t m) {
+    const int64_t R = (a.H / a.Hkv) * a.Lq;
+    if (src.v_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.value_scale(j0 + o), m);
+    block_values(w.s + o, R, src.value(j0 + o), src.vs, m, a.Dv, w.acc);
   }
 
   void finish() { finish_head<T>(a, b, hk, lo, hi, w); }
