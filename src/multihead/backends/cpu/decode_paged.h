@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "decode_head.h"
+#include "decode_pass.h"
 
 namespace decode_paged {
 
