@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from multihead.caches.codec import Codec
-from multihead.caches.pages import Paging
+from multihead.caches.pages import PagedRead, Paging
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 from multihead.masks.values import values_checkable
@@ -212,7 +212,10 @@ class Cache(Paging, nn.Module):
         else:
             self._filled += Lq
             self._same_lengths = self._same_lengths and new_tokens is None
-        return [self.read(p) for p in self.parts], self._mask(new_tokens)
+        mask = self._mask(new_tokens)
+        if self.paged:  # read later: in place by the paged decode op, or gathered
+            return [PagedRead(self, p, self._filled, mask if new_tokens is None else None) for p in self.parts], mask
+        return [self.read(p) for p in self.parts], mask
 
     def read(self, part: Part, stop: int | None = None):
         """What attention reads of one part over slots [0, stop) (default: the held ones): a tensor, or Quantized."""
@@ -234,7 +237,8 @@ class Cache(Paging, nn.Module):
             return Mask.lengths(self.lengths.clone(), new_tokens) & BOTTOM_RIGHT  # a copy: the cache moves on
         kept = self._stepping
         if kept is None or kept[0].shape != self.lengths.shape or kept[0].device != self.lengths.device:
-            lens = self.lengths.clone()
+            with torch.inference_mode(False):  # a normal tensor: written in and out of inference mode alike
+                lens = torch.zeros_like(self.lengths)
             kept = self._stepping = (lens, Mask.lengths(lens) & BOTTOM_RIGHT)
         kept[0].copy_(self.lengths)
         return kept[1]
