@@ -41,5 +41,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | No
     """
     problem, chosen, plan = plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
     if capture.ACTIVE:
-        return capture.recorded(problem, lambda: chosen.run(problem, plan))
+        return capture.recorded(problem, lambda: chosen.run(problem, plan), chosen, plan, backend)
     return chosen.run(problem, plan)

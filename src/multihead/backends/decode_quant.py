@@ -6,7 +6,7 @@ token and kv head, never dequantized whole.
         mask: any Mask over (B, H, Lq, Lk)  ->  out (B, H, Lq, Dv) in q's dtype.
 
 A decode step (at most MAX_ROWS query rows per sequence, on the CPU) runs the C++ kernel's quantized
-build (decode_quant_step.h): the codes are widened in registers and each scale multiplies its key's
+build (decode_quant.h): the codes are widened in registers and each scale multiplies its key's
 score and its value's weight. Everything else (prefill, other devices, no kernel, a latent cache's
 rows with two scales, masks that are not one interval of keys per row, such as a Hugging Face 4-D mask)
 runs `blockwise`: BLOCK keys at a time are dequantized to fp32 and attended with an online softmax,
@@ -18,12 +18,13 @@ import torch
 
 from multihead.backends.common import masked_softmax, recorded_graph, zero_where
 from multihead.backends.decode import MAX_ROWS
+from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_ranges import DecodeRows, key_ranges
-from multihead.caches.kv import BOTTOM_RIGHT
+from multihead.caches.base import BOTTOM_RIGHT
 from multihead.errors import AttentionError
 from multihead.masks import Mask
-from multihead.caches.quantized import Quantized
+from multihead.caches.codec import Quantized
 
 BLOCK = 1024  # keys dequantized at a time by the blockwise form
 
@@ -66,23 +67,15 @@ def _ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device) -> Deco
 
 def kernel_step(module, q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float, softcap, slopes,
                 sinks) -> torch.Tensor:
-    """The C++ kernel's quantized step (decode_quant_step.h) of a decode_calls.Kernel; out in q's dtype."""
-    B, H, Lq, D = q.shape
-    Hkv, Dv = keys.codes.shape[1], values.codes.shape[-1]
-    ks, vs, ss = keys.codes.stride(), values.codes.stride(), keys.scales.stride()
-    if values.scales.stride() != ss or keys.scales.stride(-1) != 1:
-        raise ValueError("decode kernel: key and value scales must share one layout, contiguous along the slots")
-    qf = q.float().contiguous()
-    out = torch.empty(B, H, Lq, Dv, dtype=torch.float32)
-    empty = qf.new_empty(0)
+    """The C++ kernel's quantized step (Kernel.decode_quantized) of a cpu.calls.Kernel; out in q's dtype."""
+    empty = q.new_empty(0, dtype=torch.float32)
     slopes = empty if slopes is None else slopes.float().contiguous()
     sinks = empty if sinks is None else sinks.float().contiguous()
-    module.module.decode_step_quantized(
-        qf.data_ptr(), keys.codes.data_ptr(), values.codes.data_ptr(), keys.scales.data_ptr(),
-        values.scales.data_ptr(), lo.data_ptr(), hi.data_ptr(), qpos.data_ptr(),
-        slopes.data_ptr() if slopes.numel() else 0, sinks.data_ptr() if sinks.numel() else 0, out.data_ptr(),
-        keys.kv_dtype is torch.float8_e4m3fn, (B, H, Hkv, Lq, D, Dv),
-        (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], ss[0], ss[1]), scale, softcap or 0.0)
+    q = q if q.dtype in (torch.float32, torch.bfloat16) else q.float()
+    fp8 = keys.kv_dtype is torch.float8_e4m3fn  # codes stored as their bytes (uint8): the kernel reads e4m3
+    kc, vc = (t.view(torch.float8_e4m3fn) if fp8 else t for t in (keys.codes, values.codes))
+    out, _ = ops.call("decode_quantized", q.contiguous(), kc, vc, keys.scales, values.scales, lo,
+                      hi, qpos, slopes, sinks, scale, softcap or 0.0, False, build=module)
     return out.to(q.dtype)
 
 

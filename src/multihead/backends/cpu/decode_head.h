@@ -56,6 +56,7 @@ struct Args {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   int64_t s_sb = 0, s_sh = 0;
+  float* lse = nullptr;  // (B, H, Lq) float32: each row's log-sum-exp; nullptr: not asked for
 };
 
 // Per-thread scratch: scores (then weights) of a block, running max, sum and accumulators per row,
@@ -148,25 +149,35 @@ __attribute__((noinline)) void tile_rows(const QRows& q, int64_t r0, const T* K,
 }
 
 // Asks for keys and values [from, from + 16) (below `last`) ahead of their use, a tile at a time so that
-// the requests spread over the block's work instead of queueing up at its start.
+// the requests spread over the block's work instead of queueing up at its start. Src says where key j's
+// and value j's rows are (Flat, or decode_paged.h's Pages); k_bytes, v_bytes: bytes read per row.
+template <typename Src>
 struct Ahead {
-  const char *k, *v;
-  int64_t k_row, v_row, k_bytes, v_bytes, last;  // row strides and bytes read per row
+  const Src& src;
+  int64_t k_bytes, v_bytes, last;
   void operator()(int64_t from) const {
     const int64_t to = std::min(from + 16, last);
     for (int64_t j = from; j < to; ++j) {
-      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(k + j * k_row + b, 0, 0);
-      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + j * v_row + b, 0, 0);
+      if (!src.present(j)) continue;
+      const char* k = reinterpret_cast<const char*>(src.key(j));
+      const char* v = reinterpret_cast<const char*>(src.value(j));
+      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(k + b, 0, 0);
+      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 0);
     }
   }
+};
+
+// No asking ahead (keys copied into a buffer the cache holds already: decode_listed.h).
+struct NoAhead {
+  void operator()(int64_t) const {}
 };
 
 // The block's scores s[r][j] (rows kBlock apart) for all R rows: tiles of 16 keys with the rows in
 // groups of score_rows<T>(), 2 and 1; the keys past the last whole tile (and every key of an odd head
 // dim) row by row.
-template <typename T>
+template <typename T, typename A>
 inline void block_scores(const QRows& q, int64_t R, const T* K, int64_t ks, int64_t n, int64_t D, float scale,
-                         float* s, const Ahead& ahead, int64_t j0) {
+                         float* s, const A& ahead, int64_t j0) {
   int64_t j = 0;
   if (tiled<T>(D)) {
     for (; j + 16 <= n; j += 16) {
@@ -321,42 +332,6 @@ inline void finish_row(const Args& a, bool keeps, float* o, int64_t r, const Scr
 template <typename T>
 inline void finish_rows(const Args& a, int64_t R, bool keeps, float* out, const Scratch& w) {
   for (int64_t r = 0; r < R; ++r) finish_row<T>(a, keeps, out + r * a.Dv, r, w);
-}
-
-template <typename T>
-void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
-  const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, Dv = a.Dv;
-  const QRows q = query_rows<T>(a, b, hk, w);  // the R rows of this kv head
-  float* out = a.out + (b * a.H + hk * G) * a.Lq * Dv;
-  const T* K = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
-  const T* V = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
-  const int64_t* lo = a.lo + b * a.Lq;
-  const int64_t* hi = a.hi + b * a.Lq;
-  int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
-  for (int64_t i = 0; i < a.Lq; ++i) {
-    if (lo[i] < hi[i]) {
-      first = std::min(first, lo[i]);
-      last = std::max(last, hi[i]);
-    }
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    const float sink = a.sinks ? a.sinks[hk * G + r / a.Lq] : -kInf;
-    w.m[r] = sink;
-    w.l[r] = a.sinks ? 1.0f : 0.0f;
-  }
-  std::fill(w.acc, w.acc + w.acc_size, 0.0f);
-  const Ahead ahead{reinterpret_cast<const char*>(K), reinterpret_cast<const char*>(V),
-                    static_cast<int64_t>(a.k_sm * sizeof(T)), static_cast<int64_t>(a.v_sm * sizeof(T)),
-                    static_cast<int64_t>(D * sizeof(T)), static_cast<int64_t>(Dv * sizeof(T)), last};
-  for (int64_t j0 = first; j0 < last; j0 += block_keys<T>()) {
-    const int64_t n = std::min(block_keys<T>(), last - j0);
-    block_scores(q, R, K + j0 * a.k_sm, a.k_sm, n, D, a.scale, w.s, ahead, j0);
-    if (a.k_scale) decode_simd::fold_scales(w.s, R, kBlock, a.k_scale + b * a.s_sb + hk * a.s_sh + j0, n);
-    for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
-    if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
-    block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
-  }
-  for (int64_t r = 0; r < R; ++r) finish_row<T>(a, lo[r % a.Lq] < hi[r % a.Lq], out + r * Dv, r, w);
 }
 
 }  // namespace decode_head

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import quantized_attention
 from multihead.backends.decode_step import kernel_build
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio, ratio_range
-from multihead.caches.quantized import Quantized, QuantizedKVCache
+from multihead.caches.read import attend_cached
 
 GOALS = {"speed": 1.5, "drift": 0.02}
 CACHES = {"bf16 cache": None, "int8 cache": torch.int8, "fp8 e4m3 cache": torch.float8_e4m3fn}
@@ -112,14 +111,8 @@ def run(ctx: Context, s: Sizes) -> SuiteResult:
 
 def _held(cache, N: int):
     """The first N slots as attention reads them: float tensors, or `Quantized` codes with their scales."""
-    if isinstance(cache, QuantizedKVCache):
-        return (Quantized(cache.keys[:, :, :N], cache.key_scales[:, :, :N], cache.kv_dtype),
-                Quantized(cache.values[:, :, :N], cache.value_scales[:, :, :N], cache.kv_dtype))
-    return cache.keys[:, :, :N], cache.values[:, :, :N]
+    return tuple(cache.read(part, N) for part in cache.parts)
 
 
 def _attend(q, kv, mask):
-    keys, values = kv
-    if isinstance(keys, Quantized):
-        return quantized_attention(q, keys, values, mask)
-    return mh.attention(q, keys, values, mask)
+    return attend_cached(q, *kv, mask)
