@@ -8,9 +8,9 @@ pages of 16 tokens, one torch thread. Memory: `memory_bytes()` of the paged cach
 prefix forked from sequence 0, against the same tokens appended to every sequence. Step: one query token per
 sequence; the cascade step (caches/cascade.py: the prefix read once for all 16 sequences, merged with each
 suffix by the log-sum-exp) against `mh.attention` over a contiguous KVCache holding the same tokens (the
-decode step as it runs without sharing). Median of the timed runs, after a warm-up. Goals (issue 33):
-shared memory at most 1/10 of the unshared; the cascade step at least 6x faster. `--tiny` shrinks every
-size (a check of the script, not a measurement).
+decode step as it runs without sharing). Median of the timed runs, in interleaved rounds after a warm-up.
+Goals (issue 33): shared memory at most 1/10 of the unshared; the cascade step at least 6x faster. `--tiny`
+shrinks every size (a check of the script, not a measurement).
 """
 from __future__ import annotations
 
@@ -52,14 +52,18 @@ def _paged(s: dict, dtype, shared: bool, prefix, suffix) -> mh.KVCache:
     return cache
 
 
-def _median(fn, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def _medians(fns, runs: int) -> list[float]:
+    """Median seconds of each function, timed in interleaved rounds (one run of each per round) after a
+    warm-up, so that a change of load on a shared machine falls on all of them alike."""
+    times = [[] for _ in fns]
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    for _ in range(runs):
+        for fn, kept in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            kept.append(time.perf_counter() - start)
+    return [statistics.median(kept) for kept in times]
 
 
 def measure(s: dict, runs: int) -> dict:
@@ -79,8 +83,8 @@ def measure(s: dict, runs: int) -> dict:
         cascade = cascade_attention(q, shared, prefix=s["P"])
         drift = float((cascade.float() - plain.float()).abs().max() / plain.float().abs().max())
         backend = mh.dispatch(q, keys, values, BOTTOM_RIGHT).backend
-        t_plain = _median(lambda: mh.attention(q, keys, values, BOTTOM_RIGHT), runs)
-        t_cascade = _median(lambda: cascade_attention(q, shared, prefix=s["P"]), runs)
+        t_plain, t_cascade = _medians([lambda: mh.attention(q, keys, values, BOTTOM_RIGHT),
+                                       lambda: cascade_attention(q, shared, prefix=s["P"])], runs)
     info = machine.describe()
     info["threads"] = 1
     return {"machine": info, "sizes": s, "dtype": "bfloat16", "goals": GOALS,
