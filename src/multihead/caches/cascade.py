@@ -63,20 +63,19 @@ def _prefix_by_products(rows: torch.Tensor, kp: torch.Tensor, vp: torch.Tensor, 
     """rows (Hkv, R, D) against the float pages `pages` (n,) of kp (P, Hkv, S, D) / vp (P, Hkv, S, Dv), every
     row seeing every one of the n * S keys -> out (Hkv, R, Dv) float32, lse (Hkv, R) float32. One kv head at a
     time, so that its (R, n * S) scores stay in cache."""
-    Hkv, R, _ = rows.shape
+    Hkv = rows.shape[0]
     keys, values = (_selected(p, pages) for p in (kp, vp))  # (n, Hkv, S, w) views or one copy
-    rows = (rows.float() * scale).to(kp.dtype)  # scaled once, in fp32
-    out = rows.new_empty(Hkv, R, vp.shape[-1], dtype=torch.float32)
-    lse = rows.new_empty(Hkv, R, dtype=torch.float32)
+    rows = (rows.detach().float() * scale).to(kp.dtype)  # scaled once, in fp32; no gradient, as the kernel's
+    outs, lses = [], []
     for h in range(Hkv):
         k, v = keys[:, h].flatten(0, 1), values[:, h].flatten(0, 1)  # (n * S, w): the head's prefix, one copy
         scores = (rows[h] @ k.T).float()  # (R, n * S), fp32 accumulation
         top = scores.amax(-1, keepdim=True)
         weights = scores.sub_(top).exp_()  # exp(s - max) <= 1, fp32
         total = weights.sum(-1, keepdim=True)
-        torch.div((weights.to(kp.dtype) @ v).float(), total, out=out[h])
-        lse[h] = top.squeeze(-1) + total.squeeze(-1).log()
-    return out, lse
+        outs.append((weights.to(kp.dtype) @ v).float() / total)
+        lses.append((top + total.log()).squeeze(-1))
+    return torch.stack(outs), torch.stack(lses)
 
 
 def _selected(pool: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
