@@ -12,7 +12,7 @@ from multihead.caches.cascade import cascade_attention
 from multihead.caches.pages import materialized
 
 E, H, HKV = 64, 4, 2
-TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}  # measured: fp32 ~3e-6, bf16 ~8e-3 of the largest output
+TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}  # measured: fp32 ~3e-6, bf16 ~1e-2 of the largest output
 
 
 def _module(dtype=torch.float32, **options):
