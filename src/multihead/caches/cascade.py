@@ -8,10 +8,10 @@ tokens (whole pages), S page_size.
     out = cascade_attention(q, cache, prefix=P)    # q (B, H, Lq, D) after this step's append -> (B, H, Lq, Dv)
 
 The prefix is attended once for all sequences: each kv head's R = G * B * Lq query rows (its G query heads of
-every sequence) share its keys, so for float pages (fp32/bf16) the prefix pass is two matrix products over the
-prefix's pages gathered once per step into (Hkv, P, D) (one read of the prefix, against B reads unshared):
-scores = rows @ K^T, a log-sum-exp, then p @ V, in the pages' dtype with fp32 accumulation (bf16: scores and p
-rounded to bf16, as a flash kernel rounds p). Quantized pages (int8 / fp8) take the decode kernel's pass over
+every sequence) share its keys, so for float pages (fp32/bf16) the prefix pass is two matrix products per kv
+head over the prefix's pages, copied once per step into (P, D) rows (one read of the prefix, against B reads
+unshared): scores = rows @ K^T, a log-sum-exp, then p @ V, in the pages' dtype with fp32 accumulation (bf16:
+scores and p rounded to bf16, as a flash kernel rounds p). No gradient, as the decode kernel keeps none. Quantized pages (int8 / fp8) take the decode kernel's pass over
 the pages in place (backends/cpu/paged.py, B * H heads over the Hkv kv heads). The suffixes are B sequences of
 their own lengths read in place by the decode kernel; the merge by the log-sum-exp is exact. The prefix must
 be whole pages that every sequence's block table shares.
