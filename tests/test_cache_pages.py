@@ -193,6 +193,20 @@ def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype, 
         assert (got[b:b + 1].double() - want).abs().max() <= TOL[dtype] * want.abs().max()
 
 
+def test_cascade_refuses_a_query_that_wants_a_gradient_and_leaves_the_cache_alone():
+    cache = mh.KVCache(2, 64, HKV, 8, page_size=16)
+    cache.append(torch.randn(2, HKV, 16, 8), torch.randn(2, HKV, 16, 8), torch.tensor([16, 0]))
+    cache.fork(0, 1)
+    cache.append(torch.randn(2, HKV, 2, 8), torch.randn(2, HKV, 2, 8))
+    before = (cache.block_table.clone(), cache.lengths.clone())
+    q = torch.randn(2, H, 1, 8, requires_grad=True)
+    with pytest.raises(mh.AttentionError, match="keeps no gradient"):
+        cascade_attention(q, cache, prefix=16)
+    assert torch.equal(cache.block_table, before[0]) and torch.equal(cache.lengths, before[1])
+    with torch.no_grad():
+        assert cascade_attention(q, cache, prefix=16).shape == (2, H, 1, 8)
+
+
 def test_a_ragged_decode_step_hands_one_mask_object_across_steps():
     """The plan cache can hold across steps: the step's mask is one object over a lengths tensor kept in place."""
     m = _module()

@@ -33,6 +33,9 @@ def cascade_attention(q: torch.Tensor, cache: Cache, prefix: int, *, scale: floa
     if not cache.paged or prefix <= 0 or prefix % S or cache.batch_size != B or len(cache.parts) != 2:
         raise AttentionError(f"cascade_attention takes a paged KV cache for the batch of q and a shared prefix of "
                              f"whole pages (a positive multiple of page_size={S}); got prefix={prefix} on {cache!r}.")
+    if q.requires_grad and torch.is_grad_enabled():
+        raise AttentionError("cascade_attention is a decode step and keeps no gradient; q requires one. Call it under "
+                             "torch.no_grad() or torch.inference_mode(), or attend with mh.attention for training.")
     n, table, lengths = prefix // S, cache.block_table, cache.lengths
     if bool((table[:, :n] != table[:1, :n]).any()) or bool((table[:, :n] < 0).any()) or \
             int(lengths.min()) < prefix + Lq:
