@@ -84,7 +84,8 @@ def recorded(problem, run):
     with the SDPA calls it makes itself unrecorded (they are the same call)."""
     with torch.no_grad():
         keep, bias = problem.dense_mask()
-        weights = reference_weights(problem.q, problem.k, keep, bias, problem.scale, problem.softcap, problem.sinks)
+        keys = problem.k if problem.kv_form == "dense" else problem.k.numbers(problem.q.dtype)  # a cache's codes
+        weights = reference_weights(problem.q, keys, keep, bias, problem.scale, problem.softcap, problem.sinks)
     for recorder in ACTIVE:
         recorder.add(weights)
     _OURS[0] += 1

@@ -25,12 +25,13 @@ from multihead.backends.banded import BandedBackend
 from multihead.backends.decode import DecodeBackend
 from multihead.backends.flex import FlexBackend
 from multihead.backends.problem import Problem
+from multihead.backends.quantized import QuantizedBackend
 from multihead.backends.reasons import Reason
 from multihead.backends.reference import MathBackend
 from multihead.backends.sdpa import SdpaBackend
 from multihead.backends.sparse import SparseBackend
 from multihead.backends.varlen import VarlenBackend
 
-BUILTIN = (DecodeBackend(), SparseBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
+BUILTIN = (DecodeBackend(), QuantizedBackend(), SparseBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
 
 __all__ = ["BUILTIN", "Problem", "Reason"]

@@ -1,71 +1,55 @@
-"""Attention over a quantized KV cache (caches/quantized.py): int8 or fp8 e4m3 codes with an fp32 scale per
-token and kv head, never dequantized whole.
+"""The numerics of attention over quantized keys and values (kv_forms.Quantized: int8 or fp8 e4m3 codes with an
+fp32 scale per token and kv head), never dequantized whole; the quantized backend (quantized.py) runs them.
 
-    out = quantized_attention(q, keys, values, mask, scale=, softcap=, sinks=)
-        q (B, H, Lq, D) float; keys, values: `Quantized` codes (B, Hkv, Lk, D|Dv) with scales (B, Hkv, Lk);
-        mask: any Mask over (B, H, Lq, Lk)  ->  out (B, H, Lq, Dv) in q's dtype.
-
-A decode step (at most MAX_ROWS query rows per sequence, on the CPU) runs the C++ kernel's quantized
-build (decode_quant_step.h): the codes are widened in registers and each scale multiplies its key's
-score and its value's weight. Everything else (prefill, other devices, no kernel, a latent cache's
-rows with two scales, masks that are not one interval of keys per row, such as a Hugging Face 4-D mask)
-runs `blockwise`: BLOCK keys at a time are dequantized to fp32 and attended with an online softmax,
-so that a long cache is never dequantized whole. Inference only: a query that requires grad is refused.
+    kernel_step / quantized_step   the C++ kernel's quantized decode step (decode_quant_step.h): the codes are
+        widened in registers and each scale multiplies its key's score and its value's weight; one scale
+        per key row, a few query rows per sequence, on the CPU (a custom op under torch.compile)
+    blockwise      everything else: BLOCK keys at a time dequantized to fp32 and attended with an online
+        softmax, merged by the log-sum-exp, so that a long cache is never dequantized whole
 """
 from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax, recorded_graph, zero_where
-from multihead.backends.decode import MAX_ROWS
+from multihead.backends.common import masked_softmax, zero_where
 from multihead.backends.cpu.build import kernel
-from multihead.backends.decode_ranges import DecodeRows, key_ranges
-from multihead.caches.kv import BOTTOM_RIGHT
-from multihead.errors import AttentionError
-from multihead.masks import Mask
-from multihead.caches.quantized import Quantized
+from multihead.backends.kv_forms import Quantized
 
 BLOCK = 1024  # keys dequantized at a time by the blockwise form
 
 
-def quantized_attention(q: torch.Tensor, keys: Quantized, values: Quantized, mask: Mask | None = None, *,
-                        scale: float | None = None, softcap: float | None = None,
-                        sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of q (B, H, Lq, D) over a quantized cache's keys and values (see the module docstring)."""
-    B, H, Lq, D = q.shape
-    Hkv, Lk = keys.codes.shape[1], keys.codes.shape[2]
-    if q.requires_grad and torch.is_grad_enabled():
-        raise AttentionError("attention over a quantized KV cache is for inference: it has no backward; got a "
-                             "query that requires grad (run under torch.no_grad()).")
-    if not q.is_floating_point() or keys.codes.shape[-1] != D or H % Hkv:
-        raise AttentionError(f"a quantized cache of keys {tuple(keys.codes.shape)} takes float queries (B, H, Lq, "
-                             f"{D}) with H a multiple of {Hkv}; got {q.dtype} {tuple(q.shape)}.")
-    scale = D ** -0.5 if scale is None else scale
-    if mask is not None and mask is not BOTTOM_RIGHT and not mask.normal_form().intervals_only:
-        full = _ranges(None, B, H, Lq, Lk, q.device)  # every key; the dense mask decides
-        dense = mask.materialize(B, H, Lq, Lk, device=q.device)  # (keep, bias), each (B|1, H|1, Lq, Lk) or None
-        return blockwise(q, keys, values, full.lo, full.hi, full.qpos, scale, softcap, None, sinks, dense=dense)
-    lo, hi, qpos, slopes = _ranges(mask, B, H, Lq, Lk, q.device)
-    eager = not (torch.compiler.is_compiling() or recorded_graph())  # a raw kernel call is not recorded
-    module = kernel() if q.device.type == "cpu" and eager else None
-    whole_rows = keys.split is None and values.split is None  # the kernel takes one scale per row
-    if module is not None and Lq <= MAX_ROWS and whole_rows and keys.codes.stride(-1) == 1 \
-            and values.codes.stride(-1) == 1:
-        return kernel_step(module, q, keys, values, lo, hi, qpos, scale, softcap, slopes, sinks)
-    return blockwise(q, keys, values, lo, hi, qpos, scale, softcap, slopes, sinks)
+@torch.library.custom_op("multihead::decode_step_quantized", mutates_args=())
+def _quantized_op(q: torch.Tensor, key_codes: torch.Tensor, value_codes: torch.Tensor, key_scales: torch.Tensor,
+                  value_scales: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, qpos: torch.Tensor,
+                  slopes: torch.Tensor, sinks: torch.Tensor, fp8: bool, scale: float, softcap: float) -> torch.Tensor:
+    """The C++ kernel's quantized step as a custom op (torch.compile keeps it whole); slopes and sinks empty
+    when absent, softcap 0 when absent. Out (B, H, Lq, Dv) float32."""
+    kv_dtype = torch.float8_e4m3fn if fp8 else torch.int8
+    return kernel_step(kernel(), q, Quantized(key_codes, key_scales, kv_dtype), Quantized(value_codes, value_scales,
+                       kv_dtype), lo, hi, qpos, scale, softcap or None, slopes if slopes.numel() else None,
+                       sinks if sinks.numel() else None, out_dtype=torch.float32)
 
 
-def _ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device) -> DecodeRows:
-    """key_ranges, made directly for the mask a cache of equal lengths returns (bottom-right causal):
-    the normal form's index costs about 0.2 ms a step, a tenth of a step at 16k keys."""
-    if mask is not BOTTOM_RIGHT:
-        return key_ranges(mask, B, H, Lq, Lk, device)
-    hi = (torch.arange(Lk - Lq + 1, Lk + 1, device=device)).expand(B, Lq).contiguous()  # (B, Lq)
-    return DecodeRows(torch.zeros_like(hi), hi, torch.zeros(B, Lq, device=device), None)
+@_quantized_op.register_fake
+def _(q, key_codes, value_codes, key_scales, value_scales, lo, hi, qpos, slopes, sinks, fp8, scale, softcap):
+    return q.new_empty(*q.shape[:3], value_codes.shape[-1], dtype=torch.float32)
+
+
+def quantized_step(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float, softcap, slopes,
+                   sinks) -> torch.Tensor:
+    """`kernel_step` eager; under torch.compile the same kernel as the custom op multihead::decode_step_quantized
+    (once an eager call has loaded it). Out in q's dtype."""
+    if not torch.compiler.is_compiling():
+        return kernel_step(kernel(), q, keys, values, lo, hi, qpos, scale, softcap, slopes, sinks)
+    empty = q.new_empty(0, dtype=torch.float32)
+    out = _quantized_op(q, keys.codes, values.codes, keys.scales, values.scales, lo, hi, qpos,
+                        empty if slopes is None else slopes, empty if sinks is None else sinks,
+                        keys.kv_dtype is torch.float8_e4m3fn, scale, softcap or 0.0)
+    return out.to(q.dtype)
 
 
 def kernel_step(module, q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float, softcap, slopes,
-                sinks) -> torch.Tensor:
+                sinks, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The C++ kernel's quantized step (decode_quant_step.h) of a decode_calls.Kernel; out in q's dtype."""
     B, H, Lq, D = q.shape
     Hkv, Dv = keys.codes.shape[1], values.codes.shape[-1]
@@ -83,14 +67,15 @@ def kernel_step(module, q, keys: Quantized, values: Quantized, lo, hi, qpos, sca
         slopes.data_ptr() if slopes.numel() else 0, sinks.data_ptr() if sinks.numel() else 0, out.data_ptr(),
         keys.kv_dtype is torch.float8_e4m3fn, (B, H, Hkv, Lq, D, Dv),
         (ks[0], ks[1], ks[2], vs[0], vs[1], vs[2], ss[0], ss[1]), scale, softcap or 0.0)
-    return out.to(q.dtype)
+    return out.to(out_dtype or q.dtype)
 
 
 def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float, softcap=None, slopes=None,
-              sinks=None, block: int = BLOCK, dense=None) -> torch.Tensor:
+              sinks=None, block: int = BLOCK, dense=None, with_lse: bool = False):
     """The same attention in torch ops, `block` keys at a time dequantized to fp32, merged by their
     log-sum-exp; rows that keep no key give exactly 0. dense: a mask's (keep, bias) (Mask.materialize),
-    sliced block by block, for masks that are not intervals. Out (B, H, Lq, Dv) in q's dtype."""
+    sliced block by block, for masks that are not intervals. Out (B, H, Lq, Dv) in q's dtype; with_lse:
+    (out, lse (B, H, Lq) float32)."""
     B, H, Lq, D = q.shape
     Hkv, Lk, Dv = keys.codes.shape[1], keys.codes.shape[2], values.codes.shape[-1]
     G = H // Hkv
@@ -122,7 +107,9 @@ def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float,
     if sinks is not None:  # a sink joins each row's denominator and carries no value
         merged = torch.logaddexp(lse, sinks.float().view(1, Hkv, G, 1, 1))
         out = _weigh(out, lse, merged)
-    return out.view(B, H, Lq, Dv).to(q.dtype)
+        lse = merged
+    out = out.view(B, H, Lq, Dv).to(q.dtype)
+    return (out, lse.view(B, H, Lq)) if with_lse else out
 
 
 def _heads(t: torch.Tensor, Hkv: int) -> torch.Tensor:

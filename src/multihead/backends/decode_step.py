@@ -78,12 +78,13 @@ def describe_step(dtype: torch.dtype, rows: str) -> str:
     return f"{plain}: measured faster than the C++ decode kernel's {module.isa()} build on this CPU"
 
 
-def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None) -> torch.Tensor:
+def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None,
+                      with_lse: bool = False):
     """The same step in torch ops: scores as K @ q^T made (rows, keys) contiguous, the reference masked softmax
     (common.py) in float32, p @ V.
 
     Reads keys up to the longest row's hi; slots past a row's range are zeroed first, so NaN stored
-    there never reaches the output.
+    there never reaches the output. with_lse: (out, lse (B, H, Lq) float32).
     """
     B, H, Lq, D = q.shape
     Hkv, G = k.shape[1], H // k.shape[1]
@@ -106,6 +107,9 @@ def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=
         scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
     kept = keep[:, None, None]  # (B, 1, 1, Lq, N)
     sink = None if sinks is None else sinks.float().view(1, Hkv, G, 1, 1)
-    weights = masked_softmax(scores, kept, sink)  # rows with no key: exactly 0 (not NaN)
+    weights = masked_softmax(scores, kept, sink, with_lse)  # rows with no key: exactly 0 (not NaN)
+    if with_lse:
+        weights, lse = weights
     out = weights.view(B, Hkv, G * Lq, N).to(v.dtype) @ v  # (B, Hkv, R, Dv)
-    return out.view(B, H, Lq, v.shape[-1]).to(q.dtype)
+    out = out.view(B, H, Lq, v.shape[-1]).to(q.dtype)
+    return (out, lse.reshape(B, H, Lq)) if with_lse else out

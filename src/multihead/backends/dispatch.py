@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from multihead.backends import BUILTIN, Problem, Reason
-from multihead.backends.problem import make_problem
+from multihead.backends.capabilities import unsupported
+from multihead.backends.graphs import building_graph
+from multihead.backends.kv_forms import Quantized
+from multihead.backends.problem import fold, heads_first, make_problem
 from multihead.errors import AttentionError, CannotRunError
 from multihead.masks.part import part_tensors
 
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from multihead.masks import Mask
 
 PLAN_LIMIT = 64  # plans remembered at once; the oldest goes first
+COPIED_NUMEL = 1 << 16  # mask elements an entry copies to compare at each call; larger masks fold on every call
+UNCOPIED = ()  # an entry's `values` when they were not copied
 HELD_BYTES = 4 << 20  # a plan holding more tensor bytes than this keeps only its choice (see the docstring)
 
 _BACKENDS = list(BUILTIN)  # in the order "auto" tries them
@@ -60,8 +65,11 @@ class _Entry(NamedTuple):
     scale: float
     dropout: float
     softcap: float | None
+    kv_form: str
     volatile: bool
     keys_from: int | None  # the plan serves this call at every key length from this one on; None: at one only
+    values: tuple | None  # a copy of the mask tensors' values the fold read (None: no tensors; UNCOPIED: not kept)
+    steady: bool  # the choice and the plan read no mask values: a fold with new values keeps them
 
 
 @dataclass(frozen=True)
@@ -116,22 +124,25 @@ def cache_info() -> CacheInfo:
     return CacheInfo(_INFO[0], _INFO[1], len(_PLANS), _INFO[2])
 
 
-def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
+def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str, lse: bool = False):
     """(problem, backend, plan) for one call: remembered by value (see the module docstring), else checked,
     folded and planned. Raises AttentionError for bad input or a backend that cannot run it."""
     key = None
-    if (not (torch.compiler.is_compiling() or torch._C._is_tracing()) and (causal is True or causal is False)
+    if (not building_graph() and (causal is True or causal is False) and (lse is True or lse is False)
             and (scale is None or type(scale) is float) and (softcap is None or type(softcap) is float)
             and type(dropout) is float):  # other kinds of numbers are checked on every call
         try:  # the key; not tensors or not a Mask: make_problem says what came
-            mask_key = None if mask is None else mask.value_key()  # None: an inference tensor, nothing kept
-            if (mask is None or mask_key is not None) and type(q) is type(k) is type(v):
+            mask_key = None if mask is None else _mask_key(mask)  # None: an inference tensor, nothing kept
+            kv_type = type(k)
+            if ((mask is None or mask_key is not None) and kv_type is type(v)
+                    and (kv_type is type(q) or not (kv_type is Quantized and k.all_fresh()))):
                 grad = torch.is_grad_enabled() and (
                     q.requires_grad or k.requires_grad or v.requires_grad or sinks is not None and sinks.requires_grad
                     or mask is not None and any(t.requires_grad for t in mask.tensors))
                 key = (type(q), q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
                        mask_key, causal, scale, softcap, dropout,
-                       None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device), backend, grad)
+                       None if sinks is None else (type(sinks), sinks.shape, sinks.dtype, sinks.device), backend,
+                       kv_type, lse, grad)
                 entry = _PLANS.get(key)
             else:
                 entry = None
@@ -139,16 +150,37 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
             key = entry = None
         if entry is not None:
             _INFO[0] += 1
-            return _planned(entry, Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks),
-                            backend)
+            return _reused(entry, key, q, k, v, mask, causal, sinks, lse, backend)
         if key is not None:
-            return _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
-    problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
+            return _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend, lse)
+    problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks, lse)
     return (problem, *choose(problem, backend))
 
 
-def _planned(entry: _Entry, problem: Problem, backend: str):
-    """(problem, backend, plan) from a remembered entry: its plan, or a volatile entry's plan made again."""
+def _mask_key(mask) -> tuple | None:
+    """The mask's value for the key: each part's kind and static fields, and its tensors' shapes, dtypes and
+    devices (not their identity: a mask made anew each step with tensors of the same shapes meets its plan;
+    the values are compared with the entry's copy, `_same_values`). None for inference tensors."""
+    value = mask.value_key()
+    if value is None or not mask.tensors:
+        return value
+    return value[0], tuple(meta[2:] for meta in value[1])
+
+
+def _reused(entry: _Entry, key, q, k, v, mask, causal, sinks, lse: bool, backend: str, counted: bool = True):
+    """(problem, backend, plan) from a remembered entry. Where the mask's tensors no longer hold the values the
+    entry's fold read (another tensor, a write in place, through .data or .numpy()), the mask is checked and
+    folded again; the plan is kept where its backend reads no values in it (`reads_values = False`), else the
+    backend is chosen again and the entry replaced."""
+    form = entry.form
+    if entry.values is not None and not _same_values(mask, entry.values):
+        mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
+        form = fold(mask, causal)
+        if not entry.steady:
+            _INFO[2] += counted
+            problem = Problem(q, k, v, form, entry.scale, entry.dropout, entry.softcap, sinks, entry.kv_form, lse)
+            return _remembered(key, problem, backend)
+    problem = Problem(q, k, v, form, entry.scale, entry.dropout, entry.softcap, sinks, entry.kv_form, lse)
     if not entry.volatile:
         return problem, entry.backend, entry.plan
     plan = entry.backend.plan(problem, False)
@@ -157,7 +189,7 @@ def _planned(entry: _Entry, problem: Problem, backend: str):
     return (problem, *choose(problem, backend))  # the values it read changed its answer
 
 
-def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str):
+def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: str, lse: bool):
     """A call not met before, planned and remembered. When the same call was met at another key length Lk (a
     KV cache's next step), only what depends on Lk is done again: the mask's own checks and, unless that
     entry's plan serves this length too (`_Entry.keys_from`), the choice of backend (its thresholds, its
@@ -167,20 +199,50 @@ def _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, b
     if other is not None and k.shape[2] == v.shape[2]:
         if mask is not None:
             mask.check(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device)
-        problem = Problem(q, k, v, other.form, other.scale, other.dropout, other.softcap, sinks)
         if other.keys_from is not None and k.shape[2] >= other.keys_from:
             _INFO[0] += 1
-            return _planned(other, problem, backend)
+            return _reused(other, key, q, k, v, mask, causal, sinks, lse, backend, counted=False)
+        form = other.form if other.values is None or _same_values(mask, other.values) else fold(mask, causal)
+        problem = Problem(q, k, v, form, other.scale, other.dropout, other.softcap, sinks, other.kv_form, lse)
         _INFO[2] += 1
     else:
-        problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks)
+        problem = make_problem(q, k, v, mask, causal, scale, dropout, softcap, sinks, lse)
         _INFO[1] += 1
+    return _remembered(key, problem, backend, same_but_length, mask)
+
+
+def _remembered(key, problem: Problem, backend: str, same_but_length=None, mask=None):
+    """Choose and plan `problem`, and remember the entry under `key` (and `same_but_length`)."""
     chosen, plan = choose(problem, backend)
-    entry = _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap,
-                   _volatile(problem, plan, key[-1]), _keys_from(problem, chosen, plan, backend))
+    steady = not getattr(chosen, "reads_values", True) and (backend != "auto" or all(
+        _refused_at_every_length(b, problem) or not getattr(b, "reads_values", True)
+        for b in _BACKENDS[:_BACKENDS.index(chosen)]))
+    entry = _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap, problem.kv_form,
+                   _volatile(problem, plan, key[-1]), _keys_from(problem, chosen, plan, backend),
+                   _snapshot(problem.form, key[-1]), steady)
     _remember(_PLANS, key, entry)
-    _remember(_KEY_LENGTHS, same_but_length, entry)
+    if same_but_length is not None:
+        _remember(_KEY_LENGTHS, same_but_length, entry)
     return problem, chosen, plan
+
+
+def _snapshot(form, grad: bool):
+    """A copy of the values of the mask tensors `form` was folded from, for `_same_values`; None without tensors;
+    UNCOPIED where they are not copied (on a device, too large, or needing grad): such a fold is made anew."""
+    tensors = [t for part in form.parts for t in part_tensors(part)]
+    if not tensors:
+        return None
+    if grad or sum(t.numel() for t in tensors) > COPIED_NUMEL or any(t.device.type != "cpu" for t in tensors):
+        return UNCOPIED
+    return tuple(t.detach().clone() for t in tensors)
+
+
+def _same_values(mask, values) -> bool:
+    """Whether the mask's tensors hold exactly `values` (a `_snapshot`): read on the host, whatever wrote them."""
+    if values is UNCOPIED:
+        return False
+    tensors = mask.tensors
+    return len(tensors) == len(values) and all(torch.equal(t, c) for t, c in zip(tensors, values))
 
 
 def _without_length(shape) -> tuple:
@@ -190,11 +252,19 @@ def _without_length(shape) -> tuple:
 
 def _keys_from(problem: Problem, chosen, plan, backend: str) -> int | None:
     """The backend's `keys_from` where it may be trusted: asked for by name, or the first backend "auto" tries
-    (a backend tried before it might accept the call at another key length)."""
+    that takes the call by what it declares (a backend tried before it might accept the call at another key
+    length)."""
     keys_from = getattr(chosen, "keys_from", None)
-    if keys_from is None or backend == "auto" and chosen is not _BACKENDS[0]:
+    if keys_from is None or backend == "auto" and not all(_refused_at_every_length(b, problem)
+                                                          for b in _BACKENDS[:_BACKENDS.index(chosen)]):
         return None
     return keys_from(problem, plan, backend == "auto")
+
+
+def _refused_at_every_length(backend, problem: Problem) -> bool:
+    """Whether what `backend` declares rules the call out whatever its key length (not for being empty)."""
+    why = unsupported(backend, problem, problem.lse)
+    return why is not None and not why.code.endswith(".empty")
 
 
 def _volatile(problem: Problem, plan, grad: bool) -> bool:
@@ -235,20 +305,30 @@ def choose(problem: Problem, backend: str = "auto"):
     backend="auto": the first backend whose plan accepts the call, else the last one that can run it
     (reference math). A backend name: that backend's plan, or CannotRunError if it cannot run the call.
     """
+    refusals = []
     if backend == "auto":
         for candidate in _BACKENDS:
-            plan = candidate.plan(problem, True)
+            plan = _plan(candidate, problem, True)
             if not isinstance(plan, Reason):
                 return candidate, plan
+            refusals.append((candidate.name, plan))
         backend = _BACKENDS[-1].name  # every backend declined: the reference math runs it
     for candidate in _BACKENDS:
         if candidate.name == backend:
-            plan = candidate.plan(problem, False)
+            plan = _plan(candidate, problem, False)
             if isinstance(plan, Reason):
-                raise CannotRunError(f"backend {backend!r} cannot run this call: {plan.text(problem)}.",
-                                     backend=backend, code=plan.code)
+                # in "auto", the refusal of a backend that reads this call's kv form says most
+                name, plan = next(((n, r) for n, r in refusals if not r.code.endswith(".kv-form")), (backend, plan))
+                raise CannotRunError(f"backend {name!r} cannot run this call: {plan.text(problem)}.",
+                                     backend=name, code=plan.code)
             return candidate, plan
     raise AttentionError(f"backend must be 'auto' or one of {backend_names()}; got {backend!r}.")
+
+
+def _plan(backend, problem: Problem, auto: bool):
+    """The backend's plan, or a Reason: first what it declares it takes (capabilities.py), then its own plan."""
+    why = unsupported(backend, problem, problem.lse)
+    return why if why is not None else backend.plan(problem, auto)
 
 
 def decide(problem: Problem, chosen, plan, backend: str = "auto") -> Decision:
@@ -260,7 +340,7 @@ def decide(problem: Problem, chosen, plan, backend: str = "auto") -> Decision:
         if backend != "auto":
             reasons[other.name], codes[other.name] = f"not requested (backend={backend!r})", "not-requested"
             continue
-        why = other.plan(problem, True)
+        why = _plan(other, problem, True)
         if isinstance(why, Reason):
             reasons[other.name], codes[other.name] = why.text(problem), why.code
         else:
@@ -269,9 +349,10 @@ def decide(problem: Problem, chosen, plan, backend: str = "auto") -> Decision:
     return Decision(chosen.name, chosen.describe(problem, plan), reasons, codes)
 
 
-def dispatch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Mask | None = None, *, causal: bool = False,
+def dispatch(q: torch.Tensor, k, v, mask: Mask | None = None, *, causal: bool = False,
              scale: float | None = None, softcap: float | None = None, sinks: torch.Tensor | None = None,
-             dropout: float = 0.0, backend: str = "auto") -> Decision:
+             dropout: float = 0.0, backend: str = "auto", return_lse: bool = False, layout: str = "bhsd") -> Decision:
     """Which backend `attention(q, k, v, mask, ...)` would run, with the reasons; computes nothing."""
-    problem, chosen, plan = plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend)
+    q, k, v = heads_first(q, k, v, layout)
+    problem, chosen, plan = plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend, return_lse)
     return decide(problem, chosen, plan, backend)

@@ -37,8 +37,3 @@ def cannot(code: str, words: str | Callable[[Any], str]) -> Reason:
 def declines(code: str, words: str | Callable[[Any], str]) -> Reason:
     """A preference: the backend could run the call, but "auto" should pick another one."""
     return Reason(code, False, words)
-
-
-def empty_sequences(code: str, kernel: str) -> Reason:
-    """The shared refusal of fused kernels for Lq = 0 or Lk = 0."""
-    return cannot(code, lambda p: f"{kernel} need non-empty sequences; got Lq={p.dims[2]}, Lk={p.dims[3]}")

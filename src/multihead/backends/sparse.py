@@ -22,11 +22,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.common import masked_softmax, needs_grad, recorded_graph, zero_where
+from multihead.backends.capabilities import Capabilities, needs_grad
+from multihead.backends.common import masked_softmax, zero_where
+from multihead.backends.graphs import recorded_graph
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reasons import cannot, declines
 from multihead.masks import Index
 from multihead.masks.intervals import bounds
 
@@ -35,7 +37,6 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_ROWS = 4  # query rows per sequence up to which a call is a decode step (the C++ kernel's case)
 
 NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part")
-EMPTY = empty_sequences("sparse.empty", "the sparse backend's gathers")
 SCORED = cannot("sparse.scored", "a score function (Mask.score_mod) needs the whole grid's positions")
 LISTS_NOT_SMALLER = declines("sparse.lists-not-smaller", lambda p: f"each query lists K={_listed(p)} slots for "
                                                                    f"Lk={p.dims[3]} keys: the dense grid is no larger")
@@ -57,13 +58,13 @@ class SparseBackend:
     """Plan: SparsePlan."""
 
     name = "sparse"
+    reads_values = False  # its plan reads shapes and the form's structure; run reads the mask's values
+    capabilities = Capabilities(empty=False)
 
     def plan(self, p: Problem, auto: bool = True):
         if p.form.sparse is None:
             return NOT_SPARSE
         B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
         if p.form.scored:
             return SCORED
         K = _listed(p)

@@ -23,39 +23,16 @@ leaves the cache as it was.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+from multihead.backends.kv_forms import Quantized, dequantized
 from multihead.caches.kv import KVCache
 from multihead.errors import AttentionError
 
 KV_DTYPES = (torch.int8, torch.float8_e4m3fn)  # what a quantized cache holds
 LARGEST = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}  # the largest code magnitude
 STORED = {torch.int8: torch.int8, torch.float8_e4m3fn: torch.uint8}  # the buffers' dtype
-
-
-class Quantized(NamedTuple):
-    """Codes (B, Hkv, L, D) with fp32 scales (B, Hkv, L) and what the codes are (int8 or float8_e4m3fn).
-
-    split=S (a latent cache's rows [latent | rotary key]): scales (B, Hkv, L, 2), the first for the
-    columns before S and the second for the rest."""
-    codes: torch.Tensor
-    scales: torch.Tensor
-    kv_dtype: torch.dtype
-    split: int | None = None
-
-    def slots(self, start: int, stop: int) -> Quantized:
-        """The slots start <= j < stop (views)."""
-        return self._replace(codes=self.codes[:, :, start:stop], scales=self.scales[:, :, start:stop])
-
-    def numbers(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The numbers the codes stand for, (B, Hkv, L, D) in dtype."""
-        if self.split is None:
-            return dequantized(self.codes, self.scales, self.kv_dtype, dtype)
-        S = self.split
-        return torch.cat((dequantized(self.codes[..., :S], self.scales[..., 0], self.kv_dtype, dtype),
-                          dequantized(self.codes[..., S:], self.scales[..., 1], self.kv_dtype, dtype)), dim=-1)
+__all__ = ["KV_DTYPES", "Quantized", "QuantizedKVCache", "check_kv_dtype", "dequantized", "quantize"]
 
 
 def check_kv_dtype(kv_dtype) -> None:
@@ -74,14 +51,6 @@ def quantize(x: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torc
     else:
         codes = (wide / safe).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
     return codes, scales
-
-
-def dequantized(codes: torch.Tensor, scales: torch.Tensor, kv_dtype: torch.dtype,
-                dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """codes (..., D) and scales (...) -> the numbers they stand for, (..., D) in dtype."""
-    if kv_dtype is torch.float8_e4m3fn:
-        codes = codes.view(torch.float8_e4m3fn)
-    return (codes.float() * scales[..., None]).to(dtype)
 
 
 class QuantizedKVCache(KVCache):
@@ -131,10 +100,11 @@ class QuantizedKVCache(KVCache):
             (kc, ks), (vc, vs) = quantize(k, self.kv_dtype), quantize(v, self.kv_dtype)
         self._write(self.key_scales[..., None], ks[..., None])  # (B, Hkv, M, 1) views of the scales
         self._write(self.value_scales[..., None], vs[..., None])
+        first = self._filled == 0 and not torch.compiler.is_compiling()  # every slot attended to is new
         keys, values, mask = self._commit(kc, vc, new_tokens)
-        Lc = keys.shape[2]
-        return (Quantized(keys, self.key_scales[:, :, :Lc], self.kv_dtype),
-                Quantized(values, self.value_scales[:, :, :Lc], self.kv_dtype), mask)
+        Lc = keys.shape[2]  # a prompt into an empty cache is attended on its float keys (kv_forms.py: fresh)
+        return (Quantized(keys, self.key_scales[:, :, :Lc], self.kv_dtype, fresh=k if first else None),
+                Quantized(values, self.value_scales[:, :, :Lc], self.kv_dtype, fresh=v if first else None), mask)
 
     def bytes_per_token(self) -> int:
         """What one token costs this cache per layer: Hkv · (D + Dv) codes and 2 · Hkv fp32 scales."""

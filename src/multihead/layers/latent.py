@@ -34,7 +34,6 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
-from multihead.backends.decode_quant import quantized_attention
 from multihead.errors import AttentionError, check_flag, check_hidden, check_number
 from multihead.layers.indexer import LightningIndexer, allowed_keys
 from multihead.caches.latent import LatentCache
@@ -42,7 +41,7 @@ from multihead.backends.cpu.latent_products import fold, unfold
 from multihead.masks import Mask
 from multihead.layers.multi_head import MultiHeadAttention
 from multihead.positions import RoPE
-from multihead.caches.quantized import Quantized, check_kv_dtype
+from multihead.caches.quantized import check_kv_dtype
 from multihead.caches.quantized_latent import QuantizedLatentCache
 from multihead.layers.selected_attention import attend_selected, check_indices, restrict_indices
 from multihead.services import service
@@ -230,7 +229,7 @@ class MultiHeadLatentAttention(nn.Module):
                 indices = restrict_indices(indices, allowed)
             mask, causal = None, False
         absorb = (cache is not None and Lq == 1) if absorb is None else check_flag(absorb, "absorb")
-        absorb = absorb or isinstance(keys, Quantized)  # codes are attended absorbed, never decompressed per head
+        absorb = absorb or not isinstance(keys, torch.Tensor)  # codes are attended absorbed, never decompressed
         attend = self._absorbed if absorb else self._naive
         out = attend(q_nope, q_rope, keys, mask, causal, indices)  # (B, H, Lq, Dv)
         out = self.o_proj(out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.v_head_dim))  # (B, Lq, E)
@@ -281,8 +280,6 @@ class MultiHeadLatentAttention(nn.Module):
         options = {"scale": self.scale, "dropout": self.dropout if self.training else 0.0, "backend": self.backend}
         if indices is not None:
             return attend_selected(q, k, v, indices, **options)
-        if isinstance(k, Quantized):
-            return quantized_attention(q, k, v, mask, scale=self.scale)
         return attention(q, k, v, mask, causal=causal, **options)
 
     def _naive(self, q_nope, q_rope, keys, mask, causal, indices) -> torch.Tensor:

@@ -16,13 +16,12 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
-from multihead.backends.decode_quant import quantized_attention
 from multihead.caches.kv import KVCache
 from multihead.backends.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
 from multihead.layers.padding_check import warn_if_all_keys_padded
-from multihead.caches.quantized import Quantized, QuantizedKVCache, check_kv_dtype
+from multihead.caches.quantized import QuantizedKVCache, check_kv_dtype
 from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.services import service
 from multihead.layers.torch_state import torch_mha_state_to_ours
@@ -190,10 +189,8 @@ class MultiHeadAttention(nn.Module):
         """Attention over the heads: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> (B, H, Lq, D).
 
         Variants that combine the heads' attention differently (mh.DifferentialAttention) override this.
-        k and v are `Quantized` codes and scales when the cache is a QuantizedKVCache.
+        k and v are a quantized cache's codes and scales (its kv form) when the cache is a QuantizedKVCache.
         """
-        if isinstance(k, Quantized):
-            return quantized_attention(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
         return attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
                          dropout=self.dropout if self.training else 0.0, backend=self.backend)
 

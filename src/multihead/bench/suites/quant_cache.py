@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import quantized_attention
 from multihead.backends.decode_step import kernel_build
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
@@ -119,7 +118,5 @@ def _held(cache, N: int):
 
 
 def _attend(q, kv, mask):
-    keys, values = kv
-    if isinstance(keys, Quantized):
-        return quantized_attention(q, keys, values, mask)
+    keys, values = kv  # tensors or a quantized cache's codes: dispatch reads either
     return mh.attention(q, keys, values, mask)
