@@ -7,7 +7,7 @@ import sys
 import multihead as mh
 
 CONTRACT = ["attention", "dispatch", "Mask", "MultiHeadAttention", "capture_attention", "AttentionError",
-            "check", "textbook"]
+            "check", "textbook", "merge_states"]
 
 
 def test_every_contract_name_is_exported():

@@ -19,6 +19,7 @@ from multihead.caches.kv import KVCache
 from multihead.capture import capture_attention
 from multihead.layers.differential import DifferentialAttention
 from multihead.backends.dispatch import Decision, dispatch
+from multihead.backends.merge import merge_states
 from multihead.errors import AttentionError
 from multihead.layers.gated import GatedMultiHeadAttention
 from multihead.layers.indexer import LightningIndexer
@@ -67,5 +68,6 @@ __all__ = [
     "compat",
     "dispatch",
     "explain",
+    "merge_states",
     "textbook",
 ]
