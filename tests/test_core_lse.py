@@ -37,7 +37,7 @@ def _part(q, k, v, a: int, b: int, sinks, backend: str):
     return mh.attention(q, keys, values, mask, sinks=sinks, backend=backend, return_lse=True)
 
 
-def _check_split(q, k, v, sinks, backend: str, reference, tol: float):
+def _check_split(q, k, v, sinks, backend: str, reference, tol: float, lse_tol: float = 1e-4):
     whole, whole_lse = _part(q, k, v, 0, N, sinks, backend)
     ref, ref_lse = reference
     assert whole_lse.dtype == torch.float32 and whole_lse.shape == q.shape[:3]
@@ -52,7 +52,7 @@ def _check_split(q, k, v, sinks, backend: str, reference, tol: float):
         assert torch.equal(torch.isfinite(lse), kept)
         assert (lse.double() - whole_lse.double())[kept].abs().max().item() <= 1e-4, (backend, n)
         assert (out.double() - ref).abs().max().item() <= tol * scale
-        assert (lse.double() - ref_lse)[kept].abs().max().item() <= 1e-4
+        assert (lse.double() - ref_lse)[kept].abs().max().item() <= lse_tol  # the inputs' rounding in the scores
 
 
 def _reference(q, k, v, sinks):
@@ -60,7 +60,8 @@ def _reference(q, k, v, sinks):
                         backend="math", return_lse=True)
 
 
-TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # out, relative to its largest value
+LSE_TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # lse against float64, absolute
 
 
 @pytest.mark.parametrize("backend,Lq,dtypes", [
@@ -76,7 +77,7 @@ def test_a_split_call_merges_to_the_whole_call(backend, Lq, dtypes, with_sinks):
         ref = _reference(q, k, v, torch.zeros(4) if sinks is None else sinks) if with_sinks else \
             mh.attention(q.double(), k.double(), v.double(), mh.Mask.lengths(LENS), backend="math", return_lse=True)
         with torch.inference_mode() if dtype is torch.float16 else torch.no_grad():
-            _check_split(q, k, v, sinks, backend, ref, TOL[dtype])
+            _check_split(q, k, v, sinks, backend, ref, TOL[dtype], LSE_TOL[dtype])
 
 
 @pytest.mark.parametrize("Lq", [2, 40], ids=["kernel-step", "blockwise"])

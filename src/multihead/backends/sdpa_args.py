@@ -175,10 +175,12 @@ def run_sdpa_with_lse(q, k, v, args: SdpaArgs, scale: float, sinks=None) -> tupl
     out, lse = flash_with_lse(q, k, v, sinks, args.attn_mask, args.is_causal, scale, args.shift)
     if args.attn_mask is None:  # a NaN query row stays NaN, as in torch
         out = keep_nan_rows(out, q)
-    if args.dead is None:
-        return out, lse
-    alone = float("-inf") if sinks is None else sinks.float().view(-1, 1)  # a row with no key: its sink alone
-    return zero_where(args.dead, out), torch.where(args.dead.squeeze(-1), alone, lse)
+    # a row that keeps no key: dead, or every key at the dtype's minimum (a mask that blocks whole keys)
+    empty = lse <= torch.finfo(q.dtype).min / 2
+    if args.dead is not None:
+        out, empty = zero_where(args.dead, out), empty | args.dead.squeeze(-1)
+    alone = float("-inf") if sinks is None else sinks.float().view(-1, 1)  # its sink alone, or nothing
+    return out, torch.where(empty, alone, lse)
 
 
 def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool,
