@@ -25,7 +25,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 
 NO_ROWS = cannot("decode.empty", "no query rows")
 MASK = cannot("decode.mask", "the decode step takes masks that keep one interval of keys per query row (lengths, "
-                             "causal, window, chunks) and one ALiBi")
+                             "causal, window, chunks) and one ALiBi", any_length=True)
 TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per sequence: not a decode step")
 TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
 

@@ -25,9 +25,10 @@ Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
+import torch.utils._pytree as pytree
 
 from multihead.backends import BUILTIN, Problem, Reason
 from multihead.backends.capabilities import unsupported
@@ -35,10 +36,9 @@ from multihead.backends.graphs import building_graph
 from multihead.backends.kv_forms import Quantized
 from multihead.backends.problem import fold, heads_first, make_problem
 from multihead.errors import AttentionError, CannotRunError
+from multihead.masks import Mask
+from multihead.masks.normal_form import normal_form
 from multihead.masks.part import part_tensors
-
-if TYPE_CHECKING:
-    from multihead.masks import Mask
 
 PLAN_LIMIT = 64  # plans remembered at once; the oldest goes first
 COPIED_NUMEL = 1 << 16  # mask elements an entry copies to compare at each call; larger masks fold on every call
@@ -161,10 +161,11 @@ def _mask_key(mask) -> tuple | None:
     """The mask's value for the key: each part's kind and static fields, and its tensors' shapes, dtypes and
     devices (not their identity: a mask made anew each step with tensors of the same shapes meets its plan;
     the values are compared with the entry's copy, `_same_values`). None for inference tensors."""
-    value = mask.value_key()
-    if value is None or not mask.tensors:
+    value = mask.value_key()  # (its static part, then each tensor's identity and meta); None for inference tensors
+    tensors = mask.tensors
+    if not tensors:
         return value
-    return value[0], tuple(meta[2:] for meta in value[1])
+    return mask._static, tuple((t.shape, t.dtype, t.device) for t in tensors)
 
 
 def _reused(entry: _Entry, key, q, k, v, mask, causal, sinks, lse: bool, backend: str, counted: bool = True):
@@ -217,24 +218,28 @@ def _remembered(key, problem: Problem, backend: str, same_but_length=None, mask=
     steady = not getattr(chosen, "reads_values", True) and (backend != "auto" or all(
         _refused_at_every_length(b, problem) or not getattr(b, "reads_values", True)
         for b in _BACKENDS[:_BACKENDS.index(chosen)]))
-    entry = _Entry(chosen, plan, problem.form, problem.scale, problem.dropout, problem.softcap, problem.kv_form,
-                   _volatile(problem, plan, key[-1]), _keys_from(problem, chosen, plan, backend),
-                   _snapshot(problem.form, key[-1]), steady)
+    form, values = _kept_form(problem.form, key[-1])
+    entry = _Entry(chosen, plan, form, problem.scale, problem.dropout, problem.softcap, problem.kv_form,
+                   _volatile(problem, plan, key[-1]), _keys_from(problem, chosen, plan, backend), values, steady)
     _remember(_PLANS, key, entry)
     if same_but_length is not None:
         _remember(_KEY_LENGTHS, same_but_length, entry)
     return problem, chosen, plan
 
 
-def _snapshot(form, grad: bool):
-    """A copy of the values of the mask tensors `form` was folded from, for `_same_values`; None without tensors;
-    UNCOPIED where they are not copied (on a device, too large, or needing grad): such a fold is made anew."""
+def _kept_form(form, grad: bool):
+    """(the form an entry keeps, the values it holds). A form with mask tensors is folded again from copies of
+    them, which nobody else can write: a later call whose mask holds the same values (`_same_values`) reads it.
+    (form, None) without tensors; (form, UNCOPIED) where they are not copied (on a device, too large, needing
+    grad): such an entry folds the caller's mask on every call."""
     tensors = [t for part in form.parts for t in part_tensors(part)]
     if not tensors:
-        return None
+        return form, None
     if grad or sum(t.numel() for t in tensors) > COPIED_NUMEL or any(t.device.type != "cpu" for t in tensors):
-        return UNCOPIED
-    return tuple(t.detach().clone() for t in tensors)
+        return form, UNCOPIED
+    copied = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), Mask(form.parts))
+    kept = normal_form(copied.parts)
+    return kept, tuple(t for part in kept.parts for t in part_tensors(part))
 
 
 def _same_values(mask, values) -> bool:
@@ -262,9 +267,13 @@ def _keys_from(problem: Problem, chosen, plan, backend: str) -> int | None:
 
 
 def _refused_at_every_length(backend, problem: Problem) -> bool:
-    """Whether what `backend` declares rules the call out whatever its key length (not for being empty)."""
+    """Whether `backend` refuses the call whatever its key length: by what it declares (not for being empty), or
+    by a reason of its plan that says so (Reason.any_length)."""
     why = unsupported(backend, problem, problem.lse)
-    return why is not None and not why.code.endswith(".empty")
+    if why is not None:
+        return not why.code.endswith(".empty")
+    why = backend.plan(problem, True)
+    return isinstance(why, Reason) and why.any_length
 
 
 def _volatile(problem: Problem, plan, grad: bool) -> bool:

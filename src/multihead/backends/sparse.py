@@ -36,7 +36,7 @@ GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb �
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_ROWS = 4  # query rows per sequence up to which a call is a decode step (the C++ kernel's case)
 
-NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part")
+NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part", any_length=True)
 SCORED = cannot("sparse.scored", "a score function (Mask.score_mod) needs the whole grid's positions")
 LISTS_NOT_SMALLER = declines("sparse.lists-not-smaller", lambda p: f"each query lists K={_listed(p)} slots for "
                                                                    f"Lk={p.dims[3]} keys: the dense grid is no larger")
@@ -78,6 +78,11 @@ class SparseBackend:
                   and lists.shape[1] == 1 and p.form.slopes is None and not needs_grad(p)
                   and not recorded_graph() and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
         return SparsePlan(block, kernel)
+
+    def keys_from(self, p: Problem, plan: SparsePlan, auto: bool) -> int:
+        """The fewest keys from which `plan` serves this call: its block and kernel read no key length; "auto"
+        leaves lists as long as the keys to the dense backends."""
+        return _listed(p) + 1 if auto else 0
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
         K = _listed(p)

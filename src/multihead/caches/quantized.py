@@ -46,10 +46,11 @@ def quantize(x: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torc
     wide = x.float()
     scales = wide.abs().amax(dim=-1) / LARGEST[kv_dtype]  # (...), NaN where the vector holds NaN
     safe = torch.where(scales > 0, scales, 1.0)[..., None]  # zero vectors: codes 0
+    codes = torch.div(wide, safe)  # one new tensor, rounded and clamped in place (a prompt's cost, halved)
     if kv_dtype is torch.int8:
-        codes = (wide / safe).round().clamp(-127, 127).to(torch.int8)
+        codes = codes.round_().clamp_(-127, 127).to(torch.int8)
     else:
-        codes = (wide / safe).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+        codes = codes.clamp_(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
     return codes, scales
 
 
