@@ -79,6 +79,19 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None, sink:
     return (weights, lse) if with_lse else weights
 
 
+def scored(products: torch.Tensor, scale: float, softcap: float | None = None, bias=None) -> torch.Tensor:
+    """The score pipeline, written once: q·k products (any float dtype, any shape) -> scores in at least float32,
+    times `scale`, capped (softcap * tanh(s / softcap)), then biased (a tensor added, or a function of the
+    scores: a mask with a score function). The masked softmax (`masked_softmax`) takes it from there; math, the
+    plain-torch decode step, sparse, the quantized blockwise path and the ring tiles all read it."""
+    scores = products.to(torch.promote_types(products.dtype, torch.float32)) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if bias is not None:
+        scores = bias(scores) if callable(bias) else scores + bias
+    return scores
+
+
 def reference_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None, with_lse: bool = False):
     """The reference attention weights (B, H, Lq, Lk) in at least float32, blocked entries exactly 0.
 
@@ -87,12 +100,7 @@ def reference_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=No
     lse (B, H, Lq)), the log-sum-exp over the kept scores and the sink.
     """
     k = repeat_kv(k, q.shape[1])
-    scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # at least float32
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)
-    if bias is not None:
-        scores = bias(scores) if callable(bias) else scores + bias
+    scores = scored(q @ k.transpose(-2, -1), scale, softcap, bias)  # (B, H, Lq, Lk)
     sink = None if sinks is None else sinks.to(scores.dtype).view(1, -1, 1, 1)
     return masked_softmax(scores, keep, sink, with_lse)
 

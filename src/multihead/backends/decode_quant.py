@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax, zero_where
+from multihead.backends.common import masked_softmax, scored, zero_where
+from multihead.backends.merge import merge_states
 from multihead.backends.cpu.build import kernel
 from multihead.backends.kv_forms import Quantized
 
@@ -80,36 +81,29 @@ def blockwise(q, keys: Quantized, values: Quantized, lo, hi, qpos, scale: float,
     Hkv, Lk, Dv = keys.codes.shape[1], keys.codes.shape[2], values.codes.shape[-1]
     G = H // Hkv
     rows = q.float().reshape(B, Hkv, G * Lq, D)  # (B, Hkv, R, D): row r = (query head g, query i)
-    out = q.new_zeros(B, Hkv, G, Lq, Dv, dtype=torch.float32)
-    lse = q.new_full((B, Hkv, G, Lq, 1), float("-inf"), dtype=torch.float32)
+    out = q.new_zeros(B, H, Lq, Dv, dtype=torch.float32)
+    lse = q.new_full((B, H, Lq), float("-inf"), dtype=torch.float32)
     for j0 in range(0, Lk, block):
         j1 = min(j0 + block, Lk)
         k = keys.slots(j0, j1).numbers()  # (B, Hkv, n, D) fp32
         v = values.slots(j0, j1).numbers()  # (B, Hkv, n, Dv)
-        scores = (rows @ k.transpose(-1, -2) * scale).view(B, Hkv, G, Lq, j1 - j0)
-        if softcap is not None:
-            scores = softcap * torch.tanh(scores / softcap)
         j = torch.arange(j0, j1, device=q.device)
-        if slopes is not None:
-            scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+        bias = None if slopes is None else slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
         keep = ((j >= lo[..., None]) & (j < hi[..., None]))[:, None, None]  # (B, 1, 1, Lq, n)
         if dense is not None:
             part_keep, part_bias = (None if t is None else _heads(t[..., j0:j1], Hkv) for t in dense)
             keep = keep if part_keep is None else keep & part_keep
             if part_bias is not None:  # a bias of -inf blocks its key (a row of them gives 0, not NaN)
-                keep, scores = keep & (part_bias > float("-inf")), scores + part_bias
+                keep, bias = keep & (part_bias > float("-inf")), part_bias if bias is None else bias + part_bias
+        scores = scored((rows @ k.transpose(-1, -2)).view(B, Hkv, G, Lq, j1 - j0), scale, softcap, bias)
         weights, part = masked_softmax(scores, keep, with_lse=True)
         v = zero_where(~keep.any(2).any(2)[..., None], v)  # keys no row keeps (padding): NaN there stays out
-        part = part[..., None]  # (B, Hkv, G, Lq, 1)
-        merged = torch.logaddexp(lse, part)
-        out = _weigh(out, lse, merged) + _weigh(weights @ v[:, :, None], part, merged)
-        lse = merged
-    if sinks is not None:  # a sink joins each row's denominator and carries no value
-        merged = torch.logaddexp(lse, sinks.float().view(1, Hkv, G, 1, 1))
-        out = _weigh(out, lse, merged)
-        lse = merged
-    out = out.view(B, H, Lq, Dv).to(q.dtype)
-    return (out, lse.view(B, H, Lq)) if with_lse else out
+        block_out = (weights @ v[:, :, None]).view(B, H, Lq, Dv)
+        out, lse = merge_states([(out, lse), (block_out, part.view(B, H, Lq))])
+    if sinks is not None:  # a sink joins each row's denominator and carries no value: a state of zeros
+        out, lse = merge_states([(out, lse), (torch.zeros_like(out), sinks.float().view(1, H, 1).expand_as(lse))])
+    out = out.to(q.dtype)
+    return (out, lse) if with_lse else out
 
 
 def _heads(t: torch.Tensor, Hkv: int) -> torch.Tensor:
@@ -117,8 +111,3 @@ def _heads(t: torch.Tensor, Hkv: int) -> torch.Tensor:
     if t.shape[1] == 1:
         return t[:, :, None]
     return t.unflatten(1, (Hkv, t.shape[1] // Hkv))
-
-
-def _weigh(out: torch.Tensor, lse: torch.Tensor, merged: torch.Tensor) -> torch.Tensor:
-    """out times exp(lse - merged), 0 where lse is -inf (no key so far: never NaN from -inf - -inf)."""
-    return torch.where(lse == float("-inf"), 0.0, out * torch.exp(lse - merged))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax
+from multihead.backends.common import masked_softmax, scored
 from multihead.backends.cpu.build import kernel, loaded, unavailable
 from multihead.backends.cpu.choice import KERNEL, faster_form
 
@@ -99,12 +99,9 @@ def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=
     if compiling or not bool(seen.all()):
         k, v = torch.where(seen, k, 0), torch.where(seen, v, 0)
     rows = q.reshape(B, Hkv, G * Lq, D)  # (B, Hkv, R, D): row r = (query head g, query i)
-    scores = (k @ rows.transpose(-1, -2)).transpose(-1, -2).contiguous().float() * scale  # (B, Hkv, R, N)
-    scores = scores.view(B, Hkv, G, Lq, N)
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)
-    if slopes is not None:
-        scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+    bias = None if slopes is None else slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+    products = (k @ rows.transpose(-1, -2)).transpose(-1, -2).contiguous()  # (B, Hkv, R, N)
+    scores = scored(products.view(B, Hkv, G, Lq, N), scale, softcap, bias)
     kept = keep[:, None, None]  # (B, 1, 1, Lq, N)
     sink = None if sinks is None else sinks.float().view(1, Hkv, G, 1, 1)
     weights = masked_softmax(scores, kept, sink, with_lse)  # rows with no key: exactly 0 (not NaN)

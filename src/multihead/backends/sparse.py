@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.capabilities import Capabilities, needs_grad
-from multihead.backends.common import masked_softmax, zero_where
+from multihead.backends.common import masked_softmax, scored, zero_where
 from multihead.backends.graphs import recorded_graph
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_step import decode_step, describe_step, kernel_build
@@ -259,11 +259,8 @@ def _torch_block(p: Problem, start: int, stop: int, pos, keep, bias) -> torch.Te
     keep5 = _grouped(keep, N)
     vs = zero_where(~keep5.any(2)[..., None], vs)  # slots no head keeps: NaN stored there stays out
     q = p.q[:, :, start:stop].reshape(B, N, H // N, stop - start, D)  # (B, N, G, Lb, D)
-    scores = torch.einsum("bngld,bnlkd->bnglk", q, ks).to(p.softmax_dtype) * p.scale
-    if p.softcap is not None:
-        scores = p.softcap * torch.tanh(scores / p.softcap)
-    if bias is not None:
-        scores = scores + _grouped(bias.expand(bias.shape[0], bias.shape[1], *keep.shape[2:]), N)
+    bias = None if bias is None else _grouped(bias.expand(bias.shape[0], bias.shape[1], *keep.shape[2:]), N)
+    scores = scored(torch.einsum("bngld,bnlkd->bnglk", q, ks), p.scale, p.softcap, bias)
     sink = None if p.sinks is None else p.sinks.to(scores.dtype).view(1, N, H // N, 1, 1)
     weights = masked_softmax(scores, keep5, sink)  # (B, N, G, Lb, K); a row with no slot is all 0
     if p.dropout:
