@@ -7,19 +7,24 @@
 
 `plan_call` is the hot path: a call is checked, folded into its normal form and planned once per value,
 then remembered. The plan cache is keyed by
-- the mask's value (`Mask.value_key`): each part's kind and static fields (a user's function by
-  identity), each tensor by identity, version and shape. The entry holds the mask's parts, so a tensor
-  it names by id stays alive while the entry lives: no other tensor can take that id;
-- the call: q, k and v's type, shapes, dtypes and devices, causal, scale, softcap, dropout (plain floats and
-  bools; other kinds are checked on every call), the sinks' shape, dtype and device, the backend asked for,
-  and whether autograd needs a gradient.
+- the mask's structure: each part's kind and static fields (a user's function by identity), and each tensor's
+  shape, dtype and device. Its values are the entry's business: an entry keeps its fold made from copies of
+  the mask's tensors (COPIED_NUMEL elements at most, on the CPU) and a call compares its mask's values with
+  them (whatever wrote them: in place, through .data, through .numpy()). Equal, the kept fold and plan run;
+  different, the mask is checked and folded again, and the plan is kept only where the chosen backend, and
+  each tried before it, reads no values in planning (`reads_values = False`: decode, quantized, sparse), else
+  the backend is chosen again. Masks too large to copy, on a device, or needing grad are folded on every call;
+- the call: q, k and v's type (tensors or a kv form), shapes, dtypes and devices, causal, scale, softcap,
+  dropout (plain floats and bools; other kinds are checked on every call), the sinks' shape, dtype and
+  device, the backend asked for, return_lse, and whether autograd needs a gradient.
+Before a backend's plan, dispatch checks what it declares it takes (capabilities.py), once.
 Under torch.compile and tracing nothing is remembered or read (no guards on it). A plan whose form
 carries autograd history (mask tensors that need grad), calls a user's function (which may read
 tensors the mask cannot see) or holds more than HELD_BYTES is rebuilt on every call by its backend;
 only the choice and the checks are remembered. A call met before at another key length Lk (a KV cache's
 next step) is not checked or folded again: where the backend's plan serves every key length from some on
-(`keys_from`: the decode step's) and no backend tried before it could answer otherwise, that plan runs;
-else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing.
+(`keys_from`: decode, quantized, sparse) and every backend tried before it refuses at every length, that
+plan runs; else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing.
 Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
 """
 from __future__ import annotations
@@ -150,6 +155,9 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
             key = entry = None
         if entry is not None:
             _INFO[0] += 1
+            if entry.values is None and not entry.volatile:  # the common hit: no mask tensors, a plan kept whole
+                return (Problem(q, k, v, entry.form, entry.scale, entry.dropout, entry.softcap, sinks, entry.kv_form,
+                                lse), entry.backend, entry.plan)
             return _reused(entry, key, q, k, v, mask, causal, sinks, lse, backend)
         if key is not None:
             return _plan_new_call(key, q, k, v, mask, causal, scale, softcap, sinks, dropout, backend, lse)

@@ -13,8 +13,9 @@ __all__ = ["building_graph", "recorded_graph"]
 
 
 def building_graph() -> bool:
-    """Whether a graph is being built around this call (torch.compile, export, ONNX, torch.jit.trace)."""
-    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+    """Whether a graph is being built around this call (torch.compile, export, ONNX, torch.jit.trace). (The
+    tracer's own flag, read only outside torch.compile: dynamo cannot trace the call that reads it.)"""
+    return torch.compiler.is_compiling() or torch._C._is_tracing()
 
 
 def recorded_graph() -> bool:
