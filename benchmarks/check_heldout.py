@@ -5,7 +5,10 @@ recorded --init / --config / --call hints), once with --lang en and once with --
 read from what the command prints and its exit code. The zoo is held out: nobody tunes the checker on it,
 and these figures are reported, never asserted.
 
-    python benchmarks/check_heldout.py [--lang en zh] [--cases NAME ...] [--markdown FILE] [--json FILE]
+    python benchmarks/check_heldout.py [--zoo FOLDER] [--lang en zh] [--cases NAME ...] [--markdown FILE] [--json FILE]
+
+--zoo picks another held-out zoo laid out the same way (cases/ and manifest.toml), e.g.
+benchmarks/check_heldout_2026; the default is benchmarks/check_heldout.
 
 prints a table per case, the totals, then one JSON line.
 """
@@ -32,9 +35,9 @@ from zoo_files import write_cases  # noqa: E402  (the learner files, mutants reb
 ID = re.compile(r"[(（]([a-z0-9]+(?:-[a-z0-9]+)+)[)）]")
 
 
-def load_cases(names: list[str] | None = None) -> list[dict]:
+def load_cases(names: list[str] | None = None, zoo: Path = ZOO) -> list[dict]:
     """The manifest's cases (all, or those named), in manifest order."""
-    cases = tomllib.loads((ZOO / "manifest.toml").read_text(encoding="utf-8"))["case"]
+    cases = tomllib.loads((zoo / "manifest.toml").read_text(encoding="utf-8"))["case"]
     if names:
         unknown = set(names) - {case["name"] for case in cases}
         if unknown:
@@ -105,9 +108,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float, folder: Path) -> dict:
+def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: float, folder: Path,
+               reports: Path | None = None) -> dict:
     """One check in its own process: the verdict, its exit code, its wall and CPU seconds (children run one
-    at a time, so the children's CPU clock's step is this process's)."""
+    at a time, so the children's CPU clock's step is this process's); the report is kept under `reports`
+    (as CASE.LANG.txt) when given."""
     start, cpu_start = time.perf_counter(), _children_cpu()
     try:
         done = _cli(*command(case, lang, with_claim, folder), timeout=timeout)
@@ -115,6 +120,9 @@ def check_case(case: dict, lang: str, ids: set[str], with_claim: bool, timeout: 
     except subprocess.TimeoutExpired:
         returncode, output = None, ""
     seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu_start
+    if reports is not None:
+        reports.mkdir(parents=True, exist_ok=True)
+        (reports / f"{case['name']}.{lang}.txt").write_text(output, encoding="utf-8")
     got = verdict(returncode, output, ids)
     return {"got": got, "exit": returncode, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
             "ok": right(case["expected"], got)}
@@ -146,15 +154,16 @@ def totals(cases: list[dict], rows: list[dict], lang: str) -> dict:
     }
 
 
-def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = True) -> dict:
+def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = True, zoo: Path = ZOO,
+        reports: Path | None = None) -> dict:
     """Check every case in every language; the rows, the totals per language and how it was run."""
     ids, with_claim = known_bug_ids(), claims_supported()
     started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
     rows = []
     files = tempfile.TemporaryDirectory(prefix="heldout-")
-    folder = write_cases(cases, Path(files.name) / "cases")
+    folder = write_cases(cases, Path(files.name) / "cases", zoo / "cases")
     for case in cases:
-        row = {lang: check_case(case, lang, ids, with_claim, timeout, folder) for lang in langs}
+        row = {lang: check_case(case, lang, ids, with_claim, timeout, folder, reports) for lang in langs}
         rows.append(row)
         if progress:
             marks = "  ".join(f"{lang} {row[lang]['got']:<30s} {row[lang]['seconds']:5.1f}s" for lang in langs)
@@ -163,7 +172,7 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
     files.cleanup()
     agree = sum(len({row[lang]["got"] for lang in langs}) == 1 for row in rows)
     return {
-        "cases": cases, "rows": rows, "langs": langs,
+        "zoo": zoo.name, "cases": cases, "rows": rows, "langs": langs,
         "totals": {lang: totals(cases, rows, lang) for lang in langs},
         "conditions": {
             "started": started.strftime("%Y-%m-%d %H:%M UTC"),
@@ -181,14 +190,15 @@ def as_json(result: dict) -> dict:
     """What --json writes: the totals, the conditions and one row per case (the table is made from it)."""
     rows = [{"case": case["name"], "expected": case["expected"], **{lang: row[lang] for lang in result["langs"]}}
             for case, row in zip(result["cases"], result["rows"])]
-    return {"suite": "check_heldout", "totals": result["totals"], "conditions": result["conditions"], "rows": rows}
+    return {"suite": result.get("zoo", ZOO.name), "totals": result["totals"], "conditions": result["conditions"], "rows": rows}
 
 
-def markdown(data: dict) -> str:
+def markdown(data: dict, zoo: Path | None = None) -> str:
     """The totals per language, how it was run, and one row per case, from what --json writes (`as_json`);
-    each case's idiom and language come from the manifest."""
+    each case's idiom and language come from the manifest of the zoo the JSON names (its "suite")."""
     langs = list(data["totals"])
-    manifest = {case["name"]: case for case in load_cases()}
+    zoo = zoo or ZOO.parent / data.get("suite", ZOO.name)
+    manifest = {case["name"]: case for case in load_cases(zoo=zoo)}
     keys = list(data["totals"][langs[0]])
     lines = ["| measure | " + " | ".join(lang.upper() for lang in langs) + " |", "|---" * (len(langs) + 1) + "|"]
     lines += [f"| {key} | " + " | ".join(str(data["totals"][lang][key]) for lang in langs) + " |" for key in keys]
@@ -210,15 +220,18 @@ def markdown(data: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zoo", type=Path, default=ZOO, help="the held-out zoo's folder (default: %(default)s)")
     parser.add_argument("--lang", nargs="+", default=["en", "zh"], choices=["en", "zh"])
     parser.add_argument("--cases", nargs="+", metavar="NAME", help="only these cases (manifest names)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before one check counts as TIMEOUT")
     parser.add_argument("--markdown", metavar="FILE", help="write the tables as markdown to FILE")
     parser.add_argument("--json", metavar="FILE", help="write the JSON line to FILE")
+    parser.add_argument("--reports", type=Path, metavar="DIR", help="keep every check's report as DIR/CASE.LANG.txt")
     args = parser.parse_args(argv)
-    result = run(load_cases(args.cases), args.lang, args.timeout)
+    zoo = args.zoo.resolve()
+    result = run(load_cases(args.cases, zoo), args.lang, args.timeout, zoo=zoo, reports=args.reports)
     data = as_json(result)
-    table, line = markdown(data), json.dumps(data, ensure_ascii=False)
+    table, line = markdown(data, zoo), json.dumps(data, ensure_ascii=False)
     print(table)
     print(line)
     if args.markdown:

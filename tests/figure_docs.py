@@ -76,6 +76,7 @@ RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", 
 HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
                   "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
                   "check_heldout-after.md": ("check_heldout-after.json", "check_heldout.py"),
+                  "check_heldout_2026-blind.md": ("check_heldout_2026-blind.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py"),
                   "sinks-memory-results.md": ("sinks-memory.json", "sinks_memory.py"),
                   "sparse-decode-results.md": ("sparse-decode.json", "sparse_decode.py")}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 import os
 
 import pytest
@@ -131,18 +132,23 @@ def test_targets_and_cells_render():
 def one_suite(monkeypatch, tmp_path, *argv):
     """cli.main on the tiny `small` suite alone with `argv`; (exit code, captured stdout and stderr)."""
     monkeypatch.setattr(small.Sizes, "quick", classmethod(lambda cls: TINY[small]))
-    monkeypatch.setattr(cli, "DEFAULT_JSON", tmp_path / "default.json")
+    monkeypatch.chdir(tmp_path)   # so that a file written unasked would show
     parser = __import__("argparse").ArgumentParser()
     cli.configure(parser)
     return cli.main(parser.parse_args(["--suite", "small", "--quick", "--rounds", "1", "--no-progress", *argv]))
 
 
 def test_the_json_line_goes_to_stdout_only_with_json(monkeypatch, tmp_path, capsys):
+    import tempfile
+    before = set(Path(tempfile.gettempdir()).glob("multihead-bench*"))
     assert one_suite(monkeypatch, tmp_path) == 0
     out, err = capsys.readouterr()
-    assert "{" not in out and str(tmp_path / "default.json") in err and "--json" in err
+    assert "{" not in out and "--json PATH" in err
     assert "multihead bench: took" in err and "(--quick)" in err, "the run says how long it really took"
-    assert "small" in json.loads((tmp_path / "default.json").read_text())["suites"]
+    assert not list(tmp_path.iterdir()), "nothing is written unasked"
+    assert set(Path(tempfile.gettempdir()).glob("multihead-bench*")) == before
+    assert one_suite(monkeypatch, tmp_path, "--json", str(tmp_path / "every.json")) == 0
+    assert "small" in json.loads((tmp_path / "every.json").read_text())["suites"]
     assert one_suite(monkeypatch, tmp_path, "--json") == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert "small" in json.loads(line)["suites"]

@@ -37,8 +37,15 @@ def doc():
 
 def test_the_doc_has_the_blocks_it_promises():
     blocks = code_blocks(DOC.read_text())
-    assert len(blocks) == 7
+    assert len(blocks) == 8
     assert any("class ToyDecoder" in b for b in blocks) and any("def generate(" in b for b in blocks)
+
+
+def test_the_paged_block_prints_shared_pages_and_the_row_it_frees(doc):
+    namespace, printed = doc
+    assert "[3, 2, 0, 0] 8192\n2\n" in printed  # 2 pages of 16 tokens x 2 heads x (16 + 16) fp32 numbers
+    pages = namespace["pages"]
+    assert pages.lengths.tolist() == [21, 21, 0] and pages.pages_in_use() == 3
 
 
 def test_cached_greedy_decoding_of_the_ragged_batch_equals_recomputing(doc):

@@ -127,10 +127,14 @@ def test_refused_calls_leave_the_cache_unchanged():
 
 
 def test_kv_dtypes_the_cache_lacks_are_refused_clearly():
+    """A float kv_dtype is the cache's dtype (as dtype= is); other dtypes are refused, naming dtype=."""
     m = mh.MultiHeadAttention(E, H)
-    for kv_dtype in (torch.float16, torch.uint8, torch.float8_e5m2, "int8"):
-        with pytest.raises(mh.AttentionError, match="torch.int8 or torch.float8_e4m3fn"):
+    assert m.new_cache(1, 4, kv_dtype=torch.float16).keys.dtype == torch.float16
+    for kv_dtype in (torch.uint8, torch.float8_e5m2, "int8"):
+        with pytest.raises(mh.AttentionError, match=r"torch.int8 or torch.float8_e4m3fn.*dtype="):
             m.new_cache(1, 4, kv_dtype=kv_dtype)
+    with pytest.raises(mh.AttentionError, match="disagree"):
+        m.new_cache(1, 4, kv_dtype=torch.float16, dtype=torch.bfloat16)
     with pytest.raises(mh.AttentionError, match="combines the heads' attention"):
         mh.DifferentialAttention(E, H, lambda_init=0.5).new_cache(1, 4, kv_dtype=torch.int8)
     with pytest.raises(mh.AttentionError, match="float dtype"):

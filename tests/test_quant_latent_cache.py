@@ -58,7 +58,8 @@ def test_refused_calls_leave_the_latent_cache_unchanged():
         mla(torch.randn(1, 3, 32), cache=cache)
     assert all(torch.equal(cache.state_dict()[name], t) for name, t in before.items())
     with pytest.raises(mh.AttentionError, match="torch.int8 or torch.float8_e4m3fn"):
-        mla.new_cache(1, 4, kv_dtype=torch.float16)
+        mla.new_cache(1, 4, kv_dtype=torch.uint8)
+    assert mla.new_cache(1, 4, kv_dtype=torch.float16).keys.dtype == torch.float16  # a float kv_dtype: as dtype=
     grown = cache.resized(torch.tensor([0, 0]), max_len=9)  # beams: codes, scales and lengths move together
     assert isinstance(grown, QuantizedLatentCache) and grown.max_len == 9 and grown.lengths.tolist() == [2, 2]
     assert torch.equal(grown.keys[1, :, :2], cache.keys[0, :, :2]) and torch.equal(grown.scales[1, :, :2], cache.scales[0, :, :2])

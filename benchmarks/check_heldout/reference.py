@@ -25,11 +25,13 @@ class Rotary:
 
 @dataclass
 class QKNorm:
-    """An RMSNorm over each head's D features of q and of k (weights (D,) or None), before or after RoPE."""
+    """An RMSNorm over each head's D features of q and of k (weights (D,) or None), before or after RoPE;
+    `whole_width`: over the whole projected width (H*D, weights (H*D,)) before the head split instead."""
     q_weight: torch.Tensor | None = None
     k_weight: torch.Tensor | None = None
     eps: float = 1e-6
     after_rope: bool = False
+    whole_width: bool = False
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Spec:
     head_dim: int | None = None
     causal: bool = False
     window: int | None = None          # each query sees its last `window` keys, itself included
+    local: int | None = None           # each query sees the keys at most `local` positions away, both sides
     rotary: Rotary | None = None
     qk_norm: QKNorm | None = None
     softcap: float | None = None
@@ -49,6 +52,10 @@ class Spec:
 
 
 def linear(x: torch.Tensor, projection: Projection) -> torch.Tensor:
+    """x through (weight (out, in), bias or None), or through a function of x (a low-rank path with a norm
+    inside, written out by the case's reader)."""
+    if callable(projection):
+        return projection(x)
     weight, bias = projection
     return F.linear(x, weight, bias)
 
@@ -86,6 +93,8 @@ def allowed(keep: torch.Tensor | None, spec: Spec, lq: int, lk: int) -> torch.Te
         ok &= cols <= rows
     if spec.window is not None:
         ok &= cols > rows - spec.window
+    if spec.local is not None:
+        ok &= (cols - rows).abs() <= spec.local
     ok = ok[None, None]
     if keep is None:
         return ok
@@ -112,17 +121,21 @@ def attend(q, k, v, ok, spec: Spec) -> torch.Tensor:
 
 def mha(xq: torch.Tensor, xkv: torch.Tensor, w: dict, spec: Spec, keep: torch.Tensor | None = None,
         xv: torch.Tensor | None = None) -> torch.Tensor:
-    """Multi-head attention of xq (B, Lq, E) over keys from xkv (B, Lk, E) and values from xv (default xkv),
-    projections w['q'], w['k'], w['v'], w['o'] (w['o'] None: no output projection); keep (B|1, 1, Lq, Lk)
-    True = may attend. With RoPE the queries are the last Lq positions."""
+    """Multi-head attention of xq (B, Lq, E) over keys from xkv (B, Lk, Ekv) and values from xv (default xkv),
+    projections w['q'], w['k'], w['v'], w['o'] (w['o'] None: no output projection), and w['gate'] where the
+    heads' output is gated by sigmoid(xq W_gate^T) before w['o']; keep (B|1, 1, Lq, Lk) True = may attend.
+    With RoPE the queries are the last Lq positions."""
     xv = xkv if xv is None else xv
     batch, lq, lk = xq.shape[0], xq.shape[1], xkv.shape[1]
     heads, kv_heads = spec.heads, spec.kv_heads or spec.heads
-    q = linear(xq, w["q"]).view(batch, lq, heads, -1).transpose(1, 2)      # (B, H, Lq, D)
-    k = linear(xkv, w["k"]).view(batch, lk, kv_heads, -1).transpose(1, 2)  # (B, Hkv, Lk, D)
-    v = linear(xv, w["v"]).view(batch, lk, kv_heads, -1).transpose(1, 2)  # (B, Hkv, Lk, Dv)
     norm = spec.qk_norm
-    if norm is not None and not norm.after_rope:
+    q, k = linear(xq, w["q"]), linear(xkv, w["k"])  # (B, Lq, H*D), (B, Lk, Hkv*D)
+    if norm is not None and norm.whole_width:
+        q, k = rms_norm(q, norm.q_weight, norm.eps), rms_norm(k, norm.k_weight, norm.eps)
+    q = q.view(batch, lq, heads, -1).transpose(1, 2)      # (B, H, Lq, D)
+    k = k.view(batch, lk, kv_heads, -1).transpose(1, 2)  # (B, Hkv, Lk, D)
+    v = linear(xv, w["v"]).view(batch, lk, kv_heads, -1).transpose(1, 2)  # (B, Hkv, Lk, Dv)
+    if norm is not None and not norm.after_rope and not norm.whole_width:
         q, k = rms_norm(q, norm.q_weight, norm.eps), rms_norm(k, norm.k_weight, norm.eps)
     if spec.rotary is not None:
         q = rotate(q, torch.arange(lk - lq, lk), spec.rotary)
@@ -131,6 +144,8 @@ def mha(xq: torch.Tensor, xkv: torch.Tensor, w: dict, spec: Spec, keep: torch.Te
         q, k = rms_norm(q, norm.q_weight, norm.eps), rms_norm(k, norm.k_weight, norm.eps)
     out = attend(q, k, v, allowed(keep, spec, lq, lk), spec)  # (B, H, Lq, Dv)
     out = out.transpose(1, 2).reshape(batch, lq, -1)          # (B, Lq, H*Dv)
+    if w.get("gate") is not None:
+        out = out * torch.sigmoid(linear(xq, w["gate"]))
     return out if w.get("o") is None else linear(out, w["o"])
 
 

@@ -6,6 +6,9 @@ file with its recorded fix applied equals it. This is what makes the expected ve
 
 Each case is built from the hints a learner would pass (--init / --config), in float64, eval mode, with
 every parameter redrawn (so that zero biases or unit norm weights cannot hide a mistake).
+
+Another held-out zoo laid out the same way reuses this verification: `compare`, `verify` and `main` take the
+zoo's manifest, its folder of stored cases, its readers (adapters) and its call styles.
 """
 from __future__ import annotations
 
@@ -24,15 +27,15 @@ sys.path.insert(0, str(HERE))
 
 from adapters import ADAPTERS, Plan  # noqa: E402
 from reference import attend, mha, mla  # noqa: E402
-from zoo_files import fixed_source, write_cases  # noqa: E402
+from zoo_files import CASES, fixed_source, write_cases  # noqa: E402
 
 MANIFEST = HERE / "manifest.toml"
 B, L, LK = 2, 7, 5  # batch, length, and the key length of cross-attention calls
 
 
-def load_manifest() -> list[dict]:
+def load_manifest(manifest: Path = MANIFEST) -> list[dict]:
     """The cases, in manifest order."""
-    return tomllib.loads(MANIFEST.read_text(encoding="utf-8"))["case"]
+    return tomllib.loads(manifest.read_text(encoding="utf-8"))["case"]
 
 
 def load_target(path: Path, name: str):
@@ -175,8 +178,9 @@ def cached_calls(target, plan: Plan, x: torch.Tensor) -> list:
     return [("prompt 4 + single cached steps", torch.cat(rows, dim=1), full)]
 
 
-def compare(case: dict, path: Path) -> tuple[float, str]:
-    """Largest |case - reference| over every call (inf if it raised), and what was compared."""
+def compare(case: dict, path: Path, adapters: dict = ADAPTERS, calls=run_calls) -> tuple[float, str]:
+    """Largest |case - reference| over every call (inf if it raised), and what was compared; `adapters` read
+    the case's weights, `calls(target, plan, gen)` makes the calls of its call style."""
     gen = torch.Generator().manual_seed(0)
     worst, notes = 0.0, []
     try:
@@ -185,8 +189,10 @@ def compare(case: dict, path: Path) -> tuple[float, str]:
             materialise(target)
             target = target.double().eval()
             redraw(target, seed=1)
-        plan = ADAPTERS[case["adapter"]](target)
-        for what, got, want in run_calls(target, plan, gen):
+        plan = adapters[case["adapter"]](target)
+        with torch.no_grad():  # outputs only (FlexAttention on CPU has no backward)
+            results = calls(target, plan, gen)
+        for what, got, want in results:
             error = (got - want).abs().max().item() if got.shape == want.shape else float("inf")
             error = float("inf") if error != error else error  # NaN
             worst = max(worst, error)
@@ -196,34 +202,37 @@ def compare(case: dict, path: Path) -> tuple[float, str]:
     return worst, "; ".join(notes)
 
 
-def patched(case: dict, folder: Path) -> Path:
+def patched(case: dict, folder: Path, stored: Path = CASES) -> Path:
     """The case's file with its recorded fix applied (each old text must occur exactly once)."""
     path = folder / "fixed" / case["file"]
     path.parent.mkdir(exist_ok=True)
-    path.write_text(fixed_source(case), encoding="utf-8")
+    path.write_text(fixed_source(case, stored), encoding="utf-8")
     return path
 
 
-def verify(case: dict, folder: Path) -> tuple[bool, str]:
+def verify(case: dict, folder: Path, stored: Path = CASES, adapters: dict = ADAPTERS,
+           calls=run_calls) -> tuple[bool, str]:
     """Whether the case is what the manifest says, and the measured errors."""
     tolerance = case.get("tol", 1e-9)
-    error, notes = compare(case, write_cases([case], folder / "as-written") / case["file"])
+    written = write_cases([case], folder / "as-written", stored) / case["file"]
+    error, notes = compare(case, written, adapters, calls)
     if case["expected"] == "PASS":
         return error <= tolerance, f"max error {error:.1e} (tolerance {tolerance:.0e}); {notes}"
     if not case.get("fix"):
         return False, "a buggy case needs a recorded fix"
-    fixed_error, fixed_notes = compare(case, patched(case, folder))
+    fixed_error, fixed_notes = compare(case, patched(case, folder, stored), adapters, calls)
     ok = error > 1e-6 and fixed_error <= tolerance
     return ok, f"as written {error:.1e} ({notes}); fixed {fixed_error:.1e} ({fixed_notes})"
 
 
-def main(names: list[str]) -> int:
+def main(names: list[str], manifest: Path = MANIFEST, stored: Path = CASES, adapters: dict = ADAPTERS,
+         calls=run_calls) -> int:
     torch.set_num_threads(1)
-    cases = [c for c in load_manifest() if not names or c["name"] in names]
+    cases = [c for c in load_manifest(manifest) if not names or c["name"] in names]
     failures = 0
     with tempfile.TemporaryDirectory() as folder:
         for case in cases:
-            ok, notes = verify(case, Path(folder))
+            ok, notes = verify(case, Path(folder), stored, adapters, calls)
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {case['name']:24s} {case['expected']:32s} {notes}")
     print(f"{len(cases) - failures} of {len(cases)} cases verified")

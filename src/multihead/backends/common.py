@@ -144,10 +144,7 @@ def keep_nan_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         built, dtype = kernel(), q.dtype
         if (built is not None and (dtype is torch.float32 or dtype is torch.bfloat16) and out.dtype is dtype
                 and q.stride(3) == 1 and out.is_contiguous()):
-            B, H, L, D = q.shape
-            sb, sh, sl, _ = q.stride()
-            built.module.keep_nan_rows(q.data_ptr(), out.data_ptr(), B, H, L, D, out.shape[3], sb, sh, sl,
-                                       dtype is torch.bfloat16)
+            built.keep_nan_rows(out, q)
             return out
         if math.isfinite(q.sum()):
             return out

@@ -10,8 +10,8 @@ Keys at or past max(hi) of a sequence are never read. Rows that keep no key give
 query or in a kept key or value propagates. The softmax runs in float32.
 
 The decode backend (decode.py) turns a mask's normal form into (lo, hi, qpos, slopes).
-The C++ kernel is a registered custom op (`multihead::decode_step`, with a fake implementation), so it
-also runs under torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes
+The C++ kernel is a registered custom op (`multihead::decode_step`, cpu/ops.py), so it also runs under
+torch.compile once an eager call has loaded it. Without it, `plain_decode_step` computes
 the same with torch ops; so it does where that form measured faster for the build's ISA and the dtype
 (cpu/choice.py). `describe_step` says which form runs and why.
 """
@@ -20,22 +20,9 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.common import masked_softmax, scored
+from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel, loaded, unavailable
 from multihead.backends.cpu.choice import KERNEL, faster_form
-
-
-@torch.library.custom_op("multihead::decode_step", mutates_args=())
-def _decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
-               qpos: torch.Tensor, slopes: torch.Tensor, sinks: torch.Tensor, scale: float,
-               softcap: float) -> torch.Tensor:
-    """The C++ kernel; q float32 or bfloat16 (a bf16 q meets bf16 keys in bf16 dot products, exactly);
-    slopes and sinks empty when absent, softcap 0 when absent. Out: in q's dtype."""
-    return kernel().decode_step(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap)
-
-
-@_decode_op.register_fake
-def _(q, k, v, lo, hi, qpos, slopes, sinks, scale, softcap):
-    return q.new_empty(*q.shape[:3], v.shape[-1])
 
 
 def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
@@ -52,10 +39,9 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Ten
         return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
     empty = q.new_empty(0, dtype=torch.float32)
     kept = q.dtype in (torch.float32, torch.bfloat16)  # the kernel takes a bf16 query as it is
-    call = _decode_op if compiling else module.decode_step
-    out = call((q if kept else q.float()).contiguous(), k, v, lo, hi, qpos,
-               empty if slopes is None else slopes.float().contiguous(),
-               empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0)
+    out, _ = ops.call("decode_step", (q if kept else q.float()).contiguous(), k, v, lo, hi, qpos,
+                      empty if slopes is None else slopes.float().contiguous(),
+                      empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0, False)
     return out.to(q.dtype)
 
 

@@ -2,8 +2,8 @@
 
 A decode step (at most MAX_ROWS query rows per sequence, eager on the CPU or under torch.compile once the
 kernel is loaded, one scale per key row, a mask of one interval of keys per row) runs the C++ kernel's
-quantized build (decode_quant.quantized_step). Everything else (prefill over a filled cache, other devices,
-no kernel, a latent cache's rows with two scales, masks that are not intervals, return_lse=True) runs
+quantized build (decode_quant.kernel_step). Everything else (prefill over a filled cache, other devices,
+no kernel, a latent cache's rows with two scales, masks that are not intervals) runs
 decode_quant.blockwise, BLOCK keys at a time. A prompt into an empty cache never comes here: dispatch reads
 its fresh float keys (kv_forms.py). Inference only. Its plan serves every key length (RowsAtLength).
 """
@@ -15,7 +15,7 @@ import torch
 
 from multihead.backends.capabilities import Capabilities
 from multihead.backends.cpu.build import kernel, loaded
-from multihead.backends.decode_quant import BLOCK, blockwise, quantized_step
+from multihead.backends.decode_quant import BLOCK, blockwise, kernel_step
 from multihead.backends.decode_ranges import RowsAtLength, rows_of
 from multihead.backends.graphs import recorded_graph
 from multihead.backends.problem import Problem
@@ -46,7 +46,7 @@ class QuantizedBackend:
             return QuantizedPlan(None, False)
         compiling = torch.compiler.is_compiling()
         built = loaded() if compiling else kernel()
-        step = (built is not None and p.q.device.type == "cpu" and not recorded_graph() and not p.lse
+        step = (built is not None and p.q.device.type == "cpu" and not recorded_graph()
                 and p.dims[2] <= MAX_ROWS and p.k.split is None and p.v.split is None
                 and p.k.codes.stride(-1) == 1 and p.v.codes.stride(-1) == 1)
         return QuantizedPlan(RowsAtLength(p), step)
@@ -73,5 +73,5 @@ class QuantizedBackend:
                              dense=dense, with_lse=p.lse)
         lo, hi, qpos, slopes = plan.rows.rows(p)
         if plan.kernel:
-            return quantized_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks)
+            return kernel_step(None, p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, p.lse)
         return blockwise(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, with_lse=p.lse)

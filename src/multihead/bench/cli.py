@@ -3,16 +3,15 @@
 
 Runs the chosen CPU suites (all by default) with progress bars on stderr, prints each suite's table
 and the targets (as wide as the terminal, 100 columns when piped), and says so when the machine was
-busy. Every number also goes into one JSON line: on stdout with `--json` (or `--json -`), into PATH
-with `--json PATH`, else into DEFAULT_JSON, whose path is printed on stderr. Exit code 0 even when a
-target is missed: the table says so.
+busy. Every number also goes into one JSON line, when asked: on stdout with `--json` (or `--json -`),
+into PATH with `--json PATH`. Nothing is written unasked. Exit code 0 even when a target is missed: the
+table says so.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,6 @@ from multihead.bench.timing import set_clock, set_threads
 from multihead.terminal.help import help_texts
 
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
-DEFAULT_JSON = Path(tempfile.gettempdir()) / "multihead-bench.json"   # where the JSON goes without --json
 
 SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent", "quant_cache")
 
@@ -38,9 +36,9 @@ HELP = {  # option -> (English, Chinese)
               f"用小尺寸，只跑 3 轮（{QUICK_TIME_ZH}）；跑完会打印实际用时"),
     "plot": ("write one PNG per suite into DIR", "每组测试画一张 PNG 图，存进 DIR"),
     "json": ("every number as one JSON line: on stdout with --json or --json -, else into PATH "
-             f"(default without --json: {DEFAULT_JSON}, path printed on stderr)",
+             "(without --json no file is written)",
              "把所有数字写成一行 JSON：只写 --json 或 --json - 时输出到标准输出，否则写进 PATH"
-             f"（不加 --json 时写进 {DEFAULT_JSON}，路径会打印在标准错误上）"),
+             "（不加 --json 就不写任何文件）"),
     "markdown": ("also write the tables as Markdown to PATH", "另外把各张表以 Markdown 格式写进 PATH"),
     "threads": ("torch intra-op threads (default: torch's choice)", "torch 算子内部用的线程数（默认由 torch 决定）"),
     "rounds": ("timed rounds per comparison (default 5, quick 3)", "每项对比计时的轮数（默认 5 轮，--quick 时 3 轮）"),
@@ -89,11 +87,12 @@ def main(args: argparse.Namespace) -> int:
     line = report.json_line(results, info)
     if args.json == "-":
         print(line)
+    elif args.json:
+        Path(args.json).write_text(line + "\n")
+        print(f"multihead bench: every number, as one JSON line, is in {args.json}", file=sys.stderr)
     else:
-        path = Path(args.json or DEFAULT_JSON)
-        path.write_text(line + "\n")
-        print(f"multihead bench: every number, as one JSON line, is in {path}"
-              + ("" if args.json else " (--json PATH to choose the file, --json alone for stdout)"), file=sys.stderr)
+        print("multihead bench: --json PATH keeps every number as one JSON line (--json alone: on stdout)",
+              file=sys.stderr)
     if args.markdown:
         Path(args.markdown).write_text(report.markdown(results))
     if args.plot:

@@ -15,15 +15,12 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
+from multihead.convert.model_attributes import model_attribute, spellings
 from multihead.convert.registry import describe_linears, linears_to_module
 from multihead.errors import AttentionError, shape_str
 from multihead.layers.multi_head import MultiHeadAttention
 
-# Names that hold a head count, in the order they are tried (labml: heads, nanoGPT: n_head, HF:
-# num_attention_heads / config.num_attention_heads, nn.Transformer: nhead, Annotated Transformer: h).
-HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "heads", "nhead", "num_head",
-                    "head_num", "nheads", "n_heads_q", "h")
-CONFIG_HEAD_COUNT_NAMES = ("num_attention_heads", "n_head", "num_heads")
+HEAD_COUNT_NAMES = spellings("num_heads")  # the names of a head count, in the order tried (model_attributes)
 
 
 def submodule(module: nn.Module, path: str) -> nn.Module | None:
@@ -92,15 +89,12 @@ def find_head_count(hints: dict, *owners: nn.Module | None) -> int | None:
     for owner in owners:
         if owner is None:
             continue
-        for name in HEAD_COUNT_NAMES:
-            value = getattr(owner, name, None)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
+        value = model_attribute(owner, "num_heads", None, types=(int,))
         config = getattr(owner, "config", None)
-        for name in CONFIG_HEAD_COUNT_NAMES:
-            value = getattr(config, name, None)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
+        if value is None and config is not None:  # a config's own name for it comes first there
+            value = model_attribute(config, "num_attention_heads", None, types=(int,))
+        if value is not None:
+            return value
     return None
 
 

@@ -36,13 +36,13 @@ from torch import nn
 from multihead.attention import attention
 from multihead.errors import AttentionError, check_flag, check_hidden, check_number
 from multihead.layers.indexer import LightningIndexer, allowed_keys
+from multihead.caches.base import as_cache
 from multihead.caches.latent import LatentCache
+from multihead.caches.new import new_cache
 from multihead.backends.cpu.latent_products import fold, unfold
 from multihead.masks import Mask
-from multihead.layers.multi_head import MultiHeadAttention
 from multihead.positions import RoPE
-from multihead.caches.quantized import check_kv_dtype
-from multihead.caches.quantized_latent import QuantizedLatentCache
+from multihead.caches.codec import KV_DTYPES
 from multihead.layers.selected_attention import attend_selected, check_indices, restrict_indices
 from multihead.services import service
 
@@ -120,21 +120,18 @@ class MultiHeadLatentAttention(nn.Module):
         return service("latent_from_module")(module)
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
-                  kv_dtype: torch.dtype | None = None) -> LatentCache:
+                  kv_dtype: torch.dtype | None = None, page_size: int | None = None,
+                  num_pages: int | None = None) -> LatentCache:
         """An empty LatentCache: latents (batch_size, max_len, C), rotary keys (batch_size, max_len, R), and
-        with an indexer its keys (batch_size, max_len, Di). kv_dtype=torch.int8 or torch.float8_e4m3fn: a
-        QuantizedLatentCache (codes, a scale per token for the latent and one for the rotary key)."""
-        weight = self.kv_a_proj_with_mqa.weight
-        if kv_dtype is not None:
-            check_kv_dtype(kv_dtype)
-            if self.sparse:
-                raise AttentionError("a quantized latent cache serves dense MLA layers; this layer selects keys "
-                                     "per query (indexer or shared selection): use a float cache.")
-            return QuantizedLatentCache(batch_size, max_len, self.kv_lora_rank, self.qk_rope_head_dim,
-                                        kv_dtype=kv_dtype, device=weight.device, dtype=dtype or weight.dtype)
-        return LatentCache(batch_size, max_len, self.kv_lora_rank, self.qk_rope_head_dim,
-                           index_dim=None if self.indexer is None else self.indexer.head_dim, device=weight.device,
-                           dtype=dtype or weight.dtype)
+        with an indexer its keys (batch_size, max_len, Di). kv_dtype=torch.int8 or torch.float8_e4m3fn: codes,
+        a scale per token for the latent and one for the rotary key. page_size: paged (caches/pages.py)."""
+        if kv_dtype in KV_DTYPES and self.sparse:
+            raise AttentionError("a quantized latent cache serves dense MLA layers; this layer selects keys "
+                                 "per query (indexer or shared selection): use a float cache.")
+        return new_cache(LatentCache, self.kv_a_proj_with_mqa.weight, batch_size, max_len,
+                         latent_dim=self.kv_lora_rank, rope_dim=self.qk_rope_head_dim,
+                         index_dim=None if self.indexer is None else self.indexer.head_dim, dtype=dtype,
+                         kv_dtype=kv_dtype, page_size=page_size, num_pages=num_pages)
 
     @property
     def sparse(self) -> bool:
@@ -197,11 +194,9 @@ class MultiHeadLatentAttention(nn.Module):
             check_indices(indices, B, Lq, Lk, x.device)
 
     def _check_cache(self, cache, mask, B: int):
-        """AttentionError unless `cache` is this module's LatentCache for batch B; then MultiHeadAttention's
-        rules for the mask that may come with a cache. Returns the per-sequence new-token counts or None."""
-        if not isinstance(cache, LatentCache):
-            raise AttentionError(f"cache must be a LatentCache from mla.new_cache(); got {type(cache).__name__}.")
-        return MultiHeadAttention._check_cache_call(self, cache, mask, B, True)
+        """AttentionError unless `cache` is this module's LatentCache for batch B, and the mask one a cache
+        takes. Returns the per-sequence new-token counts or None."""
+        return as_cache(cache, LatentCache, "mla.new_cache()").check_call(mask, B, 1, self.head_dim)
 
     def _run(self, x, cache, positions, mask, causal, absorb, new_tokens, indices, return_indices):
         """Project, turn, append to the cache (if any), select keys (sparse layers), attend naive or
@@ -229,7 +224,7 @@ class MultiHeadLatentAttention(nn.Module):
                 indices = restrict_indices(indices, allowed)
             mask, causal = None, False
         absorb = (cache is not None and Lq == 1) if absorb is None else check_flag(absorb, "absorb")
-        absorb = absorb or not isinstance(keys, torch.Tensor)  # codes are attended absorbed, never decompressed
+        absorb = absorb or (cache is not None and cache.codec.quantized)  # codes are attended absorbed, never decompressed per head
         attend = self._absorbed if absorb else self._naive
         out = attend(q_nope, q_rope, keys, mask, causal, indices)  # (B, H, Lq, Dv)
         out = self.o_proj(out.transpose(1, 2).reshape(B, Lq, self.num_heads * self.v_head_dim))  # (B, Lq, E)
@@ -237,7 +232,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     @property
     def num_kv_heads(self) -> int:
-        """1: the cache holds one shared key/value head, the latent (what _check_cache_call compares)."""
+        """1: the cache holds one shared key/value head, the latent (what the cache's check_call compares)."""
         return 1
 
     @property

@@ -16,12 +16,14 @@ import torch
 from torch import nn
 
 from multihead.attention import attention
+from multihead.caches.base import as_cache
+from multihead.caches.codec import KV_DTYPES
 from multihead.caches.kv import KVCache
+from multihead.caches.new import new_cache
 from multihead.backends.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
 from multihead.layers.padding_check import warn_if_all_keys_padded
-from multihead.caches.quantized import QuantizedKVCache, check_kv_dtype
 from multihead.positions import QueryTemperature, alibi_slopes
 from multihead.services import service
 from multihead.layers.torch_state import torch_mha_state_to_ours
@@ -159,7 +161,8 @@ class MultiHeadAttention(nn.Module):
         Lk = key.shape[1]
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         causal = check_flag(causal, "causal") or self.causal
-        new_tokens = self._check_cache_call(cache, mask, B, key is query) if cache is not None else None
+        new_tokens = None if cache is None else as_cache(cache, KVCache).check_call(
+            mask, B, self.num_kv_heads, self.head_dim, key is query)
         warn_if_all_keys_padded(self, mask)  # a 1 = token mask passed as padding (CPU eager only, once)
         q = self.q_proj(query).view(B, Lq, H, D).transpose(1, 2)  # (B, H, Lq, D)
         k = self.k_proj(key).view(B, Lk, Hkv, D).transpose(1, 2)  # (B, Hkv, Lk, D)
@@ -189,7 +192,7 @@ class MultiHeadAttention(nn.Module):
         """Attention over the heads: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> (B, H, Lq, D).
 
         Variants that combine the heads' attention differently (mh.DifferentialAttention) override this.
-        k and v are a quantized cache's codes and scales (its kv form) when the cache is a QuantizedKVCache.
+        k and v are a quantized cache's codes and scales (its kv form) when the cache is quantized.
         """
         return attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
                          dropout=self.dropout if self.training else 0.0, backend=self.backend)
@@ -202,25 +205,21 @@ class MultiHeadAttention(nn.Module):
         return merged
 
     def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
-                  kv_dtype: torch.dtype | None = None) -> KVCache:
+                  kv_dtype: torch.dtype | None = None, page_size: int | None = None,
+                  num_pages: int | None = None) -> KVCache:
         """An empty KVCache for this module: keys/values (batch_size, Hkv, max_len, D), lengths (B,).
 
         dtype defaults to the key projection's (float32 when it is quantized). kv_dtype=torch.int8 or
-        torch.float8_e4m3fn: a QuantizedKVCache of codes with one fp32 scale per token and kv head
-        (keys and values still come in `dtype`).
+        torch.float8_e4m3fn: codes with one fp32 scale per token and kv head (keys and values still come in
+        `dtype`); a float kv_dtype is the cache's dtype. page_size: pages of that many tokens in a pool of
+        num_pages (see caches/pages.py).
         """
-        weight = self.k_proj.weight
-        weight = weight() if callable(weight) else weight  # a dynamically quantized Linear's weight is a method
-        if dtype is None:
-            dtype = weight.dtype if weight.is_floating_point() else torch.float32
-        if kv_dtype is not None:
-            check_kv_dtype(kv_dtype)
-            if type(self).attend is not MultiHeadAttention.attend:
-                raise AttentionError(f"a quantized cache serves layers that attend per head; {type(self).__name__} "
-                                     "combines the heads' attention its own way: use a float cache (kv_dtype=None).")
-            return QuantizedKVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, kv_dtype=kv_dtype,
-                                    device=weight.device, dtype=dtype)
-        return KVCache(batch_size, max_len, self.num_kv_heads, self.head_dim, device=weight.device, dtype=dtype)
+        if kv_dtype in KV_DTYPES and type(self).attend is not MultiHeadAttention.attend:
+            raise AttentionError(f"a quantized cache serves layers that attend per head; {type(self).__name__} "
+                                 "combines the heads' attention its own way: use a float cache (kv_dtype=None).")
+        return new_cache(KVCache, self.k_proj.weight, batch_size, max_len, num_kv_heads=self.num_kv_heads,
+                         head_dim=self.head_dim, dtype=dtype, kv_dtype=kv_dtype, page_size=page_size,
+                         num_pages=num_pages)
 
     def _variant_masks(self, mask, align: str):
         """The caller's mask & this module's sliding window, chunk and ALiBi parts (None when neither)."""
@@ -244,27 +243,6 @@ class MultiHeadAttention(nn.Module):
         if not compiling:
             self.__dict__["_own_masks"][align] = (setting, slopes, own)
         return own
-
-    def _check_cache_call(self, cache, mask, B: int, self_attention: bool):
-        """The per-sequence count of real new tokens (None: all Lq), after checking the call."""
-        if not isinstance(cache, KVCache):
-            raise AttentionError(f"cache must be a KVCache from new_cache(); got {type(cache).__name__}.")
-        if not self_attention:
-            raise AttentionError("a KV cache holds a decoder's own keys: pass only the query (self-attention).")
-        if cache.keys.shape[0] != B or cache.keys.shape[1] != self.num_kv_heads or cache.keys.shape[3] != self.head_dim:
-            raise AttentionError(
-                f"the cache is for batch {cache.keys.shape[0]}, {cache.keys.shape[1]} kv heads of size "
-                f"{cache.keys.shape[3]}; this call has batch {B}, {self.num_kv_heads} kv heads of size {self.head_dim}."
-            )
-        if mask is None:
-            return None
-        extents = mask.normal_form().extents if isinstance(mask, Mask) else None
-        if extents is None or len(mask.parts) != 1:
-            raise AttentionError(
-                "with a cache, mask may only be Mask.lengths(lens, query_lens=lens) (a right-padded prompt); "
-                f"got {mask!r}. The cache makes the attention causal by itself.")
-        q_lens, k_lens = extents
-        return k_lens if q_lens is None else q_lens
 
     def _batch_first_view(self, query, key, value, unbatched):
         """Check ranks, features, lengths, dtypes; return (B, L, features) views of the three inputs."""

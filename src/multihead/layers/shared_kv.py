@@ -37,6 +37,8 @@ from multihead.masks import Mask
 from multihead.positions import RoPE
 from multihead.services import service
 from multihead.layers.selected_attention import attend_selected
+from multihead.caches.codec import FLOATS
+from multihead.caches.new import new_cache
 from multihead.caches.shared_kv import SharedKVCache
 
 
@@ -124,14 +126,17 @@ class SharedKVAttention(nn.Module):
             return "sliding"
         return "compressed_sparse" if self.indexer is not None else "heavily_compressed"
 
-    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None) -> SharedKVCache:
-        """An empty SharedKVCache for batch_size sequences of up to max_len tokens."""
+    def new_cache(self, batch_size: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  kv_dtype: torch.dtype | None = None, **options) -> SharedKVCache:
+        """An empty SharedKVCache for batch_size sequences of up to max_len tokens (kv_dtype: a float dtype, as
+        dtype=; the window and the compressed entries take no codes and no pages)."""
         weight = self.kv_proj.weight
-        dtype = dtype or weight.dtype
-        states = [None if c is None else c.new_state(batch_size, max_len, dtype=dtype)
+        held = dtype or (kv_dtype if kv_dtype in FLOATS else None) or weight.dtype
+        states = [None if c is None else c.new_state(batch_size, max_len, dtype=held)
                   for c in (self.compressor, None if self.indexer is None else self.indexer.compressor)]
-        return SharedKVCache(batch_size, max_len, self.head_dim, self.window, compressor=states[0], indexer=states[1],
-                             rate=self.compress_rate, device=weight.device, dtype=dtype)
+        return new_cache(SharedKVCache, weight, batch_size, max_len, head_dim=self.head_dim, window=self.window,
+                         compressor=states[0], indexer=states[1], rate=self.compress_rate, dtype=dtype,
+                         kv_dtype=kv_dtype, **options)
 
     def forward(self, x: torch.Tensor, *, cache: SharedKVCache | None = None) -> torch.Tensor:
         """Causal self-attention of x (B, L, E) -> (B, L, E), at positions 0 ... L - 1, or after the tokens
@@ -187,7 +192,7 @@ class SharedKVAttention(nn.Module):
         if not isinstance(cache, SharedKVCache) or (cache.window_size, cache.rate, cache.window.shape[-1]) != (
                 self.window, self.compress_rate, self.head_dim) or (cache.indexer is None) != (self.indexer is None):
             raise AttentionError(f"cache must be a SharedKVCache from this layer's new_cache(); got {cache!r:.200}.")
-        cache.check_call(x.shape[0], x.shape[1], x.dtype, x.device)
+        cache.check_step(x.shape[0], x.shape[1], x.dtype, x.device)
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "

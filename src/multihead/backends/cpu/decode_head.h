@@ -56,6 +56,7 @@ struct Args {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   int64_t s_sb = 0, s_sh = 0;
+  float* lse = nullptr;  // (B, H, Lq) float32: each row's log-sum-exp; nullptr: not asked for
 };
 
 // Per-thread scratch: scores (then weights) of a block, running max, sum and accumulators per row,
@@ -148,25 +149,35 @@ __attribute__((noinline)) void tile_rows(const QRows& q, int64_t r0, const T* K,
 }
 
 // Asks for keys and values [from, from + 16) (below `last`) ahead of their use, a tile at a time so that
-// the requests spread over the block's work instead of queueing up at its start.
+// the requests spread over the block's work instead of queueing up at its start. Src says where key j's
+// and value j's rows are (Flat, or decode_paged.h's Pages); k_bytes, v_bytes: bytes read per row.
+template <typename Src>
 struct Ahead {
-  const char *k, *v;
-  int64_t k_row, v_row, k_bytes, v_bytes, last;  // row strides and bytes read per row
+  const Src& src;
+  int64_t k_bytes, v_bytes, last;
   void operator()(int64_t from) const {
     const int64_t to = std::min(from + 16, last);
     for (int64_t j = from; j < to; ++j) {
-      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(k + j * k_row + b, 0, 0);
-      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + j * v_row + b, 0, 0);
+      if (!src.present(j)) continue;
+      const char* k = reinterpret_cast<const char*>(src.key(j));
+      const char* v = reinterpret_cast<const char*>(src.value(j));
+      for (int64_t b = 0; b < k_bytes; b += 64) __builtin_prefetch(k + b, 0, 0);
+      for (int64_t b = 0; b < v_bytes; b += 64) __builtin_prefetch(v + b, 0, 0);
     }
   }
+};
+
+// No asking ahead (keys copied into a buffer the cache holds already: decode_listed.h).
+struct NoAhead {
+  void operator()(int64_t) const {}
 };
 
 // The block's scores s[r][j] (rows kBlock apart) for all R rows: tiles of 16 keys with the rows in
 // groups of score_rows<T>(), 2 and 1; the keys past the last whole tile (and every key of an odd head
 // dim) row by row.
-template <typename T>
+template <typename T, typename A>
 inline void block_scores(const QRows& q, int64_t R, const T* K, int64_t ks, int64_t n, int64_t D, float scale,
-                         float* s, const Ahead& ahead, int64_t j0) {
+                         float* s, const A& ahead, int64_t j0) {
   int64_t j = 0;
   if (tiled<T>(D)) {
     for (; j + 16 <= n; j += 16) {
@@ -323,13 +334,43 @@ inline void finish_rows(const Args& a, int64_t R, bool keeps, float* out, const 
   for (int64_t r = 0; r < R; ++r) finish_row<T>(a, keeps, out + r * a.Dv, r, w);
 }
 
+// One sequence's keys and values in one run (a KVCache's buffers, or a quantized cache's codes), as the
+// block loop of one_head reads them: key j's row, its scale, whether it is there (always), and where the
+// run that holds it ends (never: one run).
 template <typename T>
-void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
+struct Flat {
+  const T* K;
+  const T* V;
+  int64_t ks, vs;
+  const float* k_scale;  // nullptr: not a quantized cache
+  const float* v_scale;
+  bool present(int64_t) const { return true; }
+  int64_t run_end(int64_t) const { return std::numeric_limits<int64_t>::max(); }
+  const T* key(int64_t j) const { return K + j * ks; }
+  const T* value(int64_t j) const { return V + j * vs; }
+  const float* key_scale(int64_t j) const { return k_scale + j; }
+  const float* value_scale(int64_t j) const { return v_scale + j; }
+};
+
+// Writes rows 0..R-1 of this kv head: out (acc / l, 0 where the row keeps no key) and, when asked, each
+// row's log-sum-exp m + log(l) (natural log, -inf where it keeps no key).
+template <typename T>
+inline void finish_head(const Args& a, int64_t b, int64_t hk, const int64_t* lo, const int64_t* hi, Scratch& w) {
+  const int64_t G = a.H / a.Hkv, R = G * a.Lq, row0 = (b * a.H + hk * G) * a.Lq;
+  for (int64_t r = 0; r < R; ++r) {
+    const bool keeps = lo[r % a.Lq] < hi[r % a.Lq];
+    finish_row<T>(a, keeps, a.out + (row0 + r) * a.Dv, r, w);
+    if (a.lse) a.lse[row0 + r] = keeps && w.l[r] > 0.0f ? w.m[r] + std::log(w.l[r]) : -kInf;
+  }
+}
+
+// Kv head hk of sequence b over the keys and values of src (Flat or Pages): blocks of at most
+// block_keys<T>() consecutive keys, each made of runs that lie in one piece of memory (one run for Flat;
+// a page each for Pages, where a missing page ends the block and its keys are skipped).
+template <typename T, typename Src>
+void head_over(const Args& a, int64_t b, int64_t hk, Scratch& w, const Src& src) {
   const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, Dv = a.Dv;
   const QRows q = query_rows<T>(a, b, hk, w);  // the R rows of this kv head
-  float* out = a.out + (b * a.H + hk * G) * a.Lq * Dv;
-  const T* K = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
-  const T* V = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
   const int64_t* lo = a.lo + b * a.Lq;
   const int64_t* hi = a.hi + b * a.Lq;
   int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
@@ -345,18 +386,39 @@ void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
     w.l[r] = a.sinks ? 1.0f : 0.0f;
   }
   std::fill(w.acc, w.acc + w.acc_size, 0.0f);
-  const Ahead ahead{reinterpret_cast<const char*>(K), reinterpret_cast<const char*>(V),
-                    static_cast<int64_t>(a.k_sm * sizeof(T)), static_cast<int64_t>(a.v_sm * sizeof(T)),
-                    static_cast<int64_t>(D * sizeof(T)), static_cast<int64_t>(Dv * sizeof(T)), last};
-  for (int64_t j0 = first; j0 < last; j0 += block_keys<T>()) {
-    const int64_t n = std::min(block_keys<T>(), last - j0);
-    block_scores(q, R, K + j0 * a.k_sm, a.k_sm, n, D, a.scale, w.s, ahead, j0);
-    if (a.k_scale) decode_simd::fold_scales(w.s, R, kBlock, a.k_scale + b * a.s_sb + hk * a.s_sh + j0, n);
+  const Ahead<Src> ahead{src, static_cast<int64_t>(D * sizeof(T)), static_cast<int64_t>(Dv * sizeof(T)), last};
+  for (int64_t j0 = first; j0 < last;) {
+    if (!src.present(j0)) {  // a missing page: its keys are not there
+      j0 = std::min(last, src.run_end(j0));
+      continue;
+    }
+    const int64_t end = std::min(last, j0 + block_keys<T>());
+    int64_t j = j0;  // the block: present runs up to `end`
+    while (j < end && src.present(j)) j = std::min(end, src.run_end(j));
+    const int64_t n = j - j0;
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      block_scores(q, R, src.key(j0 + o), src.ks, m, D, a.scale, w.s + o, ahead, j0 + o);
+      if (src.k_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.key_scale(j0 + o), m);
+    }
     for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
-    if (a.v_scale) decode_simd::fold_scales(w.s, R, kBlock, a.v_scale + b * a.s_sb + hk * a.s_sh + j0, n);
-    block_values(w.s, R, V + j0 * a.v_sm, a.v_sm, n, Dv, w.acc);
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      if (src.v_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.value_scale(j0 + o), m);
+      block_values(w.s + o, R, src.value(j0 + o), src.vs, m, Dv, w.acc);
+    }
+    j0 += n;
   }
-  for (int64_t r = 0; r < R; ++r) finish_row<T>(a, lo[r % a.Lq] < hi[r % a.Lq], out + r * Dv, r, w);
+  finish_head<T>(a, b, hk, lo, hi, w);
+}
+
+template <typename T>
+void one_head(const Args& a, int64_t b, int64_t hk, Scratch& w) {
+  const T* K = static_cast<const T*>(a.k) + b * a.k_sb + hk * a.k_sh;
+  const T* V = static_cast<const T*>(a.v) + b * a.v_sb + hk * a.v_sh;
+  const int64_t s0 = b * a.s_sb + hk * a.s_sh;
+  const Flat<T> src{K, V, a.k_sm, a.v_sm, a.k_scale ? a.k_scale + s0 : nullptr, a.v_scale ? a.v_scale + s0 : nullptr};
+  head_over<T>(a, b, hk, w, src);
 }
 
 }  // namespace decode_head

@@ -39,7 +39,7 @@ void one_listed_head(const Args& a, const int64_t* idx, int64_t K, int64_t count
     w.l[r] = a.sinks ? 1.0f : 0.0f;
   }
   std::fill(w.acc, w.acc + w.acc_size, 0.0f);
-  const Ahead none{nullptr, nullptr, 0, 0, 0, 0, 0};  // the buffer is in the cache already
+  const NoAhead none;  // the buffer is in the cache already
   const int64_t distance = prefetch_keys<T>();  // listed rows asked for ahead of their copy: scattered rows
   auto ask = [&](int64_t j) {                    // wait on memory one by one unless several are in flight
     if (j >= count) return;

@@ -13,20 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel, loaded
 
 MAX_ROWS = 8  # more rows than this: a prefill, where torch's matrix products are the faster form
-
-
-@torch.library.custom_op("multihead::latent_product", mutates_args=())
-def _product_op(w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
-    """x (H, M, K) float32 with w bfloat16, (H, K, N) to fold or (H, N, K) to unfold -> (H, M, N) float32."""
-    return kernel().latent_product(w, x, fold)
-
-
-@_product_op.register_fake
-def _(w, x, fold):
-    return x.new_empty(x.shape[0], x.shape[1], w.shape[2] if fold else w.shape[1])
 
 
 def _kernel_runs(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -41,11 +31,10 @@ def _kernel_runs(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def _product(w: torch.Tensor, x: torch.Tensor, fold: bool) -> torch.Tensor:
-    """x (B, H, L, K) through the kernel -> (B, H, L, N) in x's dtype. The custom op under torch.compile;
-    eager calls go to the compiled module directly (as decode_step)."""
+    """x (B, H, L, K) through the kernel -> (B, H, L, N) in x's dtype (the custom op under torch.compile)."""
     B, H, L, K = x.shape
     rows = x.transpose(0, 1).reshape(H, B * L, K).float().contiguous()  # (H, B * L, K): the rows per head
-    y = _product_op(w, rows, fold) if torch.compiler.is_compiling() else kernel().latent_product(w, rows, fold)
+    y = ops.call("latent_product", w, rows, fold)
     return y.view(H, B, L, y.shape[-1]).transpose(0, 1).to(x.dtype)
 
 

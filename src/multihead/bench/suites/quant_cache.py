@@ -23,7 +23,6 @@ from multihead.backends.decode_step import kernel_build
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio, ratio_range
-from multihead.caches.quantized import Quantized, QuantizedKVCache
 
 GOALS = {"speed": 1.5, "drift": 0.02}
 CACHES = {"bf16 cache": None, "int8 cache": torch.int8, "fp8 e4m3 cache": torch.float8_e4m3fn}
@@ -111,10 +110,7 @@ def run(ctx: Context, s: Sizes) -> SuiteResult:
 
 def _held(cache, N: int):
     """The first N slots as attention reads them: float tensors, or `Quantized` codes with their scales."""
-    if isinstance(cache, QuantizedKVCache):
-        return (Quantized(cache.keys[:, :, :N], cache.key_scales[:, :, :N], cache.kv_dtype),
-                Quantized(cache.values[:, :, :N], cache.value_scales[:, :, :N], cache.kv_dtype))
-    return cache.keys[:, :, :N], cache.values[:, :, :N]
+    return tuple(cache.read(part, N) for part in cache.parts)
 
 
 def _attend(q, kv, mask):

@@ -31,12 +31,13 @@ from multihead.checker.bugs.diagnose import Match, closest
 from multihead.checker.loading.constructor_args import WINDOW_NAMES
 from multihead.checker.behaviour.options import Options, QKNorm
 from multihead.checker.behaviour.rotary import ROPE_TOLERANCE, Rotary, rotary_dims
+from multihead.convert.model_attributes import spellings
 
 ROTARY_DIM_NAMES = ("rotary_dim", "rotary_ndims", "rope_dim", "rotary_emb_dim", "partial_rotary_dim", "rot_dim")
 ROTARY_FRACTION_NAMES = ("partial_rotary_factor", "rotary_pct", "rotary_fraction", "rope_fraction", "rope_pct")
 CAP_NAMES = ("softcap", "soft_cap", "attn_logit_softcapping", "logit_softcap", "attn_softcap", "softcapping",
              "logit_cap", "attn_logit_softcap")
-EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "norm_eps", "rms_norm_eps", "qk_norm_eps", "layer_norm_eps")
+EPS_NAMES = spellings("eps") + ("norm_eps", "rms_norm_eps", "qk_norm_eps", "layer_norm_eps")  # a norm's, a constructor's
 COMMON_EPS = (1e-6, 1e-5, 1e-8, float(torch.finfo(torch.float32).eps), 0.0)
 WINDOW_LENGTHS = (64, 24, 12)  # the longest first: a window is seen only in a sequence longer than it
 STILL = 1e-3  # relative change below which outputs count as unmoved by a scaled projection (eps blurs it)

@@ -9,7 +9,8 @@ are computed once per forward by the model's rotary embedding and passed to ever
 one layer therefore rebuilds that rotary embedding as an mh.RoPE inside the converted module.
 
 The converters in hf_decoders, hf_gpt2 and hf_neox read these through the functions below, so that
-each of them states only its model's own weight layout.
+each of them states only its model's own weight layout; the functions read each attribute through
+model_attributes.model_attribute, which knows its spellings.
 """
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ from collections.abc import Mapping
 
 from torch import nn
 
+from multihead.convert.model_attributes import model_attribute
 from multihead.errors import AttentionError
 from multihead.positions import RoPE
 
 
 def hf_config(module: nn.Module):
     """The module's transformers config (anything with `model_type`), or None when it has none."""
-    config = getattr(module, "config", None)
-    return config if isinstance(getattr(config, "model_type", None), str) else None
+    config = model_attribute(module, "config", None)
+    return config if isinstance(model_attribute(config, "model_type", None), str) else None
 
 
 def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, interleaved: bool = False, device=None):
@@ -36,7 +38,7 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, inter
     interleaved: pairs of neighbouring features (2k, 2k + 1) turn together (Llama 4, DeepSeek), not halves.
     Raises AttentionError for rope kinds mh.RoPE does not compute.
     """
-    params = getattr(config, "rope_parameters", None)
+    params = model_attribute(config, "rope_parameters", None)
     if not isinstance(params, Mapping) or "rope_theta" not in _layer_params(params, module):
         raise AttentionError(
             f"{config.model_type} attention: expected config.rope_parameters with 'rope_theta' (transformers 5); "
@@ -47,20 +49,20 @@ def hf_rope(module: nn.Module, config, head_dim: int, *, whole_head: bool, inter
         params.pop("partial_rotary_factor", None)
     try:
         return RoPE(head_dim, base=float(params["rope_theta"]), interleaved=interleaved, scaling=params,
-                    max_position=getattr(config, "max_position_embeddings", None), device=device)
+                    max_position=model_attribute(config, "max_position_embeddings", None), device=device)
     except AttentionError as error:
         raise AttentionError(f"{config.model_type} attention's rope_parameters {params}: {error}") from None
 
 
 def _layer_params(params: Mapping, module: nn.Module) -> Mapping:
     """The rope dict for this layer: models with per-layer-type rope keep {layer_type: dict}."""
-    layer_type = getattr(module, "layer_type", None)
+    layer_type = model_attribute(module, "layer_type", None)
     return params[layer_type] if isinstance(params.get(layer_type), Mapping) else params
 
 
 def hf_scale(module: nn.Module, head_dim: int) -> float | None:
     """The module's `scaling` on q·k; None when it is the usual 1/sqrt(head_dim)."""
-    scaling = getattr(module, "scaling", None)
+    scaling = model_attribute(module, "scaling", None)
     if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not 0 < scaling < math.inf:
         raise AttentionError(
             f"{type(module).__name__} should say its factor on q·k in `scaling` (a positive number, as "
@@ -71,15 +73,14 @@ def hf_scale(module: nn.Module, head_dim: int) -> float | None:
 
 def hf_dropout(module: nn.Module) -> float:
     """The probability of dropout on the attention weights (`attention_dropout`), 0 when absent."""
-    p = getattr(module, "attention_dropout", 0.0)
+    p = model_attribute(module, "attention_dropout", 0.0)
     return float(p or 0.0)
 
 
 def hf_window(module: nn.Module, config) -> int | None:
     """The sliding window of this layer: the module's own `sliding_window` when it keeps one (models
     with alternating layers set it None on full layers), else the config's (Mistral: every layer)."""
-    owner = module if hasattr(module, "sliding_window") else config
-    window = getattr(owner, "sliding_window", None)
+    window = model_attribute(module, "sliding_window", model_attribute(config, "sliding_window", None))
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
         raise AttentionError(f"{config.model_type} attention: sliding_window must be a positive int; got {window!r}.")
     return window
@@ -88,7 +89,7 @@ def hf_window(module: nn.Module, config) -> int | None:
 def hf_causal(module: nn.Module, hints: dict, window: int | None) -> bool:
     """The module's `is_causal` (the hint causal= overrides). A bidirectional sliding window (keys on
     both sides of the query) is not what Mask.window computes, so it is refused."""
-    causal = hints.get("causal", bool(getattr(module, "is_causal", True)))
+    causal = hints.get("causal", bool(model_attribute(module, "is_causal", True)))
     if not causal and window is not None:
         raise AttentionError(
             f"{type(module).__name__} is bidirectional with a sliding window of {window} (keys on both sides of "

@@ -55,6 +55,7 @@ from torch import nn
 from multihead.convert.hf.config import hf_causal, hf_config, hf_dropout, hf_rope, hf_scale, hf_window
 from multihead.convert.hf.fused_qkv import fused_qkv
 from multihead.convert.hf.variants import decoder_variant
+from multihead.convert.model_attributes import model_attribute
 from multihead.convert.projections import build_attention, check_no_extra_linears, linear_at, require_head_count
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
@@ -86,15 +87,16 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
     num_heads = require_head_count(module, hints, STYLE)
     whole_head, rope = config.model_type not in PARTIAL_ROTARY, None
     if fused:  # the rows of q, k and v are where the layer's forward cuts qkv_proj's output
-        head_dim = getattr(module, "head_dim", None) or config.hidden_size // num_heads
+        head_dim = model_attribute(module, "head_dim", None) or model_attribute(config, "hidden_size") // num_heads
         rope = hf_rope(module, config, head_dim, whole_head=whole_head, device=o.weight.device)
-        q, k, v = fused_qkv(module, qkv, num_heads, config.num_key_value_heads, head_dim, rope.rotary_dim)
+        q, k, v = fused_qkv(module, qkv, num_heads, model_attribute(config, "num_key_value_heads"), head_dim,
+                            rope.rotary_dim)
     variant = decoder_variant(module, config, q, num_heads)
     head_dim = variant.query_rows // num_heads
     window = hf_window(module, config)
     rope = rope or hf_rope(module, config, head_dim, whole_head=whole_head, device=o.weight.device)
     options = dict(rope=rope,
-                   window=window, softcap=getattr(module, "attn_logit_softcapping", None),
+                   window=window, softcap=model_attribute(module, "attn_logit_softcapping", None),
                    scale=hf_scale(module, head_dim), qk_norm=_has_qk_norm(module))
     options.update(variant.options)  # what the family sets its own way
     mod = build_attention(variant.query, k, v, o, num_heads, module_class=variant.module_class,
@@ -110,7 +112,7 @@ def convert_hf_decoder_attention(module: nn.Module, **hints) -> MultiHeadAttenti
 
 def _has_qk_norm(module: nn.Module) -> bool:
     """True when the module normalises q and k per head (Qwen3); both or neither must be there."""
-    found = [getattr(module, name, None) is not None for name in ("q_norm", "k_norm")]
+    found = [model_attribute(module, name, None) is not None for name in ("q_norm", "k_norm")]
     if found[0] != found[1]:
         raise AttentionError(f"{type(module).__name__} has only one of q_norm / k_norm; expected both or neither.")
     return found[0]
@@ -120,12 +122,12 @@ def _copy_rms_norm(source: nn.Module, target: nn.RMSNorm, name: str, offset: flo
     """Copy weight (+ offset) and eps of an HF RMSNorm over D into `target`, after checking on a probe
     input that `source` computes x / sqrt(mean(x^2) + eps) * (offset + weight), as `target` then does."""
     weight = getattr(source, "weight", None)
-    eps = getattr(source, "variance_epsilon", getattr(source, "eps", None))
     D = target.normalized_shape[0]
-    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (D,) or not isinstance(eps, float):
+    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (D,):
         got = shape_str(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise AttentionError(f"{name} must be an RMSNorm over the head dim: weight ({D},) and a float eps; "
-                             f"got weight {got}, eps {eps!r}.")
+                             f"got weight {got}.")
+    eps = model_attribute(source, "eps", types=(float,))
     with torch.no_grad():
         target.weight.copy_(weight + offset)
         target.eps = eps

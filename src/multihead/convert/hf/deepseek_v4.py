@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from multihead.convert.hf.config import hf_config, hf_dropout
+from multihead.convert.model_attributes import model_attribute
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError
 from multihead.positions import RoPE
@@ -37,8 +38,8 @@ _RENAMED = (("compressor.indexer.scorer.weights_proj.", "indexer.weights_proj.")
 def is_deepseek_v4_attention(module: nn.Module) -> bool:
     """Whether `module` is a transformers DeepSeek V4 attention layer."""
     config = hf_config(module)
-    return config is not None and config.model_type == MODEL_TYPE and hasattr(module, "kv_proj") and \
-        hasattr(module, "o_a_proj")
+    return config is not None and config.model_type == MODEL_TYPE and \
+        all(model_attribute(module, name, None) is not None for name in ("kv_proj", "o_a_proj"))
 
 
 @register_converter("DeepSeek V4 shared-KV attention (the variant's own class, mh.SharedKVAttention)")
@@ -55,24 +56,30 @@ def shared_kv_from_module(module: nn.Module) -> SharedKVAttention:
         got = config.model_type if config is not None else "no transformers config"
         raise AttentionError(f"SharedKVAttention.from_module expects a DeepSeek V4 attention layer (model_type "
                              f"{MODEL_TYPE!r}); got {type(module).__name__} ({got}).")
-    layer_type = config.layer_types[module.layer_idx]
-    D, weight = module.head_dim, module.kv_proj.weight
-    if not math.isclose(module.scaling, D ** -0.5, rel_tol=1e-9):
-        raise AttentionError(f"{type(module).__name__}.scaling is {module.scaling}; expected head_dim ** -0.5.")
+    layer_idx = model_attribute(module, "layer_idx")
+    layer_type = model_attribute(config, "layer_types")[layer_idx]
+    D, scaling, weight = model_attribute(module, "head_dim"), model_attribute(module, "scaling"), module.kv_proj.weight
+    if not math.isclose(scaling, D ** -0.5, rel_tol=1e-9):
+        raise AttentionError(f"{type(module).__name__}.scaling is {scaling}; expected head_dim ** -0.5.")
     sparse = layer_type == "compressed_sparse_attention"
-    index = {"index_heads": config.index_n_heads, "index_head_dim": config.index_head_dim,
-             "index_topk": config.index_topk} if sparse else {}
+    index = {"index_heads": model_attribute(config, "index_n_heads"),
+             "index_head_dim": model_attribute(config, "index_head_dim"),
+             "index_topk": model_attribute(config, "index_topk")} if sparse else {}
+    sizes = {name: model_attribute(config, name) for name in ("hidden_size", "q_lora_rank", "o_groups", "o_lora_rank",
+                                                               "rms_norm_eps")}
     ours = SharedKVAttention(
-        config.hidden_size, module.num_heads, D, q_lora_rank=config.q_lora_rank, rope=_rope(config, layer_type, weight),
-        window=module.sliding_window, o_groups=config.o_groups, o_lora_rank=config.o_lora_rank,
-        compress_rate=None if layer_type == "sliding_attention" else config.compress_rates[layer_type],
-        norm_eps=config.rms_norm_eps, dropout=hf_dropout(module), device=weight.device, dtype=weight.dtype, **index)
+        sizes["hidden_size"], model_attribute(module, "num_heads"), D, q_lora_rank=sizes["q_lora_rank"],
+        rope=_rope(config, layer_type, weight), window=model_attribute(module, "sliding_window"),
+        o_groups=sizes["o_groups"], o_lora_rank=sizes["o_lora_rank"],
+        compress_rate=None if layer_type == "sliding_attention" else
+        model_attribute(config, "compress_rates")[layer_type],
+        norm_eps=sizes["rms_norm_eps"], dropout=hf_dropout(module), device=weight.device, dtype=weight.dtype, **index)
     state = {_our_name(name): t for name, t in module.state_dict().items()}
     try:
         with torch.no_grad():
             ours.load_state_dict(state, strict=True)
     except RuntimeError as error:
-        raise AttentionError(f"{type(module).__name__} (layer {module.layer_idx}, {layer_type}) does not fit its "
+        raise AttentionError(f"{type(module).__name__} (layer {layer_idx}, {layer_type}) does not fit its "
                              f"config's sizes: {error}") from None
     return ours.train(module.training)
 
@@ -86,10 +93,12 @@ def _our_name(name: str) -> str:
 
 def _rope(config, layer_type: str, weight: torch.Tensor) -> RoPE:
     """The layer's rotary embedding over its qk_rope_head_dim trailing features, as an mh.RoPE."""
-    params = dict(config.rope_parameters["main" if layer_type == "sliding_attention" else "compress"])
+    kind = "main" if layer_type == "sliding_attention" else "compress"
+    params = dict(model_attribute(config, "rope_parameters")[kind])
     params.pop("partial_rotary_factor", None)  # the RoPE below spans the rotary features alone
     try:
-        return RoPE(config.qk_rope_head_dim, base=float(params["rope_theta"]), interleaved=True, scaling=params,
-                    max_position=config.max_position_embeddings, device=weight.device)
+        return RoPE(model_attribute(config, "qk_rope_head_dim"), base=float(params["rope_theta"]), interleaved=True,
+                    scaling=params, max_position=model_attribute(config, "max_position_embeddings"),
+                    device=weight.device)
     except AttentionError as error:
         raise AttentionError(f"deepseek_v4 rope_parameters {params}: {error}") from None

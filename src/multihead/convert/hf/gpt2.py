@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from multihead.convert.hf.config import hf_scale
+from multihead.convert.hf.config import hf_causal, hf_scale
+from multihead.convert.model_attributes import model_attribute
 from multihead.convert.projections import build_attention, check_no_extra_linears, find_dropout, require_head_count
 from multihead.convert.registry import register_converter
 from multihead.errors import AttentionError, shape_str
@@ -55,7 +56,7 @@ def convert_gpt2_attention(module: nn.Module, **hints) -> MultiHeadAttention | N
     c_attn, c_proj = getattr(module, "c_attn", None), getattr(module, "c_proj", None)
     if not (is_conv1d(c_attn) and is_conv1d(c_proj)):
         return None
-    if getattr(module, "is_cross_attention", False) or hasattr(module, "q_attn"):
+    if model_attribute(module, "is_cross_attention", False) or model_attribute(module, "q_attn", None) is not None:
         raise AttentionError(
             f"{type(module).__name__} is GPT-2 cross-attention (q_attn on the decoder, c_attn on the encoder's "
             "states); only GPT-2's self-attention converts."
@@ -72,5 +73,5 @@ def convert_gpt2_attention(module: nn.Module, **hints) -> MultiHeadAttention | N
     num_heads = require_head_count(module, hints, STYLE)
     return build_attention(q, k, v, conv1d_as_linear(c_proj), num_heads, batch_first=hints.get("batch_first", True),
                            dropout=find_dropout(module, "attn_dropout"),
-                           causal=hints.get("causal", bool(getattr(module, "is_causal", True))),
+                           causal=hf_causal(module, hints, None),
                            training=module.training, scale=hf_scale(module, width // num_heads))

@@ -29,6 +29,7 @@ from torch import nn
 
 from multihead.convert.hf.config import hf_config, hf_dropout, hf_rope
 from multihead.convert.hf.decoders import _copy_rms_norm
+from multihead.convert.model_attributes import model_attribute
 from multihead.convert.registry import register_refusal
 from multihead.errors import AttentionError
 from multihead.layers.indexer import LightningIndexer
@@ -56,7 +57,8 @@ def is_deepseek_attention(module: nn.Module) -> bool:
     """Whether `module` is a transformers DeepSeek V2/V3/V3.2 or GLM-MoE-DSA attention layer (latent keys
     and values)."""
     config = hf_config(module)
-    return config is not None and config.model_type in MODEL_TYPES and getattr(module, "kv_b_proj", None) is not None
+    return config is not None and config.model_type in MODEL_TYPES and \
+        model_attribute(module, "kv_b_proj", None) is not None
 
 
 register_refusal("DeepSeek V2/V3/V3.2 and GLM-MoE-DSA latent attention (convert it with "
@@ -74,21 +76,23 @@ def latent_from_module(module: nn.Module) -> MultiHeadLatentAttention:
         raise AttentionError(f"MultiHeadLatentAttention.from_module expects a DeepSeek V2/V3/V3.2 or GLM-MoE-DSA "
                              f"attention layer (model_type in {list(MODEL_TYPES)}, with kv_b_proj); got "
                              f"{type(module).__name__} ({got}).")
-    R = module.qk_rope_head_dim
-    scale = softmax_scale(module.qk_head_dim, config.rope_parameters)
-    if not math.isclose(scale, module.scaling, rel_tol=1e-9):
-        raise AttentionError(f"{type(module).__name__}.scaling is {module.scaling}; expected {scale} from its "
+    sizes = {name: model_attribute(module, name) for name in ("hidden_size", "num_heads", "kv_lora_rank",
+             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "qk_head_dim", "scaling")}
+    R, scaling = sizes["qk_rope_head_dim"], sizes["scaling"]
+    scale = softmax_scale(sizes["qk_head_dim"], model_attribute(config, "rope_parameters"))
+    if not math.isclose(scale, scaling, rel_tol=1e-9):
+        raise AttentionError(f"{type(module).__name__}.scaling is {scaling}; expected {scale} from its "
                              "head dims and rope_parameters (DeepSeek's rule).")
-    interleaved = config.model_type != "deepseek_v3" or bool(getattr(config, "rope_interleave", True))
+    interleaved = config.model_type != "deepseek_v3" or bool(model_attribute(config, "rope_interleave", True))
     weight = module.kv_b_proj.weight
     sparse = config.model_type in SPARSE_TYPES
-    indexer = getattr(module, "indexer", None) if sparse else None
+    indexer = model_attribute(module, "indexer", None) if sparse else None
     mla = MultiHeadLatentAttention(
-        module.hidden_size, module.num_heads, kv_lora_rank=module.kv_lora_rank,
-        qk_nope_head_dim=module.qk_nope_head_dim, qk_rope_head_dim=R, v_head_dim=module.v_head_dim,
-        q_lora_rank=module.q_lora_rank, bias=module.o_proj.bias is not None,
+        sizes["hidden_size"], sizes["num_heads"], kv_lora_rank=sizes["kv_lora_rank"],
+        qk_nope_head_dim=sizes["qk_nope_head_dim"], qk_rope_head_dim=R, v_head_dim=sizes["v_head_dim"],
+        q_lora_rank=sizes["q_lora_rank"], bias=model_attribute(module, "o_proj").bias is not None,
         rope=hf_rope(module, config, R, whole_head=True, device=weight.device, interleaved=interleaved),
-        scale=module.scaling, causal=True, dropout=hf_dropout(module),
+        scale=scaling, causal=True, dropout=hf_dropout(module),
         indexer=None if indexer is None else _indexer(module, indexer, config),
         shared_selection=sparse and indexer is None, device=weight.device, dtype=weight.dtype)
     _copy_weights(module, mla)
@@ -97,20 +101,23 @@ def latent_from_module(module: nn.Module) -> MultiHeadLatentAttention:
 
 def _indexer(module: nn.Module, source: nn.Module, config) -> LightningIndexer:
     """The lightning indexer of a V3.2 / GLM-MoE-DSA layer, its weights copied."""
-    R, weight = module.qk_rope_head_dim, source.wk.weight
-    if not math.isclose(source.softmax_scale, source.head_dim ** -0.5, rel_tol=1e-9):
-        raise AttentionError(f"{type(source).__name__}.softmax_scale is {source.softmax_scale}; expected "
-                             f"index_head_dim ** -0.5 = {source.head_dim ** -0.5}.")
+    R, weight = model_attribute(module, "qk_rope_head_dim"), model_attribute(source, "wk").weight
+    sizes = {name: model_attribute(source, name) for name in ("softmax_scale", "head_dim", "q_lora_rank",
+                                                               "num_heads", "index_topk", "k_norm")}
+    D = sizes["head_dim"]
+    if not math.isclose(sizes["softmax_scale"], D ** -0.5, rel_tol=1e-9):
+        raise AttentionError(f"{type(source).__name__}.softmax_scale is {sizes['softmax_scale']}; expected "
+                             f"index_head_dim ** -0.5 = {D ** -0.5}.")
     turn = hf_rope(module, config, R, whole_head=True, device=weight.device)  # the model's angles over R
-    rope = RoPE(source.head_dim, base=turn.base, interleaved=config.model_type == "glm_moe_dsa", rotary_dim=R,
+    rope = RoPE(D, base=turn.base, interleaved=config.model_type == "glm_moe_dsa", rotary_dim=R,
                 scaling=config.rope_parameters, max_position=turn.max_position, device=weight.device)
-    ours = LightningIndexer(module.hidden_size, source.q_lora_rank, source.n_heads, source.head_dim,
-                            source.index_topk, rope=rope, norm_eps=source.k_norm.eps, device=weight.device,
-                            dtype=weight.dtype)
+    ours = LightningIndexer(model_attribute(module, "hidden_size"), sizes["q_lora_rank"], sizes["num_heads"], D,
+                            sizes["index_topk"], rope=rope, norm_eps=model_attribute(sizes["k_norm"], "eps"),
+                            device=weight.device, dtype=weight.dtype)
     with torch.no_grad():
         for name in ("wq_b", "wk", "weights_proj"):
-            _copy_linear(getattr(source, name), getattr(ours, name), f"indexer.{name}")
-        ours.k_norm.load_state_dict(source.k_norm.state_dict())
+            _copy_linear(model_attribute(source, name), getattr(ours, name), f"indexer.{name}")
+        ours.k_norm.load_state_dict(sizes["k_norm"].state_dict())
     return ours
 
 
@@ -124,9 +131,9 @@ def _copy_weights(source: nn.Module, target: MultiHeadLatentAttention) -> None:
                                      f"{'absent' if ours is None else 'a Linear'} for its q_lora_rank.")
             if ours is not None:
                 _copy_linear(theirs, ours, name)
-    _copy_rms_norm(source.kv_a_layernorm, target.kv_a_layernorm, "kv_a_layernorm")
+    _copy_rms_norm(model_attribute(source, "kv_a_layernorm"), target.kv_a_layernorm, "kv_a_layernorm")
     if target.q_a_layernorm is not None:
-        _copy_rms_norm(source.q_a_layernorm, target.q_a_layernorm, "q_a_layernorm")
+        _copy_rms_norm(model_attribute(source, "q_a_layernorm"), target.q_a_layernorm, "q_a_layernorm")
 
 
 def _copy_linear(theirs: nn.Linear, ours: nn.Linear, name: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from multihead.convert.model_attributes import model_attribute
 from multihead.convert.projections import (build_attention, check_no_extra_linears, find_dropout, linear_at,
                                            require_head_count, submodule)
 from multihead.convert.registry import register_converter
@@ -23,8 +24,8 @@ from multihead.layers.multi_head import MultiHeadAttention
 
 def _check_absolute_positions(self_attention: nn.Module) -> None:
     """Relative position scores (position_embedding_type relative_key*) are not plain attention."""
-    kind = getattr(self_attention, "position_embedding_type", None)
-    kind = kind or getattr(getattr(self_attention, "config", None), "position_embedding_type", None)
+    kind = model_attribute(self_attention, "position_embedding_type", None)
+    kind = kind or model_attribute(model_attribute(self_attention, "config", None), "position_embedding_type", None)
     if kind not in (None, "absolute"):
         raise AttentionError(
             f"this BERT attention adds relative position scores (position_embedding_type={kind!r}), "

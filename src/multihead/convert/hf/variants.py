@@ -21,6 +21,7 @@ from torch import nn
 
 from multihead.convert.hf.config import hf_rope
 from multihead.layers.differential import DifferentialAttention
+from multihead.convert.model_attributes import model_attribute
 from multihead.errors import AttentionError
 from multihead.layers.gated import GatedMultiHeadAttention
 from multihead.layers.multi_head import MultiHeadAttention
@@ -78,38 +79,42 @@ def _gated(q: nn.Linear, num_heads: int) -> Variant:
 
 def _differential(module: nn.Module, q: nn.Linear) -> Variant:
     """DiffLlama: λ's four vectors, λ_init of this layer and the pair norm's epsilon."""
-    norm = getattr(module, "groupnorm", None)
+    norm = model_attribute(module, "groupnorm", None)
     if not isinstance(norm, nn.RMSNorm) or norm.weight is not None:
         raise AttentionError(f"{type(module).__name__}.groupnorm should be an nn.RMSNorm without weight over 2D; "
                              f"got {type(norm).__name__}.")
 
+    lambdas = {name: model_attribute(module, name) for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")}
+
     def copy_lambdas(mod: MultiHeadAttention) -> None:
         with torch.no_grad():
-            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
-                getattr(mod, name).copy_(getattr(module, name))
+            for name, value in lambdas.items():
+                getattr(mod, name).copy_(value)
 
-    options = {"lambda_init": float(module.lambda_init), "norm_eps": norm.eps}
+    options = {"lambda_init": float(model_attribute(module, "lambda_init", types=(int, float))),
+               "norm_eps": model_attribute(norm, "eps")}
     return Variant(q, DifferentialAttention, options, copy_lambdas)
 
 
 def _llama4(module: nn.Module, config, q: nn.Linear, head_dim: int) -> Variant:
     """Llama 4's text layers: RoPE + L2-normed q, k + chunks, or NoPE + query temperature."""
-    uses_rope = bool(module.use_rope)
-    layer_type = config.layer_types[module.layer_idx]
-    norm = getattr(module, "qk_norm", None)
+    uses_rope = bool(model_attribute(module, "use_rope"))
+    layer_type = model_attribute(config, "layer_types")[model_attribute(module, "layer_idx")]
+    norm = model_attribute(module, "qk_norm", None)
+    eps = None if norm is None else model_attribute(norm, "eps", types=(float,))  # before anything is built
     options = {
         "rope": hf_rope(module, config, head_dim, whole_head=True, interleaved=True, device=q.weight.device)
         if uses_rope else None,
         "qk_norm": norm is not None,
-        "chunk_size": config.attention_chunk_size if layer_type == "chunked_attention" else None,
-        "temperature": QueryTemperature(config.floor_scale, config.attn_scale)
-        if module.attn_temperature_tuning and not uses_rope else None,
+        "chunk_size": model_attribute(config, "attention_chunk_size") if layer_type == "chunked_attention" else None,
+        "temperature": QueryTemperature(model_attribute(config, "floor_scale"), model_attribute(config, "attn_scale"))
+        if model_attribute(module, "attn_temperature_tuning") and not uses_rope else None,
     }
 
     def copy_norm(mod: MultiHeadAttention) -> None:  # Llama 4 normalises after RoPE: the same, a turn keeps lengths
         if norm is not None:
             for target in (mod.q_norm, mod.k_norm):
                 nn.init.ones_(target.weight)
-                target.eps = norm.eps
+                target.eps = eps
 
     return Variant(q, options=options, finish=copy_norm)
