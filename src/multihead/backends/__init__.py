@@ -42,6 +42,7 @@ from __future__ import annotations
 from multihead.backends.banded import BandedBackend
 from multihead.backends.decode import DecodeBackend
 from multihead.backends.flex import FlexBackend
+from multihead.backends.paged import PagedBackend
 from multihead.backends.problem import Problem
 from multihead.backends.quantized import QuantizedBackend
 from multihead.backends.reasons import Reason
@@ -50,6 +51,7 @@ from multihead.backends.sdpa import SdpaBackend
 from multihead.backends.sparse import SparseBackend
 from multihead.backends.varlen import VarlenBackend
 
-BUILTIN = (DecodeBackend(), QuantizedBackend(), SparseBackend(), VarlenBackend(), BandedBackend(), SdpaBackend(), FlexBackend(), MathBackend())
+BUILTIN = (DecodeBackend(), QuantizedBackend(), PagedBackend(), SparseBackend(), VarlenBackend(), BandedBackend(),
+           SdpaBackend(), FlexBackend(), MathBackend())
 
 __all__ = ["BUILTIN", "Problem", "Reason"]

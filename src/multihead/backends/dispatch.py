@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from multihead.backends import BUILTIN, Problem, Reason
 from multihead.backends.capabilities import unsupported
 from multihead.backends.graphs import building_graph
-from multihead.backends.kv_forms import Quantized
+from multihead.backends.kv_forms import resolved
 from multihead.backends.problem import fold, heads_first, make_problem
 from multihead.errors import AttentionError, CannotRunError
 from multihead.masks import Mask
@@ -139,8 +139,10 @@ def plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend: st
         try:  # the key; not tensors or not a Mask: make_problem says what came
             mask_key = None if mask is None else _mask_key(mask)  # None: an inference tensor, nothing kept
             kv_type = type(k)
-            if ((mask is None or mask_key is not None) and kv_type is type(v)
-                    and (kv_type is type(q) or not (kv_type is Quantized and k.all_fresh()))):
+            if kv_type is not type(q):  # a cache's view, as dispatch reads it (kv_forms.resolved)
+                k, v = resolved(q, k, v)
+                kv_type = type(k)
+            if (mask is None or mask_key is not None) and kv_type is type(v):
                 grad = torch.is_grad_enabled() and (
                     q.requires_grad or k.requires_grad or v.requires_grad or sinks is not None and sinks.requires_grad
                     or mask is not None and any(t.requires_grad for t in mask.tensors))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.backends.kv_forms import kv_form_of
+from multihead.backends.kv_forms import kv_form_of, resolved
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Index, Mask, NormalForm
 from multihead.masks.causal import causal_part
@@ -72,11 +72,11 @@ class Problem:
 def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None, lse: bool = False) -> Problem:
     """Check every input, fold `causal` and the mask into the normal form. Raises AttentionError.
 
-    k and v are tensors, or both one of the forms of kv_forms.py (a quantized cache's codes); a quantized form
-    whose every slot came fresh with this call is read from its float numbers (a prompt: the fused kernels)."""
+    k and v are tensors, or both one of the forms of kv_forms.py (a quantized or paged cache's view), as
+    kv_forms.resolved reads them (a prompt's fresh floats; pages gathered outside a decode step)."""
+    if not isinstance(k, torch.Tensor):
+        k, v = resolved(q, k, v)
     kv_form = kv_form_of(k)
-    if kv_form == "quantized" and k.all_fresh() and v.all_fresh():
-        k, v, kv_form = k.fresh, v.fresh, "dense"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) and (name == "q" or kv_form in (None, "dense") or kv_form_of(t) != kv_form):
             raise AttentionError(f"{name} must be a torch.Tensor of shape (B, H, L, D); got {type(t).__name__}.")

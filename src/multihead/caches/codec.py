@@ -13,6 +13,8 @@ rotary key]): two scales per row, (..., 2), for the columns before S and the res
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from multihead.backends.kv_forms import Quantized, dequantized
