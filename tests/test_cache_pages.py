@@ -168,7 +168,8 @@ def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype):
         cache.fork(0, b)
     lens = torch.tensor([5, 17, 1, 30])
     sk, sv = (torch.randn(B, HKV, 30, D, generator=g).to(dtype) for _ in range(2))
-    keys, values, _ = cache.append(sk, sv, lens)
+    cache.append(sk, sv, lens)  # a paged view: the pages and the block table
+    keys, values = (cache.read(part) for part in cache.parts)  # the held slots, gathered
     q = torch.randn(B, H, 1, D, generator=g).to(dtype)
     got = cascade_attention(q, cache, prefix=P)
     assert cache.pages_in_use() == P // 16 + sum(-(-int(n) // 16) for n in lens)

@@ -111,3 +111,30 @@ def test_a_plan_never_outlives_a_change_to_the_values_it_was_built_from(case, wr
         second = mh.attention(q, k, v, mask, backend=backend)
     _check(second, q, k, v, mask)
     assert not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8], ids=["float", "int8"])
+def test_a_paged_decode_loop_whose_block_table_changes_plans_once_over_50_steps(kv_dtype):
+    """A ragged paged cache (pages of 16): 50 steps, the block table gaining pages as sequences cross page ends;
+    the pages are read in place (the paged backend) and every step equals the contiguous cache's."""
+    torch.manual_seed(4)
+    m = mh.MultiHeadAttention(64, 4, num_kv_heads=2, causal=True).eval()
+    paged, flat = (m.new_cache(2, 2300, page_size=16, kv_dtype=kv_dtype), m.new_cache(2, 2300, kv_dtype=kv_dtype))
+    prompt, lens = torch.randn(2, 2100, 64), torch.tensor([2100, 1500])
+    with torch.no_grad():
+        for cache in (paged, flat):
+            m(prompt, cache=cache, mask=mh.Mask.lengths(lens, query_lens=lens))
+        tables, outs = [], []
+        before = _counts()
+        for t in range(STEPS):
+            x = torch.randn(2, 1, 64)
+            outs.append((m(x, cache=paged), x))
+            tables.append(paged.block_table.clone())
+        after = _counts()
+        assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
+        assert not torch.equal(tables[0], tables[-1])  # pages were added along the way
+        q = torch.randn(2, 4, 1, 16)
+        k, v, mask = paged.append(torch.randn(2, 2, 1, 16), torch.randn(2, 2, 1, 16))
+        assert mh.dispatch(q, k, v, mask).backend == "paged"
+        for out, x in outs:
+            torch.testing.assert_close(out, m(x, cache=flat), atol=1e-5, rtol=1e-5)

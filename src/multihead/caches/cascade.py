@@ -11,17 +11,17 @@ The prefix is attended as one sequence with B * Lq query rows (every row sees ev
 come after it), the suffixes as B sequences of their own lengths, causal bottom-right. Both give (out, lse);
 the merge is exact. The prefix must be whole pages that every sequence's block table shares (checked).
 
-The (out, lse) of each part is computed here in torch ops (a FALLBACK, marked: until mh.attention(...,
-return_lse=True) lands in dispatch, which then takes both calls), the scores in float32.
+The (out, lse) of each part comes from mh.attention(..., return_lse=True): dispatch picks the backend.
 """
 from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax
+from multihead.attention import attention
 from multihead.backends.merge import merge_states
 from multihead.caches.base import Cache
 from multihead.errors import AttentionError
+from multihead.masks import Mask
 
 
 def cascade_attention(q: torch.Tensor, cache: Cache, prefix: int, *, scale: float | None = None) -> torch.Tensor:
@@ -44,7 +44,7 @@ def cascade_attention(q: torch.Tensor, cache: Cache, prefix: int, *, scale: floa
     whole = bool((first[1:] - first[:-1] == 1).all()) if n > 1 else True  # pages in a row of the pool: a view
     prefix_kv = [_prefix_rows(getattr(cache, p.pages), first, whole) for p in (keys, values)]  # (1, Hkv, P, D)
     rows = q.permute(1, 2, 0, 3).reshape(1, H, Lq * B, D)  # every sequence's queries, one prefix read
-    out_p, lse_p = _attend_with_lse(rows, *prefix_kv, None, scale)
+    out_p, lse_p = attention(rows, *prefix_kv, scale=scale, return_lse=True)
     out_p = out_p.view(H, Lq, B, -1).permute(2, 0, 1, 3)
     lse_p = lse_p.view(H, Lq, B).permute(2, 0, 1)
     longest = int(lengths.max())
@@ -52,7 +52,7 @@ def cascade_attention(q: torch.Tensor, cache: Cache, prefix: int, *, scale: floa
     j = torch.arange(longest - prefix, device=q.device)
     last = (lengths - prefix)[:, None] - Lq + torch.arange(Lq, device=q.device)  # (B, Lq) each query's position
     keep = (j <= last[..., None])[:, None]  # (B, 1, Lq, Ls): causal, bottom-right per sequence
-    out_s, lse_s = _attend_with_lse(q, *suffix, keep, scale)
+    out_s, lse_s = attention(q, *suffix, Mask.keep(keep), scale=scale, return_lse=True)
     out, _ = merge_states([(out_p, lse_p), (out_s, lse_s)])
     return out.to(q.dtype)
 
@@ -62,16 +62,3 @@ def _prefix_rows(pages: torch.Tensor, first: torch.Tensor, whole: bool) -> torch
     n = first.shape[0]
     rows = pages[int(first[0]):int(first[0]) + n] if whole else pages[first.long()]  # (n, Hkv, S, D)
     return rows.transpose(0, 1).reshape(1, rows.shape[1], n * rows.shape[2], rows.shape[3])
-
-
-def _attend_with_lse(q, k, v, keep, scale: float):
-    """FALLBACK (out (B, H, Lq, Dv) float32, lse (B, H, Lq) float32) of q over k, v (B|1, Hkv, Lk, D) under
-    keep (B, 1, Lq, Lk) or None, queries grouped on their kv head; replaced by mh.attention(..., return_lse=True)."""
-    B, H, Lq, D = q.shape
-    Hkv = k.shape[1]
-    G = H // Hkv
-    rows = q.float().reshape(B, Hkv, G * Lq, D)
-    scores = (rows @ k.float().transpose(-1, -2) * scale).view(B, Hkv, G, Lq, -1)
-    weights, lse = masked_softmax(scores, None if keep is None else keep[:, :, None], with_lse=True)
-    out = (weights.view(B, Hkv, G * Lq, -1) @ v.float()).view(B, H, Lq, -1)
-    return out, lse.view(B, H, Lq)
