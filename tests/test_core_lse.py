@@ -105,7 +105,7 @@ def test_backends_without_the_lse_refuse_it_with_a_code():
     q, k, v, _ = _inputs(8, torch.float32)
     window = mh.Mask.window(64)
     for name in backend_names():
-        if name in ("math", "sdpa", "decode", "quantized"):
+        if name in ("math", "sdpa", "decode", "quantized", "paged"):  # they give it (quantized, paged: their forms)
             continue
         with pytest.raises(mh.AttentionError) as refused:
             mh.attention(q, k, v, window, backend=name, return_lse=True)
@@ -123,3 +123,24 @@ def test_the_lse_compiles_with_dynamic_shapes():
         ref, ref_lse = mh.attention(q, k[:, :, :n], v[:, :, :n], causal=True, return_lse=True)
         torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(lse, ref_lse, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8], ids=["float", "int8"])
+def test_the_paged_step_returns_the_lse_of_its_pages(kv_dtype):
+    """A paged cache's view (pages of 16, ragged lengths, a sequence with no key) read in place: (out, lse) equal
+    to the reference math over the same slots gathered, sinks included (a row with no key: its sink alone)."""
+    g = torch.Generator().manual_seed(5)
+    cache = mh.KVCache(3, N + 16, 2, 32, page_size=16, kv_dtype=kv_dtype)
+    k, v = (torch.randn(3, 2, N, 32, generator=g) for _ in range(2))
+    with torch.no_grad():
+        cache.append(k, v, LENS)
+        keys, values, mask = cache.append(*(torch.randn(3, 2, 1, 32, generator=g) for _ in range(2)))
+        q, sinks = torch.randn(3, 4, 1, 32, generator=g), torch.linspace(-1.0, 2.0, 4)
+        assert mh.dispatch(q, keys, values, mask, sinks=sinks, return_lse=True).backend == "paged"
+        out, lse = mh.attention(q, keys, values, mask, sinks=sinks, return_lse=True)
+    held = [cache.read(part) for part in cache.parts]
+    held = [t.numbers() if isinstance(t, Quantized) else t for t in held]
+    ref, ref_lse = mh.attention(q.double(), *(t.double() for t in held), mask, sinks=sinks.double(), backend="math",
+                                return_lse=True)
+    assert (out.double() - ref).abs().max().item() <= 2e-5 * ref.abs().max().item()
+    assert (lse.double() - ref_lse).abs().max().item() <= 1e-4

@@ -79,6 +79,14 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None, sink:
     return (weights, lse) if with_lse else weights
 
 
+def sink_alone(lse: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """lse (B, H, Lq) with each row that keeps no key (-inf) given its sink's logit, when there are sinks (H,):
+    the denominator of such a row is its sink alone, which a merge with other keys must count."""
+    if sinks is None:
+        return lse
+    return torch.where(lse == float("-inf"), sinks.to(lse.dtype).view(-1, 1), lse)
+
+
 def scored(products: torch.Tensor, scale: float, softcap: float | None = None, bias=None) -> torch.Tensor:
     """The score pipeline, written once: q·k products (any float dtype, any shape) -> scores in at least float32,
     times `scale`, capped (softcap * tanh(s / softcap)), then biased (a tensor added, or a function of the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.capabilities import Capabilities
+from multihead.backends.common import sink_alone
 from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_ranges import RowsAtLength
@@ -61,4 +62,4 @@ class PagedBackend:
                             _EMPTY if slopes is None else slopes, _EMPTY if p.sinks is None else p.sinks.float(),
                             p.scale, p.softcap or 0.0, k.scales, v.scales, p.lse)
         out = out.to(p.q.dtype)
-        return (out, lse) if p.lse else out
+        return (out, sink_alone(lse, p.sinks)) if p.lse else out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from multihead.backends.capabilities import Capabilities
+from multihead.backends.common import sink_alone
 from multihead.backends.cpu.build import kernel, loaded
 from multihead.backends.decode_quant import BLOCK, blockwise, kernel_step
 from multihead.backends.decode_ranges import RowsAtLength, rows_of
@@ -73,5 +74,6 @@ class QuantizedBackend:
                              dense=dense, with_lse=p.lse)
         lo, hi, qpos, slopes = plan.rows.rows(p)
         if plan.kernel:
-            return kernel_step(None, p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, p.lse)
+            result = kernel_step(None, p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, p.lse)
+            return (result[0], sink_alone(result[1], p.sinks)) if p.lse else result
         return blockwise(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, with_lse=p.lse)

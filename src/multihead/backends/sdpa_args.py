@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.graphs import building_graph
-from multihead.backends.common import keep_nan_rows, reference_on_grid, zero_where
+from multihead.backends.common import keep_nan_rows, reference_on_grid, sink_alone, zero_where
 from multihead.backends.problem import Problem
 from multihead.backends.sink_rescale import flash_with_lse, flash_with_sinks
 from multihead.masks import Index, NormalForm
@@ -179,8 +179,7 @@ def run_sdpa_with_lse(q, k, v, args: SdpaArgs, scale: float, sinks=None) -> tupl
     empty = lse <= torch.finfo(q.dtype).min / 2
     if args.dead is not None:
         out, empty = zero_where(args.dead, out), empty | args.dead.squeeze(-1)
-    alone = float("-inf") if sinks is None else sinks.float().view(-1, 1)  # its sink alone, or nothing
-    return out, torch.where(empty, alone, lse)
+    return out, sink_alone(lse.masked_fill(empty, float("-inf")), sinks)  # its sink alone, or nothing
 
 
 def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool,
