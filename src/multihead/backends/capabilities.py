@@ -11,7 +11,8 @@ device and dtype, with dropout, backward and recorded graphs, and refuses return
     devices     device types it runs on (None: every one)
     dtypes      dtypes of q it takes (None: every float dtype)
     kv_forms    the key/value forms it reads: "dense" (tensors), "quantized" (codes and scales), "paged"
-                (pages and a block table); see kv_forms.py
+                (pages and a block table); see kv_forms.py. A backend added with mh.register_backend that
+                declares "quantized" or "paged" is offered a cache's views as they are
     empty       whether it takes Lq = 0 or Lk = 0
     dropout     whether it applies dropout
     backward    whether autograd may differentiate it
@@ -83,8 +84,8 @@ def unsupported(backend, p, lse: bool = False) -> Reason | None:
     if not caps.dropout and p.dropout:
         return _reason(backend, "dropout", "it has no dropout")
     if (not caps.backward or device in caps.no_backward_on) and needs_grad(p):
-        return _reason(backend, "grad", lambda q: "it has no backward" + (f" on {q.q.device.type}" if caps.backward
-                                                                           else "") + ", and this call needs a gradient")
+        where = (lambda q: f" on {q.q.device.type}") if caps.backward else (lambda q: "")
+        return _reason(backend, "grad", lambda q: f"it has no backward{where(q)}, and this call needs a gradient")
     if not caps.recorded and recorded_graph():
         return _reason(backend, "recorded", "a recorded graph (torch.export, ONNX, torch.jit.trace) keeps to torch's "
                                             "own ops, and it calls a compiled extension")

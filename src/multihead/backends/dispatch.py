@@ -12,18 +12,18 @@ then remembered. The plan cache is keyed by
   the mask's tensors (COPIED_NUMEL elements at most, on the CPU) and a call compares its mask's values with
   them (whatever wrote them: in place, through .data, through .numpy()). Equal, the kept fold and plan run;
   different, the mask is checked and folded again, and the plan is kept only where the chosen backend, and
-  each tried before it, reads no values in planning (`reads_values = False`: decode, quantized, sparse), else
+  each tried before it, reads no values in planning (`reads_values = False`: decode, quantized, paged, sparse), else
   the backend is chosen again. Masks too large to copy, on a device, or needing grad are folded on every call;
-- the call: q, k and v's type (tensors or a kv form), shapes, dtypes and devices, causal, scale, softcap,
-  dropout (plain floats and bools; other kinds are checked on every call), the sinks' shape, dtype and
-  device, the backend asked for, return_lse, and whether autograd needs a gradient.
+- the call: q, k and v's type (tensors or a kv form, as kv_forms.resolved reads it), shapes, dtypes and devices,
+  causal, scale, softcap, dropout (plain floats and bools; other kinds are checked on every call), the sinks'
+  shape, dtype and device, the backend asked for, return_lse, and whether autograd needs a gradient.
 Before a backend's plan, dispatch checks what it declares it takes (capabilities.py), once.
 Under torch.compile and tracing nothing is remembered or read (no guards on it). A plan whose form
 carries autograd history (mask tensors that need grad), calls a user's function (which may read
 tensors the mask cannot see) or holds more than HELD_BYTES is rebuilt on every call by its backend;
 only the choice and the checks are remembered. A call met before at another key length Lk (a KV cache's
 next step) is not checked or folded again: where the backend's plan serves every key length from some on
-(`keys_from`: decode, quantized, sparse) and every backend tried before it refuses at every length, that
+(`keys_from`: decode, quantized, paged, sparse) and every backend tried before it refuses at every length, that
 plan runs; else only the choice is made again. `mh.dispatch` plans through the same cache and evicts nothing.
 Reasons are constant codes (backends/reasons.py), worded here and nowhere else.
 """
