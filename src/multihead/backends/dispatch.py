@@ -85,10 +85,17 @@ class Decision:
     detail: str
     reasons: dict[str, str] = field(default_factory=dict)
     codes: dict[str, str] = field(default_factory=dict)  # the same reasons as stable codes
+    kv_form: str = "dense"  # the call's keys and values (kv_forms.py)
 
     def __str__(self) -> str:
+        """The choice and each other backend's reason; the backends that read another kind of keys and values
+        are named on one line (none for plain tensors: those read a cache's forms only)."""
         lines = [f"{self.backend}: {self.detail}"]
-        lines += [f"  {name}: not chosen: {why}" for name, why in self.reasons.items()]
+        lines += [f"  {name}: not chosen: {why}" for name, why in self.reasons.items()
+                  if not self.codes.get(name, "").endswith(".kv-form")]
+        other = [name for name, code in self.codes.items() if code.endswith(".kv-form")]
+        if other and self.kv_form != "dense":
+            lines.append(f"  {', '.join(other)}: not chosen: they read other keys and values than {self.kv_form} ones")
         return "\n".join(lines)
 
 
@@ -365,7 +372,7 @@ def decide(problem: Problem, chosen, plan, backend: str = "auto") -> Decision:
         else:
             reasons[other.name] = f"{chosen.name} ranks first and accepted the call"
             codes[other.name] = "ranked-after"
-    return Decision(chosen.name, chosen.describe(problem, plan), reasons, codes)
+    return Decision(chosen.name, chosen.describe(problem, plan), reasons, codes, problem.kv_form)
 
 
 def dispatch(q: torch.Tensor, k, v, mask: Mask | None = None, *, causal: bool = False,
