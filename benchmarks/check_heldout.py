@@ -32,6 +32,8 @@ sys.path.insert(0, str(ZOO))
 
 from zoo_files import write_cases  # noqa: E402  (the learner files, mutants rebuilt)
 
+from multihead.bench.machine import cpu_flags, cpu_model  # noqa: E402  (the machine the checks ran on)
+
 ID = re.compile(r"[(（]([a-z0-9]+(?:-[a-z0-9]+)+)[)）]")
 
 
@@ -178,7 +180,7 @@ def run(cases: list[dict], langs: list[str], timeout: float, progress: bool = Tr
             "started": started.strftime("%Y-%m-%d %H:%M UTC"),
             "finished": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cases": len(cases), "mask claims passed": with_claim, "EN and ZH verdicts agree": f"{agree} of {len(rows)}",
-            "cpu cores": os.cpu_count(),
+            "cpu cores": os.cpu_count(), "cpu": f"{cpu_model()} ({cpu_flags() or 'no vector flags listed'})",
             "load average (1 min) before / after": f"{load_before[0]:.1f} / {os.getloadavg()[0]:.1f}",
             "timing": "one `python -m multihead check` process, start included: wall seconds, and the CPU "
                       "seconds it used (user + system), which other jobs on the machine do not inflate",

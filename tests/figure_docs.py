@@ -16,8 +16,9 @@ numbers stayed the same), and each line to its entries:
   report renders from benchmarks/<file> (a table copied from the run), which ties every cell on it.
 
 A declaration says that a number is no measured figure, and which kind: "<kind>" or "<kind>: <why>",
-with a kind of DECLARED. A measured figure with no committed result says so as "unrecorded: <where it
-was measured>": it is counted and listed, never silently unchecked.
+with a kind of DECLARED (shapes, settings, goals, ids and the like). A measured figure has no
+declaration: it is tied to a committed result, or it leaves the doc. An entry "unrecorded: ..." (a
+figure measured outside the committed runs) is refused with that message.
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ DECLARED = {
     "tolerance": "a bound the tests assert (within 1e-5)",
     "date": "a date that is not a run's",
     "hardware": "a property of the machine's hardware (a cache's size) that no results file records",
-    "unrecorded": "a measured figure with no committed results file (say where it was measured)",
 }
+UNRECORDED = "unrecorded"  # a measured figure with no committed result: refused (tie it or take it out)
 RENDERED = "rendered: "
 
 
@@ -71,13 +72,16 @@ RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", 
               "parallel.md": "parallel.json", "check_zoo-results.md": "check_zoo.json",
               "quant-cache-results.md": "quant-cache.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
 # benchmarks/<md>: what benchmarks/<script>'s `markdown` makes of benchmarks/<json> (the held-out zoo's runs; the
-# decode kernel of every build against the plain-torch form; peak memory with and without sinks; the sparse decode
+# decode kernel of every build against the plain-torch form, also with torch held to AVX2; the decode kernel's
+# goals per build; peak memory with and without sinks; the sparse decode
 # step and V3.2 layer step)
 HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "check_heldout.py"),
                   "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
                   "check_heldout-after.md": ("check_heldout-after.json", "check_heldout.py"),
                   "check_heldout_2026-blind.md": ("check_heldout_2026-blind.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py"),
+                  "decode-isa-avx2-results.md": ("decode-isa-avx2.json", "decode_isa.py"),
+                  "decode-goals-results.md": ("decode-goals.json", "decode_goals.py"),
                   "sinks-memory-results.md": ("sinks-memory.json", "sinks_memory.py"),
                   "sparse-decode-results.md": ("sparse-decode.json", "sparse_decode.py")}
 
@@ -181,11 +185,12 @@ def check(n: Number, entry: str | list[str], results: Results) -> str | None:
 
 
 def declaration_problem(n: Number, entry: str) -> str | None:
-    kind, _, why = entry.partition(": ")
+    kind = entry.partition(": ")[0]
+    if kind == UNRECORDED:
+        return (f"{n.where()}: a measured figure with no committed result cannot stay: tie it to the results "
+                "file of a run that holds it (commit the run), or take it out of the doc")
     if kind not in DECLARED:
         return f"{n.where()}: {entry!r} is neither a key nor a declared kind ({', '.join(DECLARED)})"
-    if kind == "unrecorded" and not why:
-        return f"{n.where()}: an unrecorded figure must say where it was measured ('unrecorded: <where>')"
     return None
 
 

@@ -9,6 +9,7 @@ import torch
 
 import multihead as mh
 from multihead.caches.cascade import cascade_attention
+from multihead.caches.pages import materialized
 
 E, H, HKV = 64, 4, 2
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}  # measured: fp32 ~3e-6, bf16 ~8e-3 of the largest output
@@ -155,12 +156,15 @@ def test_memory_bytes_and_repr():
         assert shown in text
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype):
-    """4 sequences share a 2048-token prefix, each with its own suffix; against float64 attention."""
+@pytest.mark.parametrize("dtype, kv_dtype", [(torch.float32, None), (torch.bfloat16, None),
+                                            (torch.float32, torch.int8), (torch.bfloat16, torch.float8_e4m3fn)],
+                         ids=["fp32", "bf16", "int8", "fp8"])
+def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype, kv_dtype):
+    """4 sequences share a 2048-token prefix, each with its own suffix; against float64 attention over the
+    numbers the cache holds."""
     B, P, D = 4, 2048, 32
     g = torch.Generator().manual_seed(7)
-    cache = mh.KVCache(B, P + 40, HKV, D, page_size=16, dtype=dtype)
+    cache = mh.KVCache(B, P + 40, HKV, D, page_size=16, dtype=dtype, kv_dtype=kv_dtype)
     pk, pv = (torch.randn(1, HKV, P, D, generator=g).to(dtype) for _ in range(2))
     cache.append(pk.expand(B, -1, -1, -1).contiguous(), pv.expand(B, -1, -1, -1).contiguous(),
                  torch.tensor([P, 0, 0, 0]))
@@ -168,8 +172,9 @@ def test_cascade_reads_the_shared_prefix_once_and_equals_plain_attention(dtype):
         cache.fork(0, b)
     lens = torch.tensor([5, 17, 1, 30])
     sk, sv = (torch.randn(B, HKV, 30, D, generator=g).to(dtype) for _ in range(2))
-    cache.append(sk, sv, lens)  # a paged view: the pages and the block table
-    keys, values = (cache.read(part) for part in cache.parts)  # the held slots, gathered
+    keys, values = (materialized(t) for t in cache.append(sk, sv, lens)[:2])  # the pages gathered
+    if kv_dtype is not None:
+        keys, values = keys.numbers(torch.float64), values.numbers(torch.float64)
     q = torch.randn(B, H, 1, D, generator=g).to(dtype)
     got = cascade_attention(q, cache, prefix=P)
     assert cache.pages_in_use() == P // 16 + sum(-(-int(n) // 16) for n in lens)
@@ -190,6 +195,10 @@ def test_a_ragged_decode_step_hands_one_mask_object_across_steps():
         masks = [cache.append(*(torch.randn(2, HKV, 1, E // H) for _ in range(2)))[2] for _ in range(3)]
     assert masks[0] is masks[1] is masks[2] and cache.lengths.tolist() == [6, 8]
     assert masks[2].parts[0].key_lens.tolist() == [6, 8]
+    for mode in (torch.inference_mode, torch.no_grad, torch.inference_mode):  # the kept lengths move in each
+        with mode():
+            m(torch.randn(2, 1, E), cache=cache)
+    assert masks[0].parts[0].key_lens.tolist() == [9, 11]
 
 
 @pytest.mark.parametrize("kv_dtype", [None, torch.int8], ids=["float", "int8"])
@@ -221,3 +230,39 @@ def test_the_v4_cache_refuses_pages_codes_and_per_sequence_operations():
     for bad in (lambda: cache.fork(0, 1), lambda: cache.release(0), lambda: cache.add_sequence()):
         with pytest.raises(mh.AttentionError, match="SharedKVCache"):
             bad()
+
+
+@pytest.mark.parametrize("kv_dtype", [None, torch.int8, torch.float8_e4m3fn], ids=["float", "int8", "fp8"])
+def test_a_paged_decode_step_reads_the_pages_in_place(kv_dtype, monkeypatch):
+    """After the prompt, each step goes to the paged decode op: no page is gathered, and the output is the
+    contiguous cache's."""
+    m = _module(sinks=True, softcap=30.0)
+    x = torch.randn(2, 40, E, generator=torch.Generator().manual_seed(9))
+    paged, flat = m.new_cache(2, 48, kv_dtype=kv_dtype, page_size=16), m.new_cache(2, 48, kv_dtype=kv_dtype)
+    with torch.no_grad():
+        m(x[:, :30], cache=paged), m(x[:, :30], cache=flat)
+        monkeypatch.setattr(type(paged), "_gathered", lambda *a: pytest.fail("a decode step gathered pages"))
+        got = torch.cat([m(x[:, t:t + 1], cache=paged) for t in range(30, 40)], 1)
+        want = torch.cat([m(x[:, t:t + 1], cache=flat) for t in range(30, 40)], 1)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+
+
+def test_a_contiguous_cache_takes_release_add_sequence_and_fork_too():
+    m = _module()
+    x = torch.randn(3, 8, E, generator=torch.Generator().manual_seed(11))
+    cache = m.new_cache(2, 16)
+    with torch.no_grad():
+        m(x[:2, :5], cache=cache)
+        cache.release(1)
+        assert (cache.add_sequence(), cache.add_sequence()) == (1, 2) and cache.keys.shape[0] == 3
+        lens = torch.tensor([1, 5, 5])
+        step = torch.zeros(3, 5, E)
+        step[0, 0], step[1], step[2] = x[0, 5], x[1, :5], x[2, :5]
+        out = m(step, cache=cache, mask=mh.Mask.lengths(lens, query_lens=lens))
+        cache.fork(2, 0, length=3)
+    for row, n, q in ((0, 6, 0), (1, 5, 4), (2, 5, 4)):
+        assert (out[row, q].double() - _reference(m, x[row:row + 1, :n])[0, -1]).abs().max() < 1e-5
+    assert cache.lengths.tolist() == [3, 5, 5] and torch.equal(cache.keys[0, :, :3], cache.keys[2, :, :3])
+    assert not cache.keys[0, :, 3:].any()  # the rest of the row is emptied
+    with pytest.raises(mh.AttentionError, match="contiguous"):
+        cache.page_refs()

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from multihead.bench.machine import cpu_model
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -118,5 +120,6 @@ def test_harness_runs_two_cases_and_writes_markdown_and_json(tmp_path):
         assert row["en"]["seconds"] > 0 and row["en"]["cpu_seconds"] > 0
     assert set(data["totals"]["en"]) >= {"correct PASS", "bug ids right", "false PASS", "exit 2", "p95 s per check",
                                            "p95 CPU s per check"}
+    assert data["conditions"]["cpu"].startswith(cpu_model())  # the machine, its vector flags in brackets
     text = markdown.read_text(encoding="utf-8")
     assert "| zh_blog_1 |" in text and "| zh_blog_6 |" in text

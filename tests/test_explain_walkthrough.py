@@ -13,6 +13,7 @@ import multihead as mh
 from multihead.explain import words
 from multihead.explain.walkthrough import checks as walk_checks
 from multihead.explain.walkthrough import steps as wt
+from multihead.explain.say import Say
 from multihead.explain.story import Story
 
 
@@ -112,11 +113,12 @@ def test_head_columns_diff_is_zero_only_when_each_head_sits_in_its_own_columns()
 
 def test_check_close_states_the_verdict_and_the_difference():
     story = Story("zh")
+    say = Say(story, {"same": "{what}相同"})
     a = torch.ones(2, 3)
-    assert walk_checks.check_close(story, "same", "相同", a, a + 1e-7)
-    assert not walk_checks.check_close(story, "same", "相同", a, a + 1e-3)
-    assert not walk_checks.check_close(story, "same", "相同", a, torch.ones(3, 2))
-    assert [c.data["claim"] for c in story.checks] == ["相同"] * 3
+    assert walk_checks.check_close(say, "same", a, a + 1e-7, what="两者")
+    assert not walk_checks.check_close(say, "same", a, a + 1e-3, what="两者")
+    assert not walk_checks.check_close(say, "same", a, torch.ones(3, 2), what="两者")
+    assert [c.data["claim"] for c in story.checks] == ["两者相同"] * 3
     assert story.checks[1].data["detail"] == "max |diff| = 1.0e-03"
     assert story.checks[2].data["detail"] == "shapes (2, 3) vs (3, 2)"
 

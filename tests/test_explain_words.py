@@ -12,21 +12,11 @@ from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS, base
+from multihead.terminal.phrasebook import flatten
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 TOPICS_DIR = Path(base.__file__).parent
 PROSE = ("title", "question", "heading.", "text.", "check.")   # whole sentences, never code or symbols
-
-
-def flatten(tree: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
-    """{(section, ..., id): message} for every message, in file order."""
-    found = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            found.update(flatten(value, (*prefix, key)))
-        else:
-            found[(*prefix, key)] = value
-    return found
 
 
 EN, ZH = flatten(words.words("en")), flatten(words.words("zh"))
@@ -98,7 +88,7 @@ def test_every_topic_message_is_said_by_its_topic(monkeypatch):
 
 def test_the_topics_code_holds_no_chinese():
     """Translating never means reading tensor code: every Chinese sentence lives in words/zh.json."""
-    for path in sorted(TOPICS_DIR.glob("*.py")):
+    for path in sorted([*TOPICS_DIR.glob("*.py"), *(TOPICS_DIR.parent / "walkthrough").glob("*.py")]):
         found = CJK.findall(path.read_text(encoding="utf-8"))
         assert not found, f"{path.name} holds Chinese text: {''.join(found[:20])}"
 
@@ -123,12 +113,12 @@ def test_say_falls_back_to_the_shared_labels_and_adds_blocks():
 
 
 def chinese_texts() -> dict[str, str]:
-    """Every Chinese text explain says: the zh words file and the renderers' own labels."""
-    from multihead.explain.lang import UI
+    """Every Chinese text explain says: the zh words file (topics, the renderers' and the command's labels)."""
+    return {"/".join(key): words.template(value) for key, value in ZH.items()}
 
-    found = {"/".join(key): "\n".join(value) if isinstance(value, list) else value for key, value in ZH.items()}
-    found.update({f"ui/{key}": zh for key, (_, zh) in UI.items()})
-    return found
+
+def test_the_phrasebook_finds_the_files_in_step():
+    assert words.BOOK.out_of_step() == []
 
 
 STYLE = {
@@ -144,3 +134,37 @@ def test_chinese_reads_as_chinese():
     bad = [f"{rule}: {key}: {text[:60]!r}" for key, text in chinese_texts().items()
            for rule, pattern in STYLE.items() if pattern.search(text)]
     assert bad == []
+
+
+def test_every_walkthrough_message_is_said(monkeypatch):
+    """No dead words in the walkthrough's section: the causal default, the same without a mask, the closing
+    note, every step title and (with the 'models' extra) a sentence with an [UNK] fill every message."""
+    import dataclasses
+
+    from multihead.explain.walkthrough import steps
+
+    walkthrough = words.words("en")["walkthrough"]
+    where = {id(message): (part, key) for part, own in walkthrough.items() for key, message in own.items()}
+    heard: set[tuple[str, str]] = set()
+    fill = words.fill
+
+    def recording(message, values):
+        heard.add(where.get(id(message), ("", "")))
+        return fill(message, values)
+
+    monkeypatch.setattr(words, "fill", recording)
+    told = Story("en")
+    steps.tell(told)
+    headings = [block.data["text"] for block in told.blocks if block.kind == "heading"]
+    heard |= {("steps", key) for key, title in walkthrough["steps"].items()
+              if any(heading.endswith(f" · {title}") for heading in headings)}   # titles go in as values
+    steps.tell(Story("en"), dataclasses.replace(steps.default_setup(), causal=False))
+    steps.tell_closing(Story("en"))
+    try:
+        from multihead.explain.walkthrough import real_model
+
+        real_model.tell_text(Story("en"), "猫 sat on the mat.", 0)
+    except real_model.ModelsMissing:
+        walkthrough = {part: own for part, own in walkthrough.items() if part != "minilm"}
+    unsaid = sorted((part, key) for part, own in walkthrough.items() for key in own if (part, key) not in heard)
+    assert unsaid == []

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from multihead.attention import attention
 from multihead.caches.kv import KVCache
-from multihead.capture import capture_attention
+from multihead.capture import capture_attention, trace
 from multihead.layers.differential import DifferentialAttention
 from multihead.backends.dispatch import Decision, dispatch, register_backend
 from multihead.backends.merge import merge_states
@@ -71,4 +71,5 @@ __all__ = [
     "merge_states",
     "register_backend",
     "textbook",
+    "trace",
 ]

@@ -50,7 +50,7 @@ def attention(q: torch.Tensor, k, v, mask=None, *, causal: bool = False,
         q, k, v = heads_first(q, k, v, layout)
     problem, chosen, plan = plan_call(q, k, v, mask, causal, scale, softcap, sinks, dropout, backend, return_lse)
     if capture.ACTIVE:
-        result = capture.recorded(problem, lambda: chosen.run(problem, plan))
+        result = capture.recorded(problem, lambda: chosen.run(problem, plan), chosen, plan, backend)
     else:
         result = chosen.run(problem, plan)
     if layout == "bhsd":

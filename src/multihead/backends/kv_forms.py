@@ -103,6 +103,11 @@ class Paged(NamedTuple):
     def requires_grad(self) -> bool:
         return False
 
+    def numbers(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The numbers of slots [0, length), gathered: (B, Hkv, length, D) in dtype."""
+        held = self.gathered()
+        return held.to(dtype) if isinstance(held, torch.Tensor) else held.numbers(dtype)
+
     def gathered(self):
         """The slots [0, length) of every sequence as one contiguous copy: a tensor (B, Hkv, length, D), or
         `Quantized` codes with their scales."""

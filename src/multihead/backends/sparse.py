@@ -14,6 +14,13 @@ keep every listed key (decided from the normal form and the shapes, e.g. a botto
 the last position), else with -1 where a term blocks a slot. Under torch.compile torch gathers the kept
 rows, compacted to the front (one index_select each for k and v), and the decode kernel's custom op runs
 over the copies.
+
+A prefill (more than KERNEL_ROWS queries) gathers K rows per query while the dense keep mask of the same
+keys runs one fused SDPA call over the (Lq, Lk) grid; the gathers cost more per key, so "auto" runs the
+sparse path for a prefill only up to PREFILL_UP_TO listed keys per query, measured per torch CPU
+capability and dtype by benchmarks/sparse_prefill_boundary.py (results and the machine in
+benchmarks/sparse-prefill-boundary.json: the largest K at which the sparse path was faster at every length
+measured). A capability not measured uses the AVX512 entries.
 """
 from __future__ import annotations
 
@@ -32,6 +39,13 @@ from multihead.backends.reasons import cannot, declines
 from multihead.masks import Index
 from multihead.masks.intervals import bounds
 
+# (torch CPU capability, dtype) -> the most listed keys per query at which a sparse prefill beat the dense keep
+# mask at every length measured (benchmarks/sparse-prefill-boundary.json)
+PREFILL_UP_TO: dict[tuple[str, torch.dtype], int] = {
+    ("AVX512", torch.float32): 32,
+    ("AVX512", torch.bfloat16): 64,
+}
+CAPABILITY = torch.backends.cpu.get_cpu_capability()
 GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb · K · (D + Dv)
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_ROWS = 4  # query rows per sequence up to which a call is a decode step (the C++ kernel's case)
@@ -40,6 +54,15 @@ NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mas
 SCORED = cannot("sparse.scored", "a score function (Mask.score_mod) needs the whole grid's positions")
 LISTS_NOT_SMALLER = declines("sparse.lists-not-smaller", lambda p: f"each query lists K={_listed(p)} slots for "
                                                                    f"Lk={p.dims[3]} keys: the dense grid is no larger")
+
+
+DENSER = declines("sparse.prefill-dense-faster", lambda p: f"a prefill listing K={_listed(p)} keys per query: above "
+                   f"{prefill_up_to(p.q.dtype)} the dense keep mask of the same keys measured faster on {CAPABILITY}")
+
+
+def prefill_up_to(dtype: torch.dtype) -> int:
+    """The most listed keys per query at which "auto" runs a prefill (more than KERNEL_ROWS queries) sparse."""
+    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 32))
 
 
 def _listed(p: Problem) -> int:
@@ -70,6 +93,8 @@ class SparseBackend:
         K = _listed(p)
         if auto and K >= Lk:
             return LISTS_NOT_SMALLER
+        if auto and Lq > KERNEL_ROWS and p.q.device.type == "cpu" and K > prefill_up_to(p.q.dtype):
+            return DENSER
         lists = p.form.sparse.lists()
         N = p.k.shape[1] if lists.shape[1] == 1 else H
         per_query = max(1, B * N * K * (p.q.shape[-1] + p.v.shape[-1]))

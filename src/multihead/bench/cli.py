@@ -25,13 +25,14 @@ from multihead.terminal.help import help_texts
 
 QUICK_TIME = "about 1 to 2 minutes on an idle machine, all suites; longer on a busy one"
 
-SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent", "quant_cache")
+SUITES = ("shootout", "scaling", "padded", "roofline", "small", "decode", "parallel", "latent", "quant_cache", "loops")
+ASKED_FOR = ("loops",)  # whole models and their compiles: run only when named with --suite
 
 
 QUICK_TIME_ZH = "机器空闲时全部测试组约需 1 到 2 分钟，机器忙时更久"
 HELP = {  # option -> (English, Chinese)
-    "suite": (f"run only this suite (repeatable): {', '.join(SUITES)}",
-              f"只跑这一组测试（可以给多次）：{'、'.join(SUITES)}"),
+    "suite": (f"run only this suite (repeatable): {', '.join(SUITES)} ({', '.join(ASKED_FOR)}: only when named)",
+              f"只跑这一组测试（可以给多次）：{'、'.join(SUITES)}（{'、'.join(ASKED_FOR)} 只在点名时才跑）"),
     "quick": (f"small sizes and 3 rounds ({QUICK_TIME}); the run prints how long it took",
               f"用小尺寸，只跑 3 轮（{QUICK_TIME_ZH}）；跑完会打印实际用时"),
     "plot": ("write one PNG per suite into DIR", "每组测试画一张 PNG 图，存进 DIR"),
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     load_at_start = machine.load_average()
     with Bars(enabled=not args.no_progress) as bars:
         ctx = Context(bars=bars, **ctx_kwargs)
-        for name in args.suite or SUITES:
+        for name in args.suite or [n for n in SUITES if n not in ASKED_FOR]:
             suite = importlib.import_module(f"multihead.bench.suites.{name}")
             sizes = suite.Sizes.quick() if args.quick else suite.Sizes.full()
             results.append(suite.run(ctx, sizes))

@@ -251,7 +251,8 @@ class Cache(Paging, nn.Module):
             return Mask.lengths(self.lengths.clone(), new_tokens) & BOTTOM_RIGHT  # a copy: the cache moves on
         kept = self._stepping
         if kept is None or kept[0].shape != self.lengths.shape or kept[0].device != self.lengths.device:
-            lens = self.lengths.clone()
+            with torch.inference_mode(False):  # a normal tensor: written in and out of inference mode alike
+                lens = torch.zeros_like(self.lengths)
             kept = self._stepping = (lens, Mask.lengths(lens) & BOTTOM_RIGHT)
         kept[0].copy_(self.lengths)
         return kept[1]

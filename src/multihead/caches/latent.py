@@ -16,6 +16,7 @@ import torch
 
 from multihead.caches.base import Cache, Part, positive
 from multihead.caches.codec import codec_for
+from multihead.caches.pages import materialized
 from multihead.errors import AttentionError, shape_str
 
 
@@ -83,7 +84,7 @@ class LatentCache(Cache):
                                      f"{latent.device} and {t.dtype} on {t.device}.")
         joined = torch.cat((latent, rope_key), dim=-1)[:, None]  # (B, 1, Lq, C + R)
         views, mask = self.store((joined,) if index_key is None else (joined, index_key[:, None]), new_tokens)
-        return views[0], mask
+        return materialized(views[0]), mask
 
     def resized(self, index: torch.Tensor | None = None, max_len: int | None = None) -> LatentCache:
         """A new contiguous cache holding the sequences `index` (any length, repeats allowed; default all) with

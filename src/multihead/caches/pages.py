@@ -18,7 +18,17 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.kv_forms import Paged
 from multihead.errors import AttentionError
+
+
+def materialized(self):
+        return self.cache.read(self.part, self.stop)
+
+
+def materialized(view):
+    """A tensor (or Quantized) for any view a cache hands out (a Paged view gathered)."""
+    return view.gathered() if isinstance(view, Paged) else view
 
 
 class Paging:
@@ -26,6 +36,8 @@ class Paging:
 
     def page_refs(self) -> torch.Tensor:
         """(P,) int64: how many block-table entries refer to each page (0: free)."""
+        if not self.paged:
+            raise AttentionError("page_refs: this cache is contiguous (new_cache(..., page_size=S) makes pages).")
         table = self.block_table[self.block_table >= 0].long()
         return torch.bincount(table.cpu(), minlength=self._pool()).to(self.block_table.device)
 
@@ -48,6 +60,13 @@ class Paging:
         rows = pages[table]  # (B, n - first_page, h, S, ...)
         B, m, h, S = rows.shape[:4]
         return rows.transpose(1, 2).reshape(B, h, m * S, *rows.shape[4:])[:, :, :stop - first_page * S]
+
+    def _pages_as_read(self, part) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A part's pages (P, h, S, w) as a paged kernel reads them (fp8 codes as float8_e4m3fn) and its scales."""
+        pages = getattr(self, part.pages)
+        if self.kv_dtype is torch.float8_e4m3fn and part.coded:
+            pages = pages.view(torch.float8_e4m3fn)
+        return pages, getattr(self, part.scales, None)
 
     def _plan_pages(self, Lq: int, new_tokens: torch.Tensor | None):
         """Give every sequence the pages its next tokens need (fresh pages, or copies of shared ones) and say

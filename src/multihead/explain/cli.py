@@ -15,7 +15,8 @@ from rich.text import Text
 from multihead.terminal.help import help_texts
 from multihead.errors import AttentionError
 from multihead.explain import words
-from multihead.explain.lang import resolve_lang, ui
+from multihead.explain.words import ui
+from multihead.terminal.language import resolve_lang
 from multihead.explain.lesson import lesson, topic_story  # noqa: F401 - topic_story: part of this module's API
 from multihead.explain.walkthrough.real_model import ModelsMissing
 from multihead.explain.render.page import write_page
@@ -24,25 +25,9 @@ from multihead.explain.story import LANGS
 from multihead.explain.topics import TOPICS
 
 
-HELP = {  # option -> (English, Chinese)
-    "lang": ("language of the explanation (default: from LANGUAGE/LC_ALL/LC_MESSAGES/LANG, else en)",
-             "讲解用的语言（默认按 LANGUAGE、LC_ALL、LC_MESSAGES、LANG 判断，都没设就用英文）"),
-    "name": ("explain one topic (see --list); the same as --topic TOPIC",
-             "只讲一个主题（全部主题见 --list），和 --topic TOPIC 一样"),
-    "list": ("list the topics and exit", "列出全部主题，然后退出"),
-    "topic": ("explain one topic (see --list)", "只讲一个主题（全部主题见 --list）"),
-    "text": ("walk through one layer of the pretrained all-MiniLM-L6-v2 on this sentence (needs the 'models' extra)",
-             "让预训练模型 all-MiniLM-L6-v2 的一层处理这句话，一步一步讲（需要安装 models 这组可选依赖）"),
-    "layer": ("with --text: which of the model's layers (0-5, default 0)",
-              "配合 --text 使用：讲模型的第几层（0 到 5，默认第 0 层）"),
-    "html": ("also write an interactive, self-contained HTML page to PATH (offline, EN/ZH)",
-             "另外生成一个可交互的单文件 HTML 网页，写到 PATH（离线可用，中英双语）"),
-}
-
-
 def configure(parser: argparse.ArgumentParser, lang: str = "en") -> None:
     """Add explain's options to its subcommand parser, their help in `lang`."""
-    text = help_texts(HELP, lang)
+    text = help_texts(words.BOOK.pairs("options"), lang)
     parser.add_argument("--lang", choices=LANGS, default=None, help=text("lang"))
     parser.add_argument("name", nargs="?", metavar="TOPIC", help=text("name"))
     mode = parser.add_mutually_exclusive_group()
@@ -73,16 +58,15 @@ def documents_table(lang: str) -> FittedTable:
                        box.SIMPLE_HEAD)
 
 
-def chosen_topic(args: argparse.Namespace) -> str | None:
-    """The topic asked for, positionally (`explain TOPIC`) or with --topic; AttentionError when the
-    positional name comes together with --topic, --text or --list."""
+def chosen_topic(args: argparse.Namespace, lang: str = "en") -> str | None:
+    """The topic asked for, positionally (`explain TOPIC`) or with --topic; AttentionError, said in `lang`,
+    when the positional name comes together with --topic, --text or --list."""
     name = getattr(args, "name", None)
     if name is None:
         return args.topic
     for option, value in (("--topic", args.topic), ("--text", args.text), ("--list", getattr(args, "list", False))):
         if value:
-            raise AttentionError(f"give the topic once: either `multihead explain {name}` or {option}; "
-                                 f"got both.")
+            raise AttentionError(ui("topic_once", lang, name=name, option=option))
     return name
 
 
@@ -98,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
     page = getattr(args, "html", None)
     try:
         lang = resolve_lang(getattr(args, "lang", None))
-        topic = chosen_topic(args)
+        topic = chosen_topic(args, lang)
         if getattr(args, "list", False):
             return list_topics(console, lang)
         told = lesson(topic=topic, text=args.text, layer=args.layer, lang=lang, page=bool(page))

@@ -6,16 +6,17 @@ attention data of its views. The CLI and the notebook API (`mh.explain`) both bu
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
 from multihead.errors import AttentionError
 from multihead.explain import words
 from multihead.explain.render.page_data import figure_explorers, walkthrough_explorer
-from multihead.explain.lang import resolve_lang, ui
-from multihead.explain.walkthrough.real_model import check_text, layer_setups, tell_text
+from multihead.explain.words import ui
+from multihead.terminal.language import resolve_lang
+from multihead.explain.walkthrough.real_model import ModelsMissing, check_text, layer_setups, tell_text
 from multihead.explain.story import LANGS, Story
+from multihead.explain.topic_names import known_topic
 from multihead.explain.topics import TOPICS
 from multihead.explain.walkthrough.steps import default_setup, tell, tell_closing
 
@@ -83,34 +84,6 @@ def topic_story(name: str, lang: str) -> Story:
     return story
 
 
-def near_topics(name: str, known: tuple[str, ...]) -> list[str]:
-    """The known topic names a mistyped `name` probably meant, best first (at most 3): the names that
-    start with it or contain it as a whole part ("reshape" -> "reshape-then-transpose"), then the
-    ones spelled alike ("masked-fil" -> "masked-fill")."""
-    wanted = name.strip().lower().replace("_", "-").replace(" ", "-")
-    if not wanted:
-        return []
-    starts = [k for k in known if k.startswith(wanted)]
-    parts = [k for k in known if k not in starts and wanted in k.split("-")]
-    alike = [k for k in difflib.get_close_matches(wanted, known, n=3, cutoff=0.6) if k not in starts + parts]
-    return (starts + parts + alike)[:3]
-
-
-def known_topic(name: str, known: tuple[str, ...], lang: str) -> str:
-    """`name` itself when it is a topic (underscores, spaces and case forgiven); else AttentionError with
-    "did you mean" and the close names, or the whole list when nothing is close."""
-    if name in known:
-        return name
-    spelled = name.strip().lower().replace("_", "-").replace(" ", "-")
-    if spelled in known:
-        return spelled
-    close = near_topics(name, known)
-    separator = "、" if lang == "zh" else ", "
-    if close:
-        raise AttentionError(ui("unknown_topic_near", lang, name=name, near=separator.join(close)))
-    raise AttentionError(ui("unknown_topic", lang, name=name, known=separator.join(known) or "-"))
-
-
 def question_line(topic, lang: str) -> str:
     """"Question from document 004 (d2l: multi-head attention): ..." or "Question: ..." for the project's own."""
     if topic.document in words.words(lang)["documents"]:
@@ -133,19 +106,22 @@ def lesson(topic: str | None = None, text: str | None = None, layer: int = 0, la
 
     lang: "en" or "zh" (None: from the locale). page=True tells it in both languages and adds the
     explorers the interactive page draws. Raises AttentionError for an unknown topic, a bad layer or
-    an empty sentence, and model_text.ModelsMissing when `text` needs the 'models' extra.
+    an empty sentence, and real_model.ModelsMissing when `text` needs the 'models' extra, all said in `lang`.
     """
     lang = resolve_lang(lang)
     langs = LANGS if page else (lang,)
     if topic is not None and text is not None:
-        raise AttentionError(f"explain one thing at a time: a topic or a text; got topic={topic!r} and text={text!r}.")
+        raise AttentionError(ui("one_thing", lang, topic=repr(topic), text=repr(text)))
     if topic is not None:
         topic = known_topic(topic, tuple(TOPICS), lang)
         stories, explorers = topic_lesson(topic, langs, page)
         title = dict(TOPICS[topic].title)
     elif text is not None:
-        check_text(text)   # before loading the model: a bad request fails fast, with or without the extra
-        stories, explorers = text_lesson(text, layer, langs, page)
+        check_text(text, lang)   # before loading the model: a bad request fails fast, with or without the extra
+        try:
+            stories, explorers = text_lesson(text, layer, langs, page)
+        except ModelsMissing as exc:
+            raise exc.speaking(lang) from exc.__cause__
         title = filled("title_text", text=text.strip())
     else:
         stories, explorers = walkthrough_lesson(langs, page)

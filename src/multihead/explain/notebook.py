@@ -15,8 +15,9 @@ from html import escape
 from pathlib import Path
 
 from multihead.explain import words
+from multihead.explain.words import ui
 from multihead.explain.render.page_data import record_explorer
-from multihead.explain.lang import resolve_lang
+from multihead.terminal.language import resolve_lang
 from multihead.explain.lesson import Lesson, filled, lesson
 from multihead.explain.render.page import page_html, write_page
 
@@ -65,9 +66,10 @@ class Explanation:
         return inline(self.html())
 
     def __repr__(self) -> str:
-        failed = len(self.lesson.story.failed_checks)
-        verdict = "all passed" if not failed else f"{failed} FAILED"
-        return f"<Explanation {self.title!r}: {len(self.checks)} checks, {verdict}>"
+        """One line in the lesson's language: its title, how many checks, whether they all passed."""
+        lang, failed = self.lesson.lang, len(self.lesson.story.failed_checks)
+        verdict = ui("n_failed", lang, k=failed) if failed else ui("all_passed", lang)
+        return ui("explanation_repr", lang, title=self.title, n=len(self.checks), verdict=verdict)
 
 
 def explain(topic: str | None = None, *, text: str | None = None, layer: int = 0,

@@ -12,7 +12,12 @@ the pattern to the registered mask function as arguments, not as a tensor:
 `hf_mask` reads that description into structure: causal -> Mask.causal, sliding window ->
 Mask.window, padding -> Mask.key_padding. The alignment follows the offsets: equal offsets are
 top-left; a query block that ends at the last key (a KV cache, including HF's sliding-window cache)
-is bottom-right. A pattern it does not recognise (packed sequences, image-token overlays, a compiled
+is bottom-right. A StaticCache hands every static slot (kv_length = max_cache_len, kv_offset 0) with
+q_offset = the tokens cached before this call (a 0-d tensor, so that compiled graphs do not recompile):
+the keys past q_offset + q_length are empty slots, so the mask is Mask.lengths(q_offset + q_length)
+with the pattern bottom-right aligned to those lengths; one interval of keys per query, the decode
+kernel's form. On the CPU q_offset is read once per call; while torch.compile traces, the lengths are
+computed from the tensor itself (no host read). A pattern it does not recognise (packed sequences, image-token overlays, a compiled
 static cache's tensor offsets, and any combined pattern while torch.compile traces, since dynamo cannot
 read a closure's cells) is evaluated by transformers' own sdpa_mask into a dense keep mask, so nothing
 is ever guessed. The result is always a Mask, possibly empty: the attention function reads a Mask as
@@ -25,6 +30,7 @@ from __future__ import annotations
 import torch
 from transformers import masking_utils as hf
 
+from multihead.backends.cpu.build import kernel
 from multihead.hf.prepared_mask import PreparedMask
 from multihead.masks import Mask
 from multihead.masks.values import values_checkable
@@ -71,6 +77,24 @@ def _alignment(q_length: int, kv_length: int, q_offset, kv_offset) -> str | None
     return None
 
 
+def _static_slots(batch_size: int, q_length: int, kv_length: int, q_offset, kv_offset, device) -> Mask | None:
+    """Mask.lengths over a StaticCache's slots (see the module docstring); None when the offsets are not a
+    static cache's: kv_offset other than 0, or more queries than slots."""
+    if not isinstance(kv_offset, int) or kv_offset != 0:
+        return None
+    if isinstance(q_offset, torch.Tensor):
+        if q_offset.numel() != 1 or q_offset.is_floating_point():
+            return None
+        if not values_checkable(q_offset):  # compiling: lengths from the tensor itself
+            return Mask.lengths((q_offset.reshape(1).to(torch.int64) + q_length).expand(batch_size))
+        q_offset = int(q_offset)  # one host read per call
+    if not isinstance(q_offset, int) or q_offset < 0 or q_offset + q_length > kv_length:
+        return None
+    if torch.device(device).type == "cpu":
+        kernel()  # loaded now, eagerly: a compiled decode step can run it but cannot load it
+    return Mask.lengths(torch.full((batch_size,), q_offset + q_length, dtype=torch.int64, device=device))
+
+
 def _structured(parts, align: str) -> list[Mask]:
     return [Mask.causal(align) if kind == "causal" else Mask.window(size, align) for kind, size in parts]
 
@@ -94,8 +118,12 @@ def hf_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offse
         return attention_mask
     parts = pattern_parts(mask_function)
     align = _alignment(q_length, kv_length, q_offset, kv_offset)
+    static = None if parts is None or align is not None else _static_slots(
+        batch_size, q_length, kv_length, q_offset, kv_offset, device)
     if parts is not None and align is not None:
         masks = _structured(parts, align)
+    elif static is not None:
+        masks = [static, *_structured(parts, "bottom_right")]
     else:  # transformers' own evaluation of the pattern, padding left to the part below
         keep = hf.sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function,
                             attention_mask=None, allow_is_causal_skip=False, allow_is_bidirectional_skip=False,

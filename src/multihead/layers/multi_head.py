@@ -20,6 +20,7 @@ from multihead.caches.base import as_cache
 from multihead.caches.codec import KV_DTYPES
 from multihead.caches.kv import KVCache
 from multihead.caches.new import new_cache
+from multihead.caches.pages import materialized
 from multihead.backends.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
@@ -177,7 +178,9 @@ class MultiHeadAttention(nn.Module):
             q = self.temperature(q, positions)  # (B, H, Lq, D), each query scaled by its position's factor
         align = "top_left"
         if cache is not None:  # keys: everything cached; mask: causal within each sequence's length
-            k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D)
+            k, v, mask = cache.append(k, v, new_tokens)  # (B, Hkv, Lc, D), or a paged cache's reads
+            if type(self).attend is not MultiHeadAttention.attend:  # a variant reads tensors
+                k, v = materialized(k), materialized(v)
             causal, align = False, "bottom_right"
         mask = self._variant_masks(mask, align)
         out = self.attend(q, k, v, mask, causal)  # (B, H, Lq, D)

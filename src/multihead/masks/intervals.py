@@ -19,28 +19,25 @@ import torch
 
 def at_least(x, floor):
     """max(x, floor) for ints or tensors (None: no bound)."""
-    if x is None or floor is None:
-        return floor if x is None else x
-    if isinstance(x, int) and isinstance(floor, int):
-        return max(x, floor)
-    if isinstance(floor, int):
-        return x.clamp(min=floor)
-    if isinstance(x, int):
-        return floor.clamp(min=x)
-    return torch.maximum(x, floor)
+    return _bounded(x, floor, max, torch.maximum, torch.clamp_min)
 
 
 def at_most(x, ceiling):
     """min(x, ceiling) for ints or tensors (None: no bound)."""
-    if x is None or ceiling is None:
-        return ceiling if x is None else x
-    if isinstance(x, int) and isinstance(ceiling, int):
-        return min(x, ceiling)
-    if isinstance(ceiling, int):
-        return x.clamp(max=ceiling)
+    return _bounded(x, ceiling, min, torch.minimum, torch.clamp_max)
+
+
+def _bounded(x, bound, on_ints, on_tensors, clamp):
+    """x held to `bound` by `on_ints` (max or min) on two ints, `on_tensors` on two tensors, `clamp` on one."""
+    if x is None or bound is None:
+        return bound if x is None else x
+    if isinstance(x, int) and isinstance(bound, int):
+        return on_ints(x, bound)
+    if isinstance(bound, int):
+        return clamp(x, bound)
     if isinstance(x, int):
-        return ceiling.clamp(max=x)
-    return torch.minimum(x, ceiling)
+        return clamp(bound, x)
+    return on_tensors(x, bound)
 
 
 def bounds(pos, *, left: int | None = None, right: int | None = None, chunk: int | None = None, key_len=None):

@@ -25,6 +25,19 @@ from multihead.masks.normal_form import Fold
 from multihead.masks.part import Part
 
 
+TRUTH_OF_TENSOR = ("Boolean value of Tensor", "data-dependent control flow")   # eager; under vmap (flex)
+
+
+class MaskModTruthError(AttentionError, RuntimeError):
+    """A mask_mod used `and`/`or`/`not`/`if` on its index tensors: an AttentionError that stays the
+    RuntimeError torch raises for it, so code catching torch's error still catches this one."""
+
+
+def asks_truth_of_tensor(exc: RuntimeError) -> bool:
+    """Whether torch raised `exc` because Python asked a tensor of several values for True or False."""
+    return any(text in str(exc) for text in TRUTH_OF_TENSOR)
+
+
 @dataclass(frozen=True, eq=False)
 class MaskModPart(Part):
     """Keys kept where fn(b, h, q_idx, kv_idx) is True; see the module docstring."""
@@ -32,7 +45,16 @@ class MaskModPart(Part):
     fn: Callable[..., torch.Tensor]
 
     def keep(self, ix: Index) -> torch.Tensor:
-        out = self.fn(*ix.indices())
+        try:
+            out = self.fn(*ix.indices())
+        except RuntimeError as exc:
+            if not asks_truth_of_tensor(exc):
+                raise
+            raise MaskModTruthError(
+                f"Mask.mask_mod's function {function_name(self.fn)!r} asked Python for the truth of a tensor "
+                f"(`and`, `or`, `not` or `if` on index tensors; torch: \"{exc}\"). The indices are tensors: "
+                "combine conditions with `&`, `|` and `~`, e.g. (q_idx >= kv_idx) & (q_idx - kv_idx < 4), "
+                "and choose with torch.where instead of `if`.") from exc
         if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
             got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
             raise AttentionError(f"Mask.mask_mod's function must return a bool tensor (True = may attend); got {got}.")

@@ -2,8 +2,9 @@
 Chinese, their lines broken by multihead.terminal.line_breaks (a Chinese character is two columns wide, an option
 or a topic name is never cut).
 
-Each tool writes its own help texts in both languages (``pick(lang, en, zh)``); this module says the
-words argparse itself prints ("usage:", the section titles, "show this help", the common errors).
+Each tool keeps its own help texts in both languages; this module says the words argparse itself prints
+("usage:", the section titles, "show this help", the common errors), from the terminal's phrasebook
+(multihead/terminal/words/en.json and zh.json, which also hold the `multihead` command's own texts).
 """
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from multihead.terminal.language import pick
 from multihead.terminal.line_breaks import cells, wrap
+from multihead.terminal.phrasebook import Phrasebook
 
-ERRORS_ZH = (  # argparse's usage errors (Python 3.11 to 3.13), most specific first
-    (r"argument (.+?): invalid choice: (.+?) \(choose from (.+)\)", "参数 {0} 的取值 {1} 无效（可选：{2}）"),
-    (r"argument (.+?): expected one argument", "参数 {0} 后面需要一个值"),
-    (r"argument (.+?): invalid (\w+) value: (.+)", "参数 {0} 需要 {1} 类型的值，收到的是 {2}"),
-    (r"argument (.+?): not allowed with argument (.+)", "参数 {0} 不能和 {1} 一起用"),
-    (r"the following arguments are required: (.+)", "缺少必需的参数：{0}"),
-    (r"unrecognized arguments: (.+)", "无法识别的参数：{0}"),
-    (r"one of the arguments (.+) is required", "{0} 这几个参数必须给出一个"),
-)
+WORDS = Phrasebook(Path(__file__).resolve().parent / "words")
+
+
+def say(lang: str, section: str, key: str, **values) -> str:
+    """The terminal's message `section`/`key` in `lang`, filled."""
+    return WORDS.say(lang, section, key, **values)
+
+
+def error_pattern(english: str) -> re.Pattern:
+    """The regular expression of one argparse error, read from its English words: each {n} is a group."""
+    return re.compile("(.+?)".join(re.escape(piece) for piece in re.split(r"\{\d+\}", english)))
 
 
 def help_texts(table: Mapping[str, tuple[str, str]], lang: str) -> Callable[[str], str]:
@@ -37,12 +42,12 @@ def help_texts(table: Mapping[str, tuple[str, str]], lang: str) -> Callable[[str
 
 def error_text(message: str, lang: str) -> str:
     """argparse's error `message` in `lang`; a message with no translation stays in English."""
-    if lang != "zh":
+    if lang == "en":
         return message
-    for pattern, template in ERRORS_ZH:
-        found = re.fullmatch(pattern, message)
+    for key, english in WORDS.words("en")["argparse_errors"].items():   # in file order: most specific first
+        found = error_pattern(english).fullmatch(message)
         if found:
-            return template.format(*found.groups())
+            return WORDS.message(lang, "argparse_errors", key).format(*found.groups())
     return message
 
 
@@ -58,7 +63,7 @@ class _Formatter(argparse.HelpFormatter):
     def _format_usage(self, usage, actions, groups, prefix):
         # argparse indents the usage's later lines by len(prefix): give it a stand-in as wide in columns
         # as the real prefix ("用法：" is 3 characters, 6 columns)
-        prefix = pick(self.lang, "usage: ", "用法：") if prefix is None else prefix
+        prefix = say(self.lang, "parser", "usage") if prefix is None else prefix
         stand_in = "\0" * cells(prefix)
         return super()._format_usage(usage, actions, groups, stand_in).replace(stand_in, prefix, 1)
 
@@ -86,13 +91,11 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", ChineseFormatter if lang == "zh" else EnglishFormatter)
         super().__init__(*args, add_help=False, **kwargs)
         self.lang = lang
-        self._positionals.title = pick(lang, "positional arguments", "位置参数")
-        self._optionals.title = pick(lang, "options", "选项")
-        self.add_argument("-h", "--help", action="help",
-                          help=pick(lang, "show this help message and exit", "显示本帮助并退出"))
+        self._positionals.title = say(lang, "parser", "positional")
+        self._optionals.title = say(lang, "parser", "options")
+        self.add_argument("-h", "--help", action="help", help=say(lang, "parser", "help"))
 
     def error(self, message: str):
         """Usage, then the error in the parser's language; exits with status 2."""
         self.print_usage(sys.stderr)
-        self.exit(2, pick(self.lang, f"{self.prog}: error: {message}\n",
-                          f"{self.prog}：错误：{error_text(message, self.lang)}\n"))
+        self.exit(2, say(self.lang, "parser", "error", prog=self.prog, message=error_text(message, self.lang)))

@@ -364,30 +364,63 @@ inline void finish_head(const Args& a, int64_t b, int64_t hk, const int64_t* lo,
   }
 }
 
+// The pass of kv head hk of sequence b in steps: set up (query rows, sinks, the range [first, last) of keys any
+// row keeps), one block of n consecutive keys from j0 at a time (`block`), then the rows written (`finish`).
+// head_over runs one head's blocks in order; decode_paged.h interleaves the heads of a page.
+template <typename T>
+struct HeadPass {
+  const Args& a;
+  int64_t b, hk;
+  Scratch& w;
+  QRows q;
+  const int64_t *lo, *hi;
+  int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
+
+  HeadPass(const Args& a_, int64_t b_, int64_t hk_, Scratch& w_)
+      : a(a_), b(b_), hk(hk_), w(w_), q(query_rows<T>(a_, b_, hk_, w_)), lo(a_.lo + b_ * a_.Lq), hi(a_.hi + b_ * a_.Lq) {
+    const int64_t G = a.H / a.Hkv, R = G * a.Lq;
+    for (int64_t i = 0; i < a.Lq; ++i) {
+      if (lo[i] < hi[i]) {
+        first = std::min(first, lo[i]);
+        last = std::max(last, hi[i]);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      w.m[r] = a.sinks ? a.sinks[hk * G + r / a.Lq] : -kInf;
+      w.l[r] = a.sinks ? 1.0f : 0.0f;
+    }
+    std::fill(w.acc, w.acc + w.acc_size, 0.0f);
+  }
+
+  // Keys j0 .. j0+n-1 (n <= kBlock), all present in src, in runs of one piece of memory each.
+  template <typename Src, typename A>
+  void block(const Src& src, const A& ahead, int64_t j0, int64_t n) {
+    const int64_t R = (a.H / a.Hkv) * a.Lq;
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      block_scores(q, R, src.key(j0 + o), src.ks, m, a.D, a.scale, w.s + o, ahead, j0 + o);
+      if (src.k_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.key_scale(j0 + o), m);
+    }
+    for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
+    for (int64_t o = 0, m; o < n; o += m) {
+      m = std::min(n, src.run_end(j0 + o) - j0) - o;
+      if (src.v_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.value_scale(j0 + o), m);
+      block_values(w.s + o, R, src.value(j0 + o), src.vs, m, a.Dv, w.acc);
+    }
+  }
+
+  void finish() { finish_head<T>(a, b, hk, lo, hi, w); }
+};
+
 // Kv head hk of sequence b over the keys and values of src (Flat or Pages): blocks of at most
 // block_keys<T>() consecutive keys, each made of runs that lie in one piece of memory (one run for Flat;
 // a page each for Pages, where a missing page ends the block and its keys are skipped).
 template <typename T, typename Src>
 void head_over(const Args& a, int64_t b, int64_t hk, Scratch& w, const Src& src) {
-  const int64_t G = a.H / a.Hkv, R = G * a.Lq, D = a.D, Dv = a.Dv;
-  const QRows q = query_rows<T>(a, b, hk, w);  // the R rows of this kv head
-  const int64_t* lo = a.lo + b * a.Lq;
-  const int64_t* hi = a.hi + b * a.Lq;
-  int64_t first = std::numeric_limits<int64_t>::max(), last = 0;
-  for (int64_t i = 0; i < a.Lq; ++i) {
-    if (lo[i] < hi[i]) {
-      first = std::min(first, lo[i]);
-      last = std::max(last, hi[i]);
-    }
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    const float sink = a.sinks ? a.sinks[hk * G + r / a.Lq] : -kInf;
-    w.m[r] = sink;
-    w.l[r] = a.sinks ? 1.0f : 0.0f;
-  }
-  std::fill(w.acc, w.acc + w.acc_size, 0.0f);
-  const Ahead<Src> ahead{src, static_cast<int64_t>(D * sizeof(T)), static_cast<int64_t>(Dv * sizeof(T)), last};
-  for (int64_t j0 = first; j0 < last;) {
+  HeadPass<T> pass(a, b, hk, w);
+  const int64_t last = pass.last;
+  const Ahead<Src> ahead{src, static_cast<int64_t>(a.D * sizeof(T)), static_cast<int64_t>(a.Dv * sizeof(T)), last};
+  for (int64_t j0 = pass.first; j0 < last;) {
     if (!src.present(j0)) {  // a missing page: its keys are not there
       j0 = std::min(last, src.run_end(j0));
       continue;
@@ -395,21 +428,10 @@ void head_over(const Args& a, int64_t b, int64_t hk, Scratch& w, const Src& src)
     const int64_t end = std::min(last, j0 + block_keys<T>());
     int64_t j = j0;  // the block: present runs up to `end`
     while (j < end && src.present(j)) j = std::min(end, src.run_end(j));
-    const int64_t n = j - j0;
-    for (int64_t o = 0, m; o < n; o += m) {
-      m = std::min(n, src.run_end(j0 + o) - j0) - o;
-      block_scores(q, R, src.key(j0 + o), src.ks, m, D, a.scale, w.s + o, ahead, j0 + o);
-      if (src.k_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.key_scale(j0 + o), m);
-    }
-    for (int64_t r = 0; r < R; ++r) softmax_row(a, b, hk, r, j0, n, lo[r % a.Lq], hi[r % a.Lq], w.s + r * kBlock, w);
-    for (int64_t o = 0, m; o < n; o += m) {
-      m = std::min(n, src.run_end(j0 + o) - j0) - o;
-      if (src.v_scale) decode_simd::fold_scales(w.s + o, R, kBlock, src.value_scale(j0 + o), m);
-      block_values(w.s + o, R, src.value(j0 + o), src.vs, m, Dv, w.acc);
-    }
-    j0 += n;
+    pass.block(src, ahead, j0, j - j0);
+    j0 = j;
   }
-  finish_head<T>(a, b, hk, lo, hi, w);
+  pass.finish();
 }
 
 template <typename T>

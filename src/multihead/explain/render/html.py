@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from multihead.explain.lang import ui
+from multihead.explain.words import ui
 from multihead.explain.render.tensor_text import layout_line, slices, table_value, tensor_note
 from multihead.explain.render.svg import heatmaps_svg
 from multihead.explain.story import Block, Story

@@ -18,6 +18,7 @@ from typing import Any
 
 from multihead.errors import AttentionError
 from multihead.explain import words
+from multihead.explain.words import ui
 from multihead.explain.render.page_script import SCRIPT
 from multihead.explain.render.page_style import PAGE_CSS
 from multihead.explain.render.html import CSS, DRAW, figure_image, summary_html
@@ -89,12 +90,11 @@ def page_html(lesson) -> str:
 def write_page(path: str | Path, lesson) -> tuple[Path, int]:
     """Write the page to `path` (parent folders created); returns (path, size in bytes).
 
-    AttentionError, and nothing written, if the page would exceed MAX_BYTES.
+    AttentionError in the lesson's language, and nothing written, if the page would exceed MAX_BYTES.
     """
     html = page_html(lesson).encode("utf-8")
     if len(html) > MAX_BYTES:
-        raise AttentionError(f"the page would be {len(html) / 2**20:.1f} MB; at most {MAX_BYTES / 2**20:.0f} MB "
-                             "is allowed (use a shorter --text).")
+        raise AttentionError(ui("page_too_large", lesson.lang, size=len(html) / 2**20, most=MAX_BYTES / 2**20))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(html)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from multihead.explain.lang import ui
+from multihead.explain.words import ui
 from multihead.explain.render.tensor_text import heat_weights
 
 NUMBERS_UP_TO = 8     # cells show their weight as a number up to this many tokens

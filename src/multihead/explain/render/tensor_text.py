@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from multihead.explain.lang import ui
+from multihead.explain.words import ui
 
 MAX_SLICES = 4   # 2-D slices shown for a tensor with leading dims (e.g. B*H of them)
 MAX_ROWS = 8

@@ -14,7 +14,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from multihead.explain.lang import ui
+from multihead.explain.words import ui
 from multihead.explain.render.tensor_text import heat_weights, layout_line, slices, table_value, tensor_note
 from multihead.explain.story import Block, Story
 from multihead.terminal.line_breaks import break_offsets, narrowest

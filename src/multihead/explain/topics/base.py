@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from multihead.explain import say as said
 from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.walkthrough.checks import diff_text, max_diff  # noqa: F401 - the topics' too
@@ -32,37 +33,12 @@ class Topic:
     run: Callable[[Story], None]    # fills the story; one check per claim
 
 
-class Say:
-    """A topic's words in its story's language.
-
-    `say(id, **values)` is the message `id` of the topic (else a shared "common" label) with its
-    {placeholders} filled; `say.heading/text/code/check(id, ...)` add it to the story as a block.
-    """
+class Say(said.Say):
+    """A topic's words in its story's language: its own messages (else a shared "common" label); see
+    multihead.explain.say.Say."""
 
     def __init__(self, story: Story, topic: str):
-        self.story = story
-        self.own = words.topic_words(story.lang, topic)
-        self.used: set[str] = set()   # message ids said so far (a test finds unused words with it)
-
-    def __call__(self, key: str, **values: Any) -> str:
-        if key in self.own:
-            self.used.add(key)
-            return words.fill(self.own[key], values)
-        return words.common(self.story.lang, key, **values)
-
-    def heading(self, key: str, **values: Any) -> None:
-        self.story.add_heading(self(key, **values))
-
-    def text(self, key: str, **values: Any) -> None:
-        self.story.add_text(self(key, **values))
-
-    def code(self, key: str, **values: Any) -> None:
-        """A code block whose comments are in the story's language."""
-        self.story.code(self(key, **values))
-
-    def check(self, key: str, ok: bool, detail: str = "", **values: Any) -> bool:
-        """State claim `key` with its live verdict; a false claim is recorded as failed."""
-        return self.story.add_check(self(key, **values), ok, detail)
+        super().__init__(story, words.topic_words(story.lang, topic))
 
 
 def topic(name: str, document: str = NO_DOCUMENT):

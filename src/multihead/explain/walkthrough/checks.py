@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.explain.story import Story
+from multihead.explain.say import Say
 
 RTOL = 1e-5  # float32 results of the same math in a different order differ by a few ulps
 
@@ -34,9 +34,9 @@ def diff_text(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"max |diff| = {max_diff(a, b):.1e}"
 
 
-def check_close(story: Story, en: str, zh: str, got: torch.Tensor, want: torch.Tensor) -> bool:
-    """Tell the claim that `got` equals `want` (up to `tolerance(want)`), with the difference shown."""
-    return story.check(en, zh, close(got, want), diff_text(got, want))
+def check_close(say: Say, key: str, got: torch.Tensor, want: torch.Tensor, **values) -> bool:
+    """Tell claim `key` that `got` equals `want` (up to `tolerance(want)`), with the difference shown."""
+    return say.check(key, close(got, want), diff_text(got, want), **values)
 
 
 def head_columns_diff(heads: torch.Tensor, flat: torch.Tensor) -> float:

@@ -14,7 +14,8 @@ from torch import nn
 
 import multihead as mh
 from multihead.explain import words
-from multihead.explain.story import Story
+from multihead.explain.say import both, walkthrough_say
+from multihead.explain.story import LANGS, Story
 from multihead.explain.topics import TOPICS
 from multihead.explain.walkthrough.attend import step_mask, step_scale, step_scores, step_softmax, step_weighted_sum
 from multihead.explain.walkthrough.output import step_merge, step_out_proj, step_verify
@@ -98,8 +99,7 @@ def doc001_input_code() -> tuple[str, str]:
         "torch.manual_seed(123)   # {weights}\n"
         "attn = mh.MultiHeadAttention(3, num_heads=2, head_dim=2, out_dim=4, ...)"
     )
-    return (code.format(weights="document 001's weights: Wq, Wk, Wv, Wo"),
-            code.format(weights="文档 001 的权重：Wq、Wk、Wv、Wo"))
+    return tuple(code.format(weights=weights) for weights in both("default", "weights"))
 
 
 def default_setup() -> Setup:
@@ -110,34 +110,24 @@ def default_setup() -> Setup:
         tokens=list(DOC001_TOKENS),
         causal=True,
         input_code=doc001_input_code(),
-        about=(
-            "This walkthrough and the questions at its end come from five documents that teach multi-head "
-            "attention in Chinese: tutorials and question-and-answer threads, numbered 000 to 004 and "
-            "described in docs/textbook.md. The input is the sentence \"Your journey starts with one step\" "
-            f"from document 001 ({words.document('en', '001')['title']}): six tokens, three numbers each; "
-            "the weights are the ones its torch.manual_seed(123) creates.",
-            "这段逐步讲解和结尾的问题都来自五份用中文讲多头注意力的文档：几篇教程和问答，编号 000 到 004，"
-            "docs/textbook.md 里逐一介绍了它们。输入是文档 001（"
-            f"{words.document('zh', '001')['title']}）里的句子“Your journey starts with one step”："
-            "6 个词元，每个 3 维；权重就是它用 torch.manual_seed(123) 生成的那一组。",
-        ),
+        about=both("default", "about", title={lang: words.document(lang, "001")["title"] for lang in LANGS}),
         expected=torch.tensor(DOC001_OUTPUT)[None],
-        expected_from=("the numbers document 001 printed", "文档 001 打印出的数字"),
+        expected_from=both("default", "expected_from"),
     )
 
 
-STEPS = [
-    (step_input, "The input", "输入"),
-    (step_project, "Q, K, V projections", "Q、K、V 投影"),
-    (step_split, "Split into heads: view, then transpose", "拆分多头：先 view，再转置"),
-    (step_scores, "Attention scores: Q @ Kᵀ", "注意力分数：Q @ Kᵀ"),
-    (step_scale, "Scale by √D", "缩放：除以 √D"),
-    (step_mask, "The mask", "掩码"),
-    (step_softmax, "Softmax: attention weights", "softmax：注意力权重"),
-    (step_weighted_sum, "Weighted sum of the values", "对 V 加权求和"),
-    (step_merge, "Merge the heads", "合并多头"),
-    (step_out_proj, "Output projection", "输出投影"),
-    (step_verify, "Check against the fused path", "与融合实现对照"),
+STEPS = [   # (the step, its title's id in the words' walkthrough/steps)
+    (step_input, "input"),
+    (step_project, "project"),
+    (step_split, "split"),
+    (step_scores, "scores"),
+    (step_scale, "scale"),
+    (step_mask, "mask"),
+    (step_softmax, "softmax"),
+    (step_weighted_sum, "weighted_sum"),
+    (step_merge, "merge"),
+    (step_out_proj, "out_proj"),
+    (step_verify, "verify"),
 ]
 
 
@@ -146,18 +136,13 @@ def tell(story: Story, setup: Setup | None = None) -> Pass:
     setup = default_setup() if setup is None else setup
     B, L, E = setup.x.shape
     m = setup.module
-    story.heading(
-        f"One forward pass of multi-head attention (B={B}, L={L}, E={E}, H={m.num_heads}, D={m.head_dim})",
-        f"多头注意力的一次前向传播（B={B}，L={L}，E={E}，H={m.num_heads}，D={m.head_dim}）",
-    )
+    say = walkthrough_say(story, "intro")
+    say.heading("heading", B=B, L=L, E=E, H=m.num_heads, D=m.head_dim)
     story.text(*setup.about)
-    story.text(
-        "Shape letters: B batch, L tokens, E input features, H heads, D features per head.",
-        "形状里的字母：B 批量大小，L 词元个数，E 输入特征数，H 头数，D 每个头的维度。",
-    )
+    say.text("letters")
     p = Pass(setup)
     with torch.no_grad():
-        for number, (step, _, _) in enumerate(STEPS, start=1):
+        for number, (step, _) in enumerate(STEPS, start=1):
             story.heading(*step_title(number))
             step(story, p)
     return p
@@ -165,24 +150,20 @@ def tell(story: Story, setup: Setup | None = None) -> Pass:
 
 def step_title(number: int) -> tuple[str, str]:
     """Step `number`'s heading (1-based), (en, zh): "Step 4 · Attention scores: Q @ Kᵀ"."""
-    _, en, zh = STEPS[number - 1]
-    return f"Step {number} · {en}", f"第 {number} 步 · {zh}"
+    _, key = STEPS[number - 1]
+    return both("intro", "step_title", number=number,
+                title={lang: words.words(lang)["walkthrough"]["steps"][key] for lang in LANGS})
 
 
 def tell_closing(story: Story) -> None:
     """The closing note: every question the documents ask, with the topic that answers it live."""
-    story.heading("Questions from the documents, answered live", "文档里的问题，逐一现场解答")
-    story.text(
-        "Each question below has a topic that computes its answer and checks it: "
-        "multihead explain TOPIC (add --html PATH for a page).",
-        "下面每个问题都对应一个主题，运行 multihead explain 主题名，就能现场算出答案并逐项检查"
-        "（再加上 --html 路径，还会生成一个网页）。",
-    )
+    say = walkthrough_say(story, "closing")
+    say.heading("heading")
+    say.text("text")
     rows = [[topic.document, topic.question[story.lang], name] for name, topic in TOPICS.items()]
-    story.table([story.pick("doc", "文档"), story.pick("question", "问题"), story.pick("topic", "主题")], rows)
+    story.table([say("col.doc"), say("col.question"), say("col.topic")], rows)
     documents = words.words(story.lang)["documents"]
-    story.table([story.pick("doc", "文档"), story.pick("title", "标题")],
+    story.table([say("col.doc"), say("col.title")],
                 [[number, document["title"]] for number, document in documents.items()],
-                title=story.pick("The documents (docs/textbook.md describes each, with its public source)",
-                                 "这些文档（docs/textbook.md 逐一介绍了每份文档及其公开来源）"))
+                title=say("label.documents"))
 

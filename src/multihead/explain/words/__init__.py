@@ -1,10 +1,12 @@
-"""Everything `multihead explain` says, kept apart from the code that computes it.
-
-One file per language, `en.json` and `zh.json`, holds every sentence keyed by section and message id:
+"""Everything `multihead explain` says, kept apart from the code that computes it: a phrasebook
+(multihead.terminal.phrasebook), one file per language, `en.json` and `zh.json`, keyed by section and id:
 
     {"documents": {"000": {"short": ..., "title": ..., "source": ...}, ...},   the five source documents
      "common":    {"stride": "stride", ...},                                    labels topics share
      "page":      {"model_view": "Model view", ...},                            the HTML page's own labels
+     "ui":        {"summary_ok": "All {n} checks passed.", ...},                the renderers' and the command's words
+     "options":   {"lang": "language of the explanation ...", ...},             `multihead explain --help`
+     "aliases":   {"masked-fill": ["masks", ...], ...},                         other words that find a topic
      "topics":    {"memory-order": {"title": ..., "question": ..., "check.x": ..., ...}, ...}}
 
 A message is a `str.format` template ({name} placeholders, {name:.2f} for numbers), or a list of
@@ -14,39 +16,18 @@ same placeholders (tests/test_explain_words.py). The order of "topics" is the or
 """
 from __future__ import annotations
 
-import functools
-import json
-import string
 from pathlib import Path
 from typing import Any
 
-from multihead.errors import AttentionError
+from multihead.terminal.language import LANGS
+from multihead.terminal.phrasebook import Phrasebook, fill, placeholders, template  # noqa: F401 - explain's too
 
-HERE = Path(__file__).resolve().parent
-LANGS = ("en", "zh")
+BOOK = Phrasebook(Path(__file__).resolve().parent)
 
 
-@functools.cache
 def words(lang: str) -> dict[str, Any]:
     """The whole words file of `lang` ("en" or "zh"), parsed once."""
-    if lang not in LANGS:
-        raise AttentionError(f"lang must be one of {LANGS}; got {lang!r}.")
-    return json.loads((HERE / f"{lang}.json").read_text(encoding="utf-8"))
-
-
-def template(message: str | list[str]) -> str:
-    """A message as one template: a list of lines is joined with newlines."""
-    return "\n".join(message) if isinstance(message, list) else message
-
-
-def fill(message: str | list[str], values: dict[str, Any]) -> str:
-    """The message with its {placeholders} filled from `values`."""
-    return template(message).format(**values)
-
-
-def placeholders(message: str | list[str]) -> list[str]:
-    """The placeholder names of a message, in order of appearance ("{n:.2f}" gives "n")."""
-    return [name for _, name, _, _ in string.Formatter().parse(template(message)) if name is not None]
+    return BOOK.words(lang)
 
 
 def topic_words(lang: str, name: str) -> dict[str, Any]:
@@ -56,7 +37,12 @@ def topic_words(lang: str, name: str) -> dict[str, Any]:
 
 def common(lang: str, key: str, **values: Any) -> str:
     """A label shared by topics ("stride", "shape", ...), filled."""
-    return fill(words(lang)["common"][key], values)
+    return BOOK.say(lang, "common", key, **values)
+
+
+def ui(key: str, lang: str, **values: Any) -> str:
+    """A label the renderers or the command print themselves (check marks, summaries, errors), filled."""
+    return BOOK.say(lang, "ui", key, **values)
 
 
 def page_words(lang: str) -> dict[str, str]:
