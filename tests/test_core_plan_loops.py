@@ -11,9 +11,17 @@ import pytest
 import torch
 
 import multihead as mh
+from multihead.backends import dispatch
 from multihead.backends.dispatch import cache_info
 
 STEPS = 50
+
+
+@pytest.fixture(autouse=True)
+def no_plans_yet():
+    """Each loop starts with no plan remembered (another test may have met the same shapes)."""
+    dispatch._PLANS.clear()
+    dispatch._KEY_LENGTHS.clear()
 
 
 def _counts() -> tuple[int, int]:

@@ -59,13 +59,12 @@ _REASONS: dict = {}  # (backend name, what) -> Reason
 def needs_grad(p) -> bool:
     """Whether autograd will ask for a gradient through this call (a user's mask function may hold learnable
     tensors, so it counts as one that does)."""
-    if not torch.is_grad_enabled():
-        return False
-    if p.form.calls_user:
-        return True
-    if p.q.requires_grad or p.k.requires_grad or p.v.requires_grad or p.sinks is not None and p.sinks.requires_grad:
-        return True
-    return any(t.requires_grad for part in p.form.parts for t in part_tensors(part))
+    if p.grad is None:  # asked once per call, whichever backends ask
+        p.grad = torch.is_grad_enabled() and (
+            p.form.calls_user or p.q.requires_grad or p.k.requires_grad or p.v.requires_grad
+            or p.sinks is not None and p.sinks.requires_grad
+            or any(t.requires_grad for part in p.form.parts for t in part_tensors(part)))
+    return p.grad
 
 
 def unsupported(backend, p, lse: bool = False) -> Reason | None:

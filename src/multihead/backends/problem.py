@@ -34,6 +34,7 @@ class Problem:
     sinks: torch.Tensor | None = None
     kv_form: str = "dense"  # how k and v come (kv_forms.py): "dense" tensors, "quantized" codes and scales
     lse: bool = False  # the caller asked for the log-sum-exp too (attention(..., return_lse=True))
+    grad: bool | None = None  # whether autograd needs a gradient, once asked (capabilities.needs_grad)
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
