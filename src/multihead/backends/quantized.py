@@ -57,7 +57,7 @@ class QuantizedBackend:
         return 0
 
     def describe(self, p: Problem, plan: QuantizedPlan) -> str:
-        codes = str(p.k.kv_dtype).replace("torch.", "")
+        codes = str(p.k.kv_dtype)
         if plan.kernel:
             return (f"C++ decode kernel's quantized step over {codes} codes: codes widened in registers, each "
                     "token's scale on its score and its value's weight, online softmax in fp32")
