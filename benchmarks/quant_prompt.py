@@ -1,7 +1,7 @@
 """The prompt step with a quantized KV cache against the same step with a float cache, interleaved A/B in one
 process, one thread, fp32 model, no grad (issue 33: int8 prompt at most 1.1x the float cache's).
 
-    PYTHONPATH=src python benchmarks/quant_prompt.py [--rounds 7] [--tokens 2048] [--json benchmarks/quant-prompt.json]
+    PYTHONPATH=src python benchmarks/quant_prompt.py [--rounds 15] [--tokens 2048] [--json benchmarks/quant-prompt.json]
 
 Per embed width E (512 and 1024; H = 8 heads, causal): a MultiHeadAttention forward over a prompt of `tokens`
 tokens into an empty cache of each kind (float32, int8, fp8 e4m3), and with no cache. Each round times every
@@ -62,7 +62,7 @@ def measure(E: int, tokens: int, rounds: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
