@@ -42,7 +42,7 @@ from multihead.masks.intervals import bounds
 # (torch CPU capability, dtype) -> the most listed keys per query at which a sparse prefill beat the dense keep
 # mask at every length measured (benchmarks/sparse-prefill-boundary.json)
 PREFILL_UP_TO: dict[tuple[str, torch.dtype], int] = {
-    ("AVX512", torch.float32): 32,
+    ("AVX512", torch.float32): 16,
     ("AVX512", torch.bfloat16): 64,
 }
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
@@ -62,7 +62,7 @@ DENSER = declines("sparse.prefill-dense-faster", lambda p: f"a prefill listing K
 
 def prefill_up_to(dtype: torch.dtype) -> int:
     """The most listed keys per query at which "auto" runs a prefill (more than KERNEL_ROWS queries) sparse."""
-    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 32))
+    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 16))
 
 
 def _listed(p: Problem) -> int:
