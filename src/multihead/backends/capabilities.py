@@ -53,7 +53,7 @@ class Capabilities:
 
 
 DEFAULT = Capabilities()
-_REASONS: dict = {}  # (backend name, what) -> Reason
+_REASONS: dict = {}  # backend name -> (the backend, {what: Reason})
 
 
 def needs_grad(p) -> bool:
@@ -70,37 +70,52 @@ def needs_grad(p) -> bool:
 def unsupported(backend, p, lse: bool = False) -> Reason | None:
     """Why `backend`'s declared capabilities rule out problem `p` (with return_lse=`lse`), or None."""
     caps = getattr(backend, "capabilities", DEFAULT)
-    device, dtype = p.q.device.type, p.q.dtype
+    device = p.q.device.type
     if p.kv_form not in caps.kv_forms:
-        return _reason(backend, "kv-form", lambda q: f"it reads {_words(caps.kv_forms)} keys and values; this call's "
-                                                     f"are {q.kv_form}")
-    if caps.devices is not None and device not in caps.devices:
-        return _reason(backend, "device", lambda q: f"it runs on {_words(caps.devices)}; got {q.q.device.type}")
-    if caps.dtypes is not None and dtype not in caps.dtypes:
-        return _reason(backend, "dtype", lambda q: f"it takes {_words(caps.dtypes)}; got {q.q.dtype}")
-    if not caps.empty and (p.q.shape[2] == 0 or p.k.shape[2] == 0):
-        return _reason(backend, "empty", lambda q: f"it needs non-empty sequences; got Lq={q.dims[2]}, Lk={q.dims[3]}")
-    if not caps.dropout and p.dropout:
-        return _reason(backend, "dropout", "it has no dropout")
-    if (not caps.backward or device in caps.no_backward_on) and needs_grad(p):
-        where = (lambda q: f" on {q.q.device.type}") if caps.backward else (lambda q: "")
-        return _reason(backend, "grad", lambda q: f"it has no backward{where(q)}, and this call needs a gradient")
-    if not caps.recorded and recorded_graph():
-        return _reason(backend, "recorded", "a recorded graph (torch.export, ONNX, torch.jit.trace) keeps to torch's "
-                                            "own ops, and it calls a compiled extension")
-    if not caps.compiled and torch.compiler.is_compiling():
-        return _reason(backend, "compiled", "it does not run under torch.compile")
-    if lse and not caps.lse:
-        return _reason(backend, "lse", "it does not return the log-sum-exp (return_lse=True)")
-    return None
+        what = "kv-form"
+    elif caps.devices is not None and device not in caps.devices:
+        what = "device"
+    elif caps.dtypes is not None and p.q.dtype not in caps.dtypes:
+        what = "dtype"
+    elif not caps.empty and (p.q.shape[2] == 0 or p.k.shape[2] == 0):
+        what = "empty"
+    elif not caps.dropout and p.dropout:
+        what = "dropout"
+    elif (not caps.backward or device in caps.no_backward_on) and needs_grad(p):
+        what = "grad"
+    elif not caps.recorded and recorded_graph():
+        what = "recorded"
+    elif not caps.compiled and torch.compiler.is_compiling():
+        what = "compiled"
+    elif lse and not caps.lse:
+        what = "lse"
+    else:
+        return None
+    return refusals(backend)[what]
 
 
-def _reason(backend, what: str, words) -> Reason:
-    key = (backend.name, what)
-    reason = _REASONS.get(key)
-    if reason is None:
-        reason = _REASONS[key] = cannot(f"{backend.name}.{what}", words)
-    return reason
+def refusals(backend) -> dict[str, Reason]:
+    """The Reason of each capability `backend` may lack, made once per backend (code "<name>.<what>")."""
+    found = _REASONS.get(backend.name)
+    if found is not None and found[0] is backend:
+        return found[1]
+    caps, name = getattr(backend, "capabilities", DEFAULT), backend.name
+    where = (lambda q: f" on {q.q.device.type}") if caps.backward else (lambda q: "")
+    words = {
+        "kv-form": lambda q: f"it reads {_words(caps.kv_forms)} keys and values; this call's are {q.kv_form}",
+        "device": lambda q: f"it runs on {_words(caps.devices or ())}; got {q.q.device.type}",
+        "dtype": lambda q: f"it takes {_words(caps.dtypes or ())}; got {q.q.dtype}",
+        "empty": lambda q: f"it needs non-empty sequences; got Lq={q.dims[2]}, Lk={q.dims[3]}",
+        "dropout": "it has no dropout",
+        "grad": lambda q: f"it has no backward{where(q)}, and this call needs a gradient",
+        "recorded": "a recorded graph (torch.export, ONNX, torch.jit.trace) keeps to torch's own ops, and it calls a "
+                    "compiled extension",
+        "compiled": "it does not run under torch.compile",
+        "lse": "it does not return the log-sum-exp (return_lse=True)",
+    }
+    made = {what: cannot(f"{name}.{what}", text) for what, text in words.items()}
+    _REASONS[name] = (backend, made)
+    return made
 
 
 def _words(items) -> str:

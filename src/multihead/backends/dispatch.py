@@ -36,7 +36,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from multihead.backends import BUILTIN, Problem, Reason
-from multihead.backends.capabilities import unsupported
+from multihead.backends.capabilities import refusals, unsupported
 from multihead.backends.graphs import building_graph
 from multihead.backends.kv_forms import resolved
 from multihead.backends.problem import fold, heads_first, make_problem
@@ -51,6 +51,8 @@ UNCOPIED = ()  # an entry's `values` when they were not copied
 HELD_BYTES = 4 << 20  # a plan holding more tensor bytes than this keeps only its choice (see the docstring)
 
 _BACKENDS = list(BUILTIN)  # in the order "auto" tries them
+for _backend in BUILTIN:
+    refusals(_backend)  # each backend's capability reasons, made once here rather than on some first call
 _PLANS: dict = {}
 _KEY_LENGTHS: dict = {}  # the key without Lk -> the last entry made for it (a KV cache grows Lk by one a step)
 _INFO = [0, 0, 0]  # hits, misses, choices made again for a new key length
@@ -117,6 +119,7 @@ def register_backend(backend, *, before: str | None = None) -> None:
     if before not in backend_names():
         raise AttentionError(f"before must name a backend, one of {backend_names()}; got {before!r}.")
     _BACKENDS.insert(backend_names().index(before), backend)
+    refusals(backend)
     _PLANS.clear()
     _KEY_LENGTHS.clear()
 
