@@ -9,6 +9,9 @@ gpu-results.json, check_zoo.json) that a quoted number comes from:
     <file>#<suite>|note|<index>|<label>                  the first number after <label> in notes[index]
     <file>#machine|<field>                               the run's machine entry (cpu, cores, torch, date ...)
     <file>#machine|<field>|<index>                       one of a list (load_average|0: the 1-minute one)
+    <file>#field|<key>|<key>...[|<label>]                 a value at that path of the file's dicts and lists (a
+                                                         list's index as an integer); where the path reaches a
+                                                         text, the first number after <label> in it ("^": its first)
 
 A <label> must occur once in its text (a number of its own, or the text right before the figure, as
 "raw SDPA" in "raw SDPA 17%"), so that a key ties one figure of a note, never any figure in it.
@@ -25,7 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json", "check_zoo.json",
                 "quant-cache.json", "quant-drift.json", "core-seam.json", "core-seam-breakdown.json",
-                "sparse-decode.json", "loops.json", "loops-16384.json", "loops-fp32.json", "loops-quick.json")
+                "sparse-decode.json", "loops.json", "loops-16384.json", "loops-fp32.json", "loops-quick.json",
+                "decode-goals.json", "quant-prompt.json", "cache-cascade.json", "merge-split.json",
+                "sparse-prefill-boundary.json", "check_cli_time.json", "check_heldout_2026-blind.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5
@@ -85,7 +90,8 @@ class Results:
         data = self.data[file]
         if "suites" in data:
             return data["suites"]
-        return {k: {"rows": v, "targets": [], "notes": [], "title": ""} for k, v in data.items() if isinstance(v, list)}
+        return {k: {"rows": v, "targets": [], "notes": [], "title": ""} for k, v in data.items()
+                if isinstance(v, list) and v and all(isinstance(row, dict) for row in v)}
 
     def values(self, key: str, unit: str) -> list:
         """The values `key` holds, in the quoted figure's unit: [] where it holds none. A share target
@@ -97,6 +103,11 @@ class Results:
         if kind == "machine":
             value = self.data[file]["machine"][path[0]]
             return [value[int(path[1])] if len(path) > 1 else value]
+        if kind == "field":
+            value, label = field_at(self.data[file], path, key)
+            if label is not None:
+                return figure_after(value, label, key)
+            return [] if value is None else [value]
         suite_name = kind
         suite = self.suites(file)[suite_name]
         kind, *path = path
@@ -135,6 +146,37 @@ def row_and_column(rows: list[dict], path: list[str], key: str, ids: list[str]) 
         if ident in ids and column in rows[ids.index(ident)]:
             return ids.index(ident), column
     raise KeyError(f"{key}: no such row and column")
+
+
+def field_at(data, path: list[str], key: str) -> tuple:
+    """(the value at `path` in the JSON `data`, None), or (the text the path reaches, the rest of the path
+    joined as a label)."""
+    holder = data
+    for i, step in enumerate(path):
+        if isinstance(holder, str):
+            return holder, "|".join(path[i:])
+        try:
+            holder = holder[int(step)] if isinstance(holder, list) else holder[step]
+        except (KeyError, IndexError, ValueError) as e:
+            raise KeyError(f"{key}: no field {step!r}") from e
+    if isinstance(holder, str):
+        return holder, "^"
+    if isinstance(holder, (dict, list)):
+        raise KeyError(f"{key}: the path ends at a {type(holder).__name__}, not a value")
+    return holder, None
+
+
+def field_paths(data, head: tuple = ()):
+    """Every path to a number in `data` (a text: one path per figure in it, ending with its label)."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for name, value in items:
+        path = (*head, str(name))
+        if isinstance(value, (dict, list)):
+            yield from field_paths(value, path)
+        elif isinstance(value, str):
+            yield from ((*path, label) for label in labels(value))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield path
 
 
 def _target(suite: dict, name: str) -> dict:
@@ -200,6 +242,9 @@ def all_keys(results: Results):
                 yield from (f"{file}#machine|{field}|{i}" for i in range(len(value)))
             else:
                 yield f"{file}#machine|{field}"
+        if "suites" not in results.data[file]:
+            yield from (f"{file}#field|" + "|".join(path) for path in
+                        field_paths({k: v for k, v in results.data[file].items() if k != "machine"}))
         for suite_name, suite in results.suites(file).items():
             head = f"{file}#{suite_name}"
             for t in suite["targets"]:

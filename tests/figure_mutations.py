@@ -70,6 +70,8 @@ def place_of(key: str, results: Results) -> tuple:
     kind, *path = rest.split("|")
     if kind == "machine":
         return (file, "machine", path[0], *(int(i) for i in path[1:]))
+    if kind == "field":
+        return (file, *field_place(results.data[file], path, key))
     suite_name, (kind, *path) = kind, path
     suite = results.suites(file)[suite_name]
     root = ("suites", suite_name) if "suites" in results.data[file] else ()
@@ -85,6 +87,18 @@ def place_of(key: str, results: Results) -> tuple:
     if kind == "note":
         return (file, *root, "notes", int(path[0]), ("label", "|".join(path[1:])))
     raise KeyError(key)
+
+
+def field_place(data, path: list[str], key: str) -> tuple:
+    """A field key's path into `data` (list indices as integers; a text's label as ("label", label))."""
+    holder, out = data, []
+    for i, step in enumerate(path):
+        if isinstance(holder, str):
+            return (*out, ("label", "|".join(path[i:])))
+        step = int(step) if isinstance(holder, list) else step
+        holder = holder[step]
+        out.append(step)
+    return (*out, ("label", "^")) if isinstance(holder, str) else tuple(out)
 
 
 def rendered_places(line: str, file: str, results: Results) -> tuple[tuple, ...]:
