@@ -8,9 +8,9 @@ pages of 16 tokens, one torch thread. Memory: `memory_bytes()` of the paged cach
 prefix forked from sequence 0, against the same tokens appended to every sequence. Step: one query token per
 sequence; the cascade step (caches/cascade.py: the prefix read once for all 16 sequences, merged with each
 suffix by the log-sum-exp) against `mh.attention` over a contiguous KVCache holding the same tokens (the
-decode step as it runs without sharing). Median of the timed runs, after a warm-up. Goals (issue 33):
-shared memory at most 1/10 of the unshared; the cascade step at least 6x faster. `--tiny` shrinks every
-size (a check of the script, not a measurement).
+decode step as it runs without sharing). Median of the timed runs, in interleaved rounds after a warm-up.
+Goals (issue 33): shared memory at most 1/10 of the unshared; the cascade step at least 6x faster. `--tiny`
+shrinks every size (a check of the script, not a measurement).
 """
 from __future__ import annotations
 
@@ -52,14 +52,30 @@ def _paged(s: dict, dtype, shared: bool, prefix, suffix) -> mh.KVCache:
     return cache
 
 
-def _median(fn, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def _medians(fns, runs: int) -> list[float]:
+    """Median seconds of each function, timed in interleaved rounds (one run of each per round) after a
+    warm-up, so that a change of load on a shared machine falls on all of them alike."""
+    times = [[] for _ in fns]
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    for _ in range(runs):
+        for fn, kept in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            kept.append(time.perf_counter() - start)
+    return [statistics.median(kept) for kept in times]
+
+
+def _prefix_products(s: dict, dtype):
+    """The prefix pass's two matrix products alone, on contiguous operands: per kv head, the G * B query rows
+    against the P prefix keys, then the weights against the P values (the floor of the cascade step on this
+    machine: the same arithmetic as the unshared step, done once as matrix products)."""
+    rows_per_head = s["H"] // s["Hkv"] * s["B"]
+    g = torch.Generator().manual_seed(2)
+    rows, keys, values = (torch.randn(s["Hkv"], n, s["D"], generator=g).to(dtype)
+                          for n in (rows_per_head, s["P"], s["P"]))
+    weights = torch.rand(s["Hkv"], rows_per_head, s["P"], generator=g).to(dtype)
+    return lambda: (torch.bmm(rows, keys.transpose(1, 2)), torch.bmm(weights, values))
 
 
 def measure(s: dict, runs: int) -> dict:
@@ -79,15 +95,20 @@ def measure(s: dict, runs: int) -> dict:
         cascade = cascade_attention(q, shared, prefix=s["P"])
         drift = float((cascade.float() - plain.float()).abs().max() / plain.float().abs().max())
         backend = mh.dispatch(q, keys, values, BOTTOM_RIGHT).backend
-        t_plain = _median(lambda: mh.attention(q, keys, values, BOTTOM_RIGHT), runs)
-        t_cascade = _median(lambda: cascade_attention(q, shared, prefix=s["P"]), runs)
+        products = _prefix_products(s, dtype)
+        t_plain, t_cascade, t_products = _medians([lambda: mh.attention(q, keys, values, BOTTOM_RIGHT),
+                                                   lambda: cascade_attention(q, shared, prefix=s["P"]),
+                                                   products], runs)
+    flops = 4 * s["B"] * s["H"] * s["P"] * s["D"]  # the prefix's q @ K^T and p @ V, with or without sharing
     info = machine.describe()
     info["threads"] = 1
     return {"machine": info, "sizes": s, "dtype": "bfloat16", "goals": GOALS,
             "memory": {"shared_bytes": shared_bytes, "unshared_bytes": unshared_bytes,
                        "ratio": shared_bytes / unshared_bytes},
             "step": {"unshared_ms": t_plain * 1e3, "unshared_backend": backend, "cascade_ms": t_cascade * 1e3,
-                     "speedup": t_plain / t_cascade, "cascade_drift_vs_unshared": drift, "runs": runs},
+                     "speedup": t_plain / t_cascade, "cascade_drift_vs_unshared": drift, "runs": runs,
+                     "prefix_gflop": flops / 1e9, "prefix_products_ms": t_products * 1e3,
+                     "speedup_bound_by_products": t_plain / t_products},
             "load_average_at_end": machine.load_average()}
 
 

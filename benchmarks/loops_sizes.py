@@ -28,11 +28,12 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--requests", type=int, nargs="*", default=[8])
     p.add_argument("--new", type=int, default=16)
-    p.add_argument("--latent", type=int, default=4096)
+    p.add_argument("--latent", type=int, default=4096, help="DeepSeek V3 prompt (0: skip)")
     p.add_argument("--keys", type=int, default=32768)
     p.add_argument("--listed", type=int, default=1024)
     p.add_argument("--prefill", nargs="*", default=["2048:64"], help="queries:listed keys each")
     p.add_argument("--quant-prompt", type=int, default=4096)
+    p.add_argument("--no-attention", action="store_true", help="skip sparse decode, sparse prefill, quantized")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default="benchmarks/loops.json")
     p.add_argument("--markdown", default="benchmarks/loops-results.md")
@@ -42,8 +43,8 @@ def main() -> None:
     prefill = tuple(tuple(int(x) for x in s.split(":")) for s in a.prefill)
     sizes = loops.Sizes(prompts=tuple(a.prompts), dtypes=tuple(a.dtypes), compiled=not a.no_compile,
                         batch_requests=tuple(a.requests), batch_new=a.new, latent_prompt=a.latent,
-                        attention=loops_attention.Sizes(keys=a.keys, listed=a.listed, prefill=prefill,
-                                                        prompt=a.quant_prompt))
+                        attention=None if a.no_attention else loops_attention.Sizes(
+                            keys=a.keys, listed=a.listed, prefill=prefill, prompt=a.quant_prompt))
     started, load = time.perf_counter(), machine.load_average()
     with Bars(enabled=True) as bars:
         result = loops.run(Context(bars=bars, rounds=a.rounds, budget_s=60.0), sizes)

@@ -4,7 +4,7 @@
 
 Two kinds of input:
 - random: q, k, v standard normal (B=1, H=Hkv=8, D=128), one decode row over N keys, keys and values
-  quantized per token and head, `quantized_attention` against fp32 attention over the float keys;
+  quantized per token and head, `mh.attention` over the codes against fp32 attention over the float keys;
 - llama: a small Llama (transformers' LlamaForCausalLM, random weights: hidden 512, 4 layers, 8 heads,
   2 kv heads) runs a random prompt; its layers' attention (`MultiHeadAttention.from_module`, fp32) take
   each layer's real normalised input, prefill N tokens and decode 16 more over a float cache and over
@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import quantized_attention
 from multihead.bench import machine
 from multihead.caches.quantized import Quantized, quantize
 
@@ -41,7 +40,7 @@ def random_drift(N: int) -> dict[str, float]:
     for name in ("int8", "fp8"):
         kv = KINDS[name]
         keys, values = Quantized(*quantize(k, kv), kv), Quantized(*quantize(v, kv), kv)
-        found[name] = drift(quantized_attention(q, keys, values, mask), ref)
+        found[name] = drift(mh.attention(q, keys, values, mask), ref)
     return found
 
 

@@ -70,7 +70,9 @@ class Number:
 
 RUN_TABLES = {"results.md": "results.json", "decode-results.md": "decode.json", "latent-results.md": "latent.json",
               "parallel.md": "parallel.json", "check_zoo-results.md": "check_zoo.json",
-              "quant-cache-results.md": "quant-cache.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
+              "quant-cache-results.md": "quant-cache.json", "loops-results.md": "loops.json",
+              "loops-16384-results.md": "loops-16384.json", "loops-fp32-results.md": "loops-fp32.json",
+              "loops-quick-results.md": "loops-quick.json"}  # benchmarks/<md>: what `--markdown` wrote from benchmarks/<json>
 # benchmarks/<md>: what benchmarks/<script>'s `markdown` makes of benchmarks/<json> (the held-out zoo's runs; the
 # decode kernel of every build against the plain-torch form, also with torch held to AVX2; the decode kernel's
 # goals per build; peak memory with and without sinks; the sparse decode
@@ -79,6 +81,7 @@ HARNESS_TABLES = {"check_heldout-before.md": ("check_heldout-before.json", "chec
                   "check_heldout-blind.md": ("check_heldout-blind.json", "check_heldout.py"),
                   "check_heldout-after.md": ("check_heldout-after.json", "check_heldout.py"),
                   "check_heldout_2026-blind.md": ("check_heldout_2026-blind.json", "check_heldout.py"),
+                  "check_heldout_2026-after.md": ("check_heldout_2026-after.json", "check_heldout.py"),
                   "decode-isa-results.md": ("decode-isa.json", "decode_isa.py"),
                   "decode-isa-avx2-results.md": ("decode-isa-avx2.json", "decode_isa.py"),
                   "decode-goals-results.md": ("decode-goals.json", "decode_goals.py"),

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "gpu-results.json", "check_zoo.json",
                 "quant-cache.json", "quant-drift.json", "core-seam.json", "core-seam-breakdown.json",
-                "sparse-decode.json")
+                "sparse-decode.json", "loops.json", "loops-16384.json", "loops-fp32.json", "loops-quick.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5

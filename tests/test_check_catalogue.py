@@ -116,7 +116,7 @@ def test_every_message_has_both_languages_with_the_same_placeholders():
 
     from multihead.checker.bugs import sentences as text
 
-    for table in (text.MESSAGES, text.CONVENTION_TEXT, text.BUG_TEXT, text.MASK_TEXT, text.ROLE_TEXT):
+    for table in (text.MESSAGES, text.CONVENTION_TEXT, text.BUG_TEXT, text.MASK_TEXT, text.ROLE_TEXT, text.STAGE_TEXT):
         for key, (english, chinese) in table.items():
             fields = [{name for _, name, _, _ in string.Formatter().parse(t) if name} for t in (english, chinese)]
             assert fields[0] == fields[1], key

@@ -221,7 +221,8 @@ def test_rotary_queries_from_their_own_linear_pass_and_wuk_transposed_is_named(t
     report = check(f"{learner}:LatentAttention", **options)
     assert report.passed, str(report)
     assert (report.roles["q"], report.roles["rope-query"]) == (chain + ("W_UQ" if chain else "W_Q"), chain + "W_QR")
-    assert f"旋转位置查询：{chain}W_QR" in check(f"{learner}:LatentAttention", lang="zh", **options).role_lines()
+    zh_chain = chain.replace(", then ", "，再经过 ")  # the Chinese report says the chain in Chinese
+    assert f"旋转位置查询：{zh_chain}W_QR" in check(f"{learner}:LatentAttention", lang="zh", **options).role_lines()
     learner = edited_zoo_file(tmp_path, "ok_mla_absorbed.py", *_PAPER_QUERIES[queries], TRANSPOSE, name="wuk.py")
     assert check(f"{learner}:LatentAttention", **options).bug == WUK_TRANSPOSED
 

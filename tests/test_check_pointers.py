@@ -29,6 +29,7 @@ POINTERS = {
     "no-output-projection": ("linear-d-model", "check.w-o-linear-d"),
     "causal-off-by-one": ("masked-fill", "check.causal-keeps-diagonal"),
     "causal-mask-unused": ("masked-fill", "check.masked-fill-document-001"),
+    "causal-mask-reversed": ("masked-fill", "check.causal-keeps-diagonal"),
     "keys-used-as-values": ("keys-vs-values", "check.bug-changes-out"),
     "scores-without-key-transpose": ("k-transpose", "check.without-transpose-matmul-refuses"),
     "view-on-non-contiguous": ("view-vs-contiguous", "check.view-fails-runtimeerror-merging"),

@@ -125,7 +125,7 @@ def test_auto_never_picks_flex_in_eager_mode_and_says_why():
     assert decision.backend == "math"
     assert decision.codes["flex"] == "flex.eager"
     grad = mh.dispatch(q.requires_grad_(), k, v, softcap=5.0)
-    assert grad.backend == "math" and grad.codes["flex"] == "flex.no-backward"
+    assert grad.backend == "math" and grad.codes["flex"] == "flex.grad"
 
 
 def _compiled_graph_code(device, mask=None, L=L, softcap=None, grad=False) -> str:

@@ -7,7 +7,7 @@ import torch
 import multihead as mh
 import multihead.hf
 from hf_models import VOCAB, tiny_model
-from multihead.hf.quantized import QuantizedLayer
+from multihead.hf.quantized import CodedCacheLayer
 
 NEW = 6
 
@@ -45,7 +45,7 @@ def test_the_cache_holds_codes_and_scales_and_follows_beams():
     with torch.no_grad():
         model(torch.randint(3, VOCAB, (1, 5)), cache=cache)
     layer = cache.layers[0]
-    assert isinstance(layer, QuantizedLayer) and layer.get_seq_length() == 5
+    assert isinstance(layer, CodedCacheLayer) and layer.get_seq_length() == 5
     assert layer.store[0].dtype == torch.int8 and layer.store[2].dtype == torch.float32
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import _ranges, blockwise, quantized_attention
+from multihead.backends.decode_quant import blockwise
 from multihead.backends.decode_ranges import key_ranges
 from multihead.caches.kv import BOTTOM_RIGHT
 from multihead.caches.quantized import Quantized, QuantizedKVCache, dequantized, quantize
@@ -58,7 +58,7 @@ def test_decode_step_matches_float64_over_the_codes(kv_dtype, dtype):
              & mh.Mask.window(90, "bottom_right"),
              mh.Mask.causal("bottom_right") & mh.Mask.alibi(torch.linspace(0.5, 0.01, Hq), "bottom_right")]
     for mask, extra in ((masks[0], {}), (masks[1], {"softcap": 5.0, "sinks": torch.linspace(-1.0, 2.0, Hq)})):
-        out = quantized_attention(q, keys, values, mask, **extra)
+        out = mh.attention(q, keys, values, mask, **extra)
         ref = _exact(q, keys, values, mask, **extra)
         assert out.dtype == dtype and out.shape == ref.shape
         tol = 1e-5 if dtype is torch.float32 else 2e-2  # bf16: the output's own rounding
@@ -76,7 +76,7 @@ def test_blockwise_prefill_over_a_long_cache_matches_float64(kv_dtype):
     values = _quantized(torch.randn(B, Hkv, N, D, generator=g), kv_dtype)
     mask = mh.Mask.lengths(torch.tensor([N, 1500]), torch.tensor([Lq, 7])) & mh.Mask.causal("bottom_right")
     sinks = torch.tensor([0.5, -1.0])
-    out = quantized_attention(q, keys, values, mask, sinks=sinks)
+    out = mh.attention(q, keys, values, mask, sinks=sinks)
     ref = _exact(q, keys, values, mask, sinks=sinks)
     kept = ~ref.isnan()
     assert torch.equal(out.isnan(), ref.isnan())
@@ -159,14 +159,6 @@ def test_reorder_and_reset_move_codes_and_scales_together(kv_dtype):
     assert not cache.keys.any() and not cache.key_scales.any() and cache.lengths.tolist() == [0, 0, 0]
 
 
-def test_the_bottom_right_shortcut_gives_the_ranges_of_the_mask():
-    """The ranges made directly for a cache's bottom-right causal mask equal the normal form's."""
-    for Lq, Lk in ((1, 9), (3, 10), (4, 4)):
-        fast = _ranges(BOTTOM_RIGHT, 2, 4, Lq, Lk, "cpu")
-        slow = key_ranges(mh.Mask.causal("bottom_right"), 2, 4, Lq, Lk, "cpu")
-        assert all(torch.equal(a, b) for a, b in zip(fast[:3], slow[:3])) and fast.slopes is None
-
-
 def test_dense_masks_are_sliced_block_by_block_and_grad_is_refused():
     """A keep mask per head and an additive mask (a Hugging Face 4-D mask's forms) over 2100 keys: three
     blocks, each taking its slice of the dense mask; a row that keeps nothing gives 0."""
@@ -178,11 +170,11 @@ def test_dense_masks_are_sliced_block_by_block_and_grad_is_refused():
     keep[1, 2, 0] = False
     bias = torch.where(torch.rand(2, 1, 3, 2100, generator=g) > 0.5, 0.0, torch.finfo(torch.float32).min)
     for mask in (mh.Mask.keep(keep), mh.Mask.additive(bias)):
-        out = quantized_attention(q, keys, values, mask)
+        out = mh.attention(q, keys, values, mask)
         torch.testing.assert_close(out.double(), _exact(q, keys, values, mask), atol=1e-5, rtol=0)
-    assert not quantized_attention(q, keys, values, mh.Mask.keep(keep))[1, 2, 0].any()
+    assert not mh.attention(q, keys, values, mh.Mask.keep(keep))[1, 2, 0].any()
     with pytest.raises(mh.AttentionError, match="no backward"):
-        quantized_attention(q.requires_grad_(), keys, keys)
+        mh.attention(q.requires_grad_(), keys, keys)
 
 
 @pytest.mark.parametrize("value_dim", [8, 5], ids=["same-width", "narrower-values"])
@@ -196,7 +188,9 @@ def test_append_quantizes_keys_and_values_each_by_its_own_scale(value_dim):
 
 @pytest.mark.slow
 def test_a_compiled_module_decodes_over_a_quantized_cache_as_eager_does():
-    """Under torch.compile(dynamic=True) the kernel is not loaded: the blockwise form runs, same numbers."""
+    """Under torch.compile(dynamic=True) the kernel is not loaded: the blockwise form runs, same numbers for the
+    steps. The eager prompt into the empty cache attends on its float keys, the compiled one (all slots, static
+    shapes) on their codes: the prompt's rows agree within int8 drift."""
     torch.manual_seed(0)
     m = mh.MultiHeadAttention(32, 4, num_kv_heads=2, causal=True, rope=mh.RoPE(8)).eval()
     x = torch.randn(1, 6, 32)
@@ -206,7 +200,8 @@ def test_a_compiled_module_decodes_over_a_quantized_cache_as_eager_does():
             cache = m.new_cache(1, 8, kv_dtype=torch.int8)
             outs.append(torch.cat([run(x[:, :4], cache=cache)] + [run(x[:, t:t + 1], cache=cache) for t in (4, 5)], 1))
     assert cache.lengths.tolist() == [6]
-    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[1][:, 4:], outs[0][:, 4:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[1][:, :4], outs[0][:, :4], atol=3e-2 * outs[0].abs().max().item(), rtol=0)
 
 
 def test_a_ragged_batch_writes_each_sequence_at_its_own_length():
@@ -243,7 +238,7 @@ def test_keys_no_row_keeps_are_inert_in_the_blockwise_path(kv_dtype):
     pad[0, 10:20] = True
     values.scales[0, :, 10:20] = float("nan")  # and those at sequence 0's padded keys
     mask = mh.Mask.lengths(torch.tensor([N, 50])) & mh.Mask.key_padding(pad)
-    out = quantized_attention(q, keys, values, mask)
+    out = mh.attention(q, keys, values, mask)
     assert not out.isnan().any()
     ref = mh.attention(q.double(), keys.numbers(torch.float64), values.numbers(torch.float64).nan_to_num(0.0), mask,
                        backend="math")

@@ -10,6 +10,19 @@ ZOO = Path(__file__).parent / "check_zoo"
 
 # file:Class -> check() keyword arguments (init / config) for every correct zoo module
 CORRECT = {
+    # the 2025-26 idioms of issue 35 (each file names its public source)
+    "ok_gemma_qk_norm_one_plus.py:Gemma3Attention": {},
+    "ok_olmo2_qk_norm_whole_width.py:Olmo2Attention": {},
+    "ok_qwen3_next_output_gate.py:GatedAttention": {},
+    "ok_diffusers_cross_width.py:CrossAttnProcessorStyle": {},
+    "ok_eva_linear_qv_bias.py:EvaAttention": {},
+    "ok_dict_kv_cache.py:CachedDecoderAttention": {},
+    "ok_chatglm_fused_query_key_value.py:SelfAttention": {},
+    "ok_roformer_sinusoidal_passed_in.py:RoFormerSelfAttention": {},
+    "ok_functional_rmsnorm_before_rotary.py:NormedCausalSelfAttention": {},
+    "ok_mla_tutorial_separate_ups.py:TutorialMLA": {},
+    "ok_mla_hf_reference_style.py:DeepseekV2Attention": {},
+    "ok_gated_cross_attention.py:GatedCross": {},
     "ok_seq_first_einsum.py:TimeMajorAttention": {},
     "ok_fused_causal.py:Block": {},
     "ok_folded_valid_lens.py:FoldMHA": {},
@@ -134,6 +147,12 @@ BUGGY = {
     "causal_mask_never_applied.py:DecoderSelfAttention": "causal-mask-unused",
     "sparse_minus_one_wraps.py:sparse_attention": "sparse-none-unmasked",
     "topk_over_queries.py:select": "topk-wrong-axis",
+    "sinks_kv_tiled.py:SinkGQAttention": "kv-heads-tiled",
+    "dict_cache_causal_every_step.py:StepCausalAttention": "cache-causal-top-left",
+    "sliding_merge_no_transpose.py:WindowedAttention": "merge-without-transpose",
+    "causal_triu_keeps_future.py:MyCausalAttention": "causal-mask-reversed",
+    "mask_fill_positive.py:PaddedAttention": "mask-sign-flipped",
+    "qwen3_next_gate_after_out.py:LateGateAttention": "",
 }
 
 # file:Class -> check() keyword arguments for the buggy zoo modules that need them (a caller's claim)

@@ -18,7 +18,7 @@ from multihead.attention import attention
 from multihead.caches.kv import KVCache
 from multihead.capture import capture_attention, trace
 from multihead.layers.differential import DifferentialAttention
-from multihead.backends.dispatch import Decision, dispatch
+from multihead.backends.dispatch import Decision, dispatch, register_backend
 from multihead.backends.merge import merge_states
 from multihead.errors import AttentionError
 from multihead.layers.gated import GatedMultiHeadAttention
@@ -69,6 +69,7 @@ __all__ = [
     "dispatch",
     "explain",
     "merge_states",
+    "register_backend",
     "textbook",
     "trace",
 ]

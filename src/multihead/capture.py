@@ -105,7 +105,8 @@ def recorded(problem, run, chosen=None, plan=None, backend: str = "auto"):
         if weights is None:
             with torch.no_grad():
                 keep, bias = problem.dense_mask()
-                weights = reference_weights(problem.q, problem.k, keep, bias, problem.scale, problem.softcap,
+                keys = problem.k if problem.kv_form == "dense" else problem.k.numbers(problem.q.dtype)  # a cache form
+                weights = reference_weights(problem.q, keys, keep, bias, problem.scale, problem.softcap,
                                             problem.sinks)
         observer.add(weights)
     _OURS[0] += 1

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import connected_zeros, score_variants_unsupported
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reasons import cannot, declines
 from multihead.backends.sdpa_args import run_on_grid, scored_note
 
 MIN_SKIPPED = 0.6  # plain causal skips < 50%, which SDPA's is_causal already does without blocks
@@ -40,7 +41,6 @@ def _skipped_words(p: Problem) -> str:
 
 NEEDS_SPANS = cannot("banded.needs-spans", "needs a mask that limits which keys each block of queries may see "
                                            "(e.g. Mask.window)")
-EMPTY = empty_sequences("banded.empty", "the fused kernels")
 UNKNOWN_SPANS = cannot("banded.unknown-spans", "the key spans differ per sequence (bottom-right with "
                                                "Mask.lengths); the length-aware path takes those")
 COMPILING = declines("banded.compiling", "under torch.compile blocks cut at the lengths would compile a new graph "
@@ -84,13 +84,12 @@ class BandedBackend:
     """Plan: (blocks [(q_lo, q_hi, k_lo, k_hi)], the whole grid's Index)."""
 
     name = "banded"
+    capabilities = Capabilities(empty=False)
 
     def plan(self, p: Problem, auto: bool = True):
         if len(p.form.parts) == 0:
             return NEEDS_SPANS
         B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
         variants = score_variants_unsupported(p)
         if variants is not None:
             return variants

@@ -21,7 +21,9 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from multihead.backends.capabilities import needs_grad
 from multihead.backends.cpu.build import kernel
+from multihead.backends.graphs import recorded_graph
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
 from multihead.backends.sink_rescale import FLASH_CPU_DTYPES
@@ -77,21 +79,38 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None = None, sink:
     return (weights, lse) if with_lse else weights
 
 
-def reference_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None) -> torch.Tensor:
-    """The reference attention weights (B, H, Lq, Lk) in at least float32, blocked entries exactly 0.
+def sink_alone(lse: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """lse (B, H, Lq) with each row that keeps no key (-inf) given its sink's logit, when there are sinks (H,):
+    the denominator of such a row is its sink alone, which a merge with other keys must count."""
+    if sinks is None:
+        return lse
+    return torch.where(lse == float("-inf"), sinks.to(lse.dtype).view(-1, 1), lse)
 
-    q (B, H, Lq, D), k (B, Hkv, Lk, D). bias: added to the scaled scores, or a function scores -> scores
-    (a mask with a score function). sinks: (H,) logits joining each row's denominator.
-    """
-    k = repeat_kv(k, q.shape[1])
-    scores = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # at least float32
+
+def scored(products: torch.Tensor, scale: float, softcap: float | None = None, bias=None) -> torch.Tensor:
+    """The score pipeline, written once: q·k products (any float dtype, any shape) -> scores in at least float32,
+    times `scale`, capped (softcap * tanh(s / softcap)), then biased (a tensor added, or a function of the
+    scores: a mask with a score function). The masked softmax (`masked_softmax`) takes it from there; math, the
+    plain-torch decode step, sparse, the quantized blockwise path and the ring tiles all read it."""
+    scores = products.to(torch.promote_types(products.dtype, torch.float32)) * scale
     if softcap is not None:
         scores = softcap * torch.tanh(scores / softcap)
     if bias is not None:
         scores = bias(scores) if callable(bias) else scores + bias
+    return scores
+
+
+def reference_weights(q, k, keep=None, bias=None, scale: float = 1.0, softcap=None, sinks=None, with_lse: bool = False):
+    """The reference attention weights (B, H, Lq, Lk) in at least float32, blocked entries exactly 0.
+
+    q (B, H, Lq, D), k (B, Hkv, Lk, D). bias: added to the scaled scores, or a function scores -> scores
+    (a mask with a score function). sinks: (H,) logits joining each row's denominator. with_lse: (weights,
+    lse (B, H, Lq)), the log-sum-exp over the kept scores and the sink.
+    """
+    k = repeat_kv(k, q.shape[1])
+    scores = scored(q @ k.transpose(-2, -1), scale, softcap, bias)  # (B, H, Lq, Lk)
     sink = None if sinks is None else sinks.to(scores.dtype).view(1, -1, 1, 1)
-    return masked_softmax(scores, keep, sink)
+    return masked_softmax(scores, keep, sink, with_lse)
 
 
 def inert_keys(form: NormalForm, ix: Index, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,18 +123,21 @@ def inert_keys(form: NormalForm, ix: Index, k: torch.Tensor, v: torch.Tensor) ->
 
 
 def reference_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, softcap=None,
-                      sinks=None) -> torch.Tensor:
+                      sinks=None, with_lse: bool = False):
     """The reference math on one grid (the whole call, a sequence's slice, a block of queries): q (B, H, Lq, D),
     k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) -> (B, H, Lq, Dv). Keys no query may see are inert. Per-row
-    constants are kept (a score function need not ignore them)."""
+    constants are kept (a score function need not ignore them). with_lse: (out, lse (B, H, Lq) float32)."""
     if ix.rows_may_shift:
         ix = replace(ix, rows_may_shift=False)
     k, v = inert_keys(form, ix, k, v)
     keep, bias = form.score_terms(ix, torch.promote_types(q.dtype, torch.float32))
-    weights = reference_weights(q, k, keep, bias, scale, softcap, sinks)  # (B, H, Lq, Lk)
+    weights = reference_weights(q, k, keep, bias, scale, softcap, sinks, with_lse)  # (B, H, Lq, Lk)
+    if with_lse:
+        weights, lse = weights
     if dropout:
         weights = F.dropout(weights, dropout)
-    return weights.to(v.dtype) @ repeat_kv(v, q.shape[1])
+    out = weights.to(v.dtype) @ repeat_kv(v, q.shape[1])
+    return (out, lse.float()) if with_lse else out
 
 
 def keep_nan_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -138,16 +160,6 @@ def keep_nan_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return out.add_(rows, alpha=0) if not out.requires_grad else torch.add(out, rows, alpha=0)
 
 
-def needs_grad(p: Problem) -> bool:
-    """Whether autograd will ask for a gradient through this call."""
-    if not torch.is_grad_enabled():
-        return False
-    if p.form.calls_user:  # a mask_mod / score_mod may capture learnable tensors
-        return True
-    tensors = (p.q, p.k, p.v, p.sinks) + tuple(t for part in p.form.parts for t in part_tensors(part))
-    return any(t is not None and t.requires_grad for t in tensors)
-
-
 SOFTCAP = cannot("fused.softcap", "SDPA cannot apply softcap (tanh on the scores) inside the kernel")
 SINKS = cannot("fused.sinks", lambda p: f"sinks need the kernel's log-sum-exp, and on {p.q.device.type} SDPA returns "
                                         "none (torch's CPU flash kernel does: sink_rescale.py)")
@@ -165,12 +177,6 @@ SINKS_MASK_GRAD = cannot("fused.sinks-mask-grad", "the mask's tensors need grad,
                                                   "sinks gives no gradient to its mask")
 
 
-def recorded_graph() -> bool:
-    """Whether the call is being recorded into a graph that keeps to torch's own ops (torch.export, ONNX,
-    torch.jit.trace): a raw call into a compiled extension would not be replayed there."""
-    return torch.compiler.is_exporting() or torch.jit.is_tracing()
-
-
 def sinks_unsupported(p: Problem):
     """Why SDPA's kernels cannot carry this problem's sinks (sink_rescale.py's CPU flash path), or None."""
     if p.q.device.type != "cpu":
@@ -185,6 +191,20 @@ def sinks_unsupported(p: Problem):
         return SINKS_DTYPE
     if torch.is_grad_enabled() and any(t.requires_grad for part in p.form.parts for t in part_tensors(part)):
         return SINKS_MASK_GRAD
+    return None
+
+
+FLASH_LSE = cannot("sdpa.lse", lambda p: "the log-sum-exp comes from torch's CPU flash kernel: on the CPU, outside "
+                                        "recorded graphs, without dropout or gradient, one head dim for q, k and v, "
+                                        f"a float dtype; this call: {p.q.device.type}, D={p.q.shape[-1]}, "
+                                        f"Dv={p.v.shape[-1]}, {p.q.dtype}, dropout={p.dropout}")
+
+
+def flash_lse_unsupported(p: Problem):
+    """Why torch's CPU flash kernel cannot give this problem's log-sum-exp (sink_rescale.flash_with_lse), or None."""
+    if (p.q.device.type != "cpu" or recorded_graph() or p.dropout or p.q.shape[-1] != p.v.shape[-1]
+            or p.q.dtype not in FLASH_CPU_DTYPES or needs_grad(p)):
+        return FLASH_LSE
     return None
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import needs_grad, recorded_graph
-from multihead.backends.decode_ranges import DecodeRows, rows_of
-from multihead.backends.decode_step import decode_step, describe_step
+from multihead.backends.capabilities import Capabilities
+from multihead.backends.decode_ranges import RowsAtLength
+from multihead.backends.decode_step import decode_step, describe_step, plain_decode_step
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
@@ -23,55 +23,27 @@ MIN_KEYS = 64  # below this many keys the step is too short for its set-up to pa
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-NOT_CPU = cannot("decode.device", "the decode kernel runs on the CPU")
-DTYPE = cannot("decode.dtype", "the decode kernel takes float32 and bfloat16")
-DROPOUT = cannot("decode.dropout", "the decode kernel has no dropout")
-GRAD = cannot("decode.grad", "the decode kernel is for inference: it has no backward")
-EXPORT = cannot("decode.export", "an exported or traced graph keeps to torch's own ops (the decode kernel is "
-                                  "a custom op)")
 NO_ROWS = cannot("decode.empty", "no query rows")
 MASK = cannot("decode.mask", "the decode step takes masks that keep one interval of keys per query row (lengths, "
-                             "causal, window, chunks) and one ALiBi")
+                             "causal, window, chunks) and one ALiBi", any_length=True)
 TOO_MANY_ROWS = declines("decode.rows", f"more than {MAX_ROWS} query rows per sequence: not a decode step")
 TOO_FEW_KEYS = declines("decode.keys", f"fewer than {MIN_KEYS} keys: too few for the decode step's set-up to pay off")
 
 
-def decode_rows(p: Problem) -> DecodeRows:
-    """The decode kernel's form of the problem's mask (decode_ranges.py); reads no values on the host."""
-    return rows_of(p.form, *p.dims, p.q.device)
-
-
-class DecodePlan:
+class DecodePlan(RowsAtLength):
     """The rows' intervals of the key length met last, made again for a new one (a KV cache's next step)."""
-
-    def __init__(self, p: Problem):
-        self.last = (p.dims[3], decode_rows(p))  # one tuple, replaced whole: a concurrent call reads either
-
-    def rows(self, p: Problem) -> DecodeRows:
-        Lk, rows = self.last
-        if Lk != p.k.shape[2]:
-            rows = decode_rows(p)
-            self.last = (p.k.shape[2], rows)
-        return rows
 
 
 class DecodeBackend:
     """Plan: a DecodePlan, each row's kept keys and ALiBi's positions and slopes at the call's key length."""
 
     name = "decode"
+    reads_values = False  # its plan reads shapes and the form's structure; run reads the mask's values
+    capabilities = Capabilities(devices=("cpu",), dtypes=DTYPES, dropout=False, backward=False, recorded=False,
+                                lse=True)
 
     def plan(self, p: Problem, auto: bool = True):
         B, H, Lq, Lk = p.dims
-        if p.q.device.type != "cpu":
-            return NOT_CPU
-        if p.q.dtype not in DTYPES:
-            return DTYPE
-        if p.dropout:
-            return DROPOUT
-        if needs_grad(p):
-            return GRAD
-        if recorded_graph():
-            return EXPORT
         if Lq == 0:
             return NO_ROWS
         if not p.form.intervals_only:
@@ -93,4 +65,6 @@ class DecodeBackend:
     def run(self, p: Problem, plan: DecodePlan) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
         lo, hi, qpos, slopes = plan.rows(p)
+        if p.lse:  # the kernel keeps its log-sum-exp to itself: the plain form of the same step gives it
+            return plain_decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, with_lse=True)
         return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)

@@ -34,6 +34,22 @@ def rows_of(form: NormalForm, B: int, H: int, Lq: int, Lk: int, device) -> Decod
     return DecodeRows(lo, hi, form.alibi_positions(ix), form.slopes.float().contiguous())
 
 
+class RowsAtLength:
+    """A plan's rows (`rows_of`) at the key length and form met last, made again for a new one (a KV cache's next
+    step, a mask with new values): such a plan serves every key length and reads no value itself. p: a Problem."""
+
+    def __init__(self, p):
+        self.last = (p.dims[3], p.form, rows_of(p.form, *p.dims, p.q.device))  # replaced whole: a concurrent call
+        # reads either
+
+    def rows(self, p) -> DecodeRows:
+        Lk, form, rows = self.last
+        if Lk != p.k.shape[2] or form is not p.form:  # another length, or the mask's values came anew (dispatch)
+            rows = rows_of(p.form, *p.dims, p.q.device)
+            self.last = (p.k.shape[2], p.form, rows)
+        return rows
+
+
 def key_ranges(mask: Mask | None, B: int, H: int, Lq: int, Lk: int, device) -> DecodeRows:
     """`rows_of` for a mask (None: every key of every row)."""
     return rows_of(EMPTY if mask is None else mask.normal_form(), B, H, Lq, Lk, device)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax
+from multihead.backends.common import masked_softmax, scored
 from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel, loaded, unavailable
 from multihead.backends.cpu.choice import KERNEL, faster_form
@@ -64,12 +64,13 @@ def describe_step(dtype: torch.dtype, rows: str) -> str:
     return f"{plain}: measured faster than the C++ decode kernel's {module.isa()} build on this CPU"
 
 
-def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None) -> torch.Tensor:
+def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=None, sinks=None,
+                      with_lse: bool = False):
     """The same step in torch ops: scores as K @ q^T made (rows, keys) contiguous, the reference masked softmax
     (common.py) in float32, p @ V.
 
     Reads keys up to the longest row's hi; slots past a row's range are zeroed first, so NaN stored
-    there never reaches the output.
+    there never reaches the output. with_lse: (out, lse (B, H, Lq) float32).
     """
     B, H, Lq, D = q.shape
     Hkv, G = k.shape[1], H // k.shape[1]
@@ -84,14 +85,14 @@ def plain_decode_step(q, k, v, lo, hi, qpos, scale: float, softcap=None, slopes=
     if compiling or not bool(seen.all()):
         k, v = torch.where(seen, k, 0), torch.where(seen, v, 0)
     rows = q.reshape(B, Hkv, G * Lq, D)  # (B, Hkv, R, D): row r = (query head g, query i)
-    scores = (k @ rows.transpose(-1, -2)).transpose(-1, -2).contiguous().float() * scale  # (B, Hkv, R, N)
-    scores = scores.view(B, Hkv, G, Lq, N)
-    if softcap is not None:
-        scores = softcap * torch.tanh(scores / softcap)
-    if slopes is not None:
-        scores = scores + slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+    bias = None if slopes is None else slopes.view(1, Hkv, G, 1, 1) * (j - qpos[:, None, None, :, None])
+    products = (k @ rows.transpose(-1, -2)).transpose(-1, -2).contiguous()  # (B, Hkv, R, N)
+    scores = scored(products.view(B, Hkv, G, Lq, N), scale, softcap, bias)
     kept = keep[:, None, None]  # (B, 1, 1, Lq, N)
     sink = None if sinks is None else sinks.float().view(1, Hkv, G, 1, 1)
-    weights = masked_softmax(scores, kept, sink)  # rows with no key: exactly 0 (not NaN)
+    weights = masked_softmax(scores, kept, sink, with_lse)  # rows with no key: exactly 0 (not NaN)
+    if with_lse:
+        weights, lse = weights
     out = weights.view(B, Hkv, G * Lq, N).to(v.dtype) @ v  # (B, Hkv, R, Dv)
-    return out.view(B, H, Lq, v.shape[-1]).to(q.dtype)
+    out = out.view(B, H, Lq, v.shape[-1]).to(q.dtype)
+    return (out, lse.reshape(B, H, Lq)) if with_lse else out

@@ -54,9 +54,10 @@ from typing import NamedTuple
 
 import torch
 
-from multihead.backends.common import LOSES_NAN_QUERIES, inert_keys, needs_grad, score_variants_unsupported
+from multihead.backends.capabilities import Capabilities
+from multihead.backends.common import LOSES_NAN_QUERIES, inert_keys, score_variants_unsupported
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reasons import cannot, declines
 from multihead.masks import Index, NormalForm
 
 try:
@@ -158,10 +159,6 @@ def _flex(q, k, v, score_mod, block_mask, scale: float, gqa: bool, lse: bool):
 
 NOT_IN_TORCH = cannot("flex.not-in-torch", "this torch has no torch.nn.attention.flex_attention (it needs "
                                            "torch >= 2.5)")
-EMPTY = empty_sequences("flex.empty", "flex_attention")
-DROPOUT = cannot("flex.dropout", "flex_attention has no dropout")
-NO_BACKWARD_HERE = cannot("flex.no-backward", lambda p: f"torch's flex_attention has no backward on "
-                                                        f"{p.q.device.type} (inputs here need grad)")
 HEAD_DIMS = cannot("flex.head-dims", lambda p: f"the compiled GPU flex kernel takes head dims from "
                                                f"{COMPILED_HEAD_DIMS[0]} to {COMPILED_HEAD_DIMS[1]}; got "
                                                f"D={p.q.shape[-1]}, Dv={p.v.shape[-1]}")
@@ -188,6 +185,7 @@ class FlexBackend:
     """Plan: FlexForms (the BlockMask and whether a score_mod adds biases)."""
 
     name = "flex"
+    capabilities = Capabilities(empty=False, dropout=False, no_backward_on=NO_BACKWARD)
 
     def plan(self, p: Problem, auto: bool = True):
         why = self._cannot(p)
@@ -206,14 +204,7 @@ class FlexBackend:
     def _cannot(self, p: Problem):
         if flex_attention is None:
             return NOT_IN_TORCH
-        B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
-        if p.dropout:
-            return DROPOUT
         device = p.q.device.type
-        if device in NO_BACKWARD and needs_grad(p):
-            return NO_BACKWARD_HERE
         compiling = torch.compiler.is_compiling()
         D, Dv = p.q.shape[-1], p.v.shape[-1]
         lo, hi = COMPILED_HEAD_DIMS

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from multihead.backends.kv_forms import kv_form_of, resolved
 from multihead.errors import AttentionError, check_flag, check_number, shape_str
 from multihead.masks import Index, Mask, NormalForm
 from multihead.masks.causal import causal_part
@@ -31,6 +32,9 @@ class Problem:
     dropout: float
     softcap: float | None = None
     sinks: torch.Tensor | None = None
+    kv_form: str = "dense"  # how k and v come (kv_forms.py): "dense" tensors, "quantized" codes and scales
+    lse: bool = False  # the caller asked for the log-sum-exp too (attention(..., return_lse=True))
+    grad: bool | None = None  # whether autograd needs a gradient, once asked (capabilities.needs_grad)
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -66,14 +70,20 @@ class Problem:
         return self.form.score_terms(self.index(), dtype or self.softmax_dtype)
 
 
-def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None) -> Problem:
-    """Check every input, fold `causal` and the mask into the normal form. Raises AttentionError."""
+def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None, lse: bool = False) -> Problem:
+    """Check every input, fold `causal` and the mask into the normal form. Raises AttentionError.
+
+    k and v are tensors, or both one of the forms of kv_forms.py (a quantized or paged cache's view), as
+    kv_forms.resolved reads them (a prompt's fresh floats; pages gathered outside a decode step)."""
+    if not isinstance(k, torch.Tensor):
+        k, v = resolved(q, k, v)
+    kv_form = kv_form_of(k)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) and (name == "q" or kv_form in (None, "dense") or kv_form_of(t) != kv_form):
             raise AttentionError(f"{name} must be a torch.Tensor of shape (B, H, L, D); got {type(t).__name__}.")
-        if t.dim() != 4:
+        if len(t.shape) != 4:
             raise AttentionError(f"{name} must have 4 dims (B, H, L, D); got shape {shape_str(t.shape)}.")
-    if not (q.dtype == k.dtype == v.dtype):
+    if kv_form == "dense" and not (q.dtype == k.dtype == v.dtype):
         raise AttentionError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}.")
     if not q.is_floating_point():
         raise AttentionError(f"q, k, v must be floating point; got {q.dtype}.")
@@ -106,9 +116,7 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
             "Mask.keep(t) (True = attend), Mask.block(t) (True = blocked), Mask.additive(t) (float "
             "offsets), Mask.key_padding(t) (True = padding) or Mask.lengths(valid_lens)."
         )
-    parts = () if mask is None else mask.parts
-    if causal is True or (causal is not False and check_flag(causal, "causal")):
-        parts = parts + _CAUSAL
+    causal = causal is True or (causal is not False and check_flag(causal, "causal"))
     if mask is not None:
         mask.check(B, H, Lq, Lk, q.device)
     if scale is None:
@@ -122,8 +130,35 @@ def make_problem(q, k, v, mask, causal, scale, dropout, softcap=None, sinks=None
         softcap = float(softcap)
     if sinks is not None:
         _check_sinks(sinks, H, q)
-    form = normal_form(parts) if len(parts) else EMPTY
-    return Problem(q, k, v, form, float(scale), float(dropout), softcap, sinks)
+    if lse is not True and lse is not False:
+        check_flag(lse, "return_lse")
+    form = fold(mask, causal)
+    return Problem(q, k, v, form, float(scale), float(dropout), softcap, sinks, kv_form, bool(lse))
+
+
+def fold(mask: Mask | None, causal: bool) -> NormalForm:
+    """The normal form of `mask` (checked) with causal=True's part added: the one fold of a call."""
+    parts = () if mask is None else mask.parts
+    if causal:
+        parts = parts + _CAUSAL
+    return normal_form(parts) if len(parts) else EMPTY
+
+
+LAYOUTS = ("bhsd", "bshd")
+
+
+def heads_first(q, k, v, layout: str):
+    """q, k, v in the (B, H, L, D) layout the core works in: as they come for layout="bhsd", transposed from
+    flash-attn's (B, L, H, D) for layout="bshd" (views, no copy)."""
+    if layout == "bhsd":
+        return q, k, v
+    if layout != "bshd":
+        raise AttentionError(f"layout must be one of {LAYOUTS} ((B, H, L, D) or (B, L, H, D)); got {layout!r}.")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise AttentionError(f"layout='bshd' takes {name} as a tensor of shape (B, L, H, D); got "
+                                 f"{shape_str(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.")
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _check_sinks(sinks, H: int, q: torch.Tensor) -> None:

@@ -5,6 +5,8 @@ of the problem that `mh.dispatch` calls to put the numbers in (the skipped fract
 
     cannot=True   the backend cannot compute this call exactly (asking for it by name is an error)
     cannot=False  it could, but "auto" prefers another backend for this call
+    any_length    the answer holds at every key length (it reads the mask's form, not Lk): a plan chosen after
+                  it serves a KV cache's next steps without asking again
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class Reason:
     code: str
     cannot: bool
     words: str | Callable[[Any], str]
+    any_length: bool = False
 
     def text(self, problem) -> str:
         """The reason in words for `problem` (off the hot path: mh.dispatch calls it)."""
@@ -29,16 +32,11 @@ class Reason:
         return f"Reason({self.code!r})"
 
 
-def cannot(code: str, words: str | Callable[[Any], str]) -> Reason:
+def cannot(code: str, words: str | Callable[[Any], str], any_length: bool = False) -> Reason:
     """A refusal: the backend cannot compute the call exactly."""
-    return Reason(code, True, words)
+    return Reason(code, True, words, any_length)
 
 
 def declines(code: str, words: str | Callable[[Any], str]) -> Reason:
     """A preference: the backend could run the call, but "auto" should pick another one."""
     return Reason(code, False, words)
-
-
-def empty_sequences(code: str, kernel: str) -> Reason:
-    """The shared refusal of fused kernels for Lq = 0 or Lk = 0."""
-    return cannot(code, lambda p: f"{kernel} need non-empty sequences; got Lq={p.dims[2]}, Lk={p.dims[3]}")

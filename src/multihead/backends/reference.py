@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import reference_on_grid
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import declines
@@ -19,6 +20,7 @@ class MathBackend:
     """Plan: None (the reference needs nothing prepared)."""
 
     name = "math"
+    capabilities = Capabilities(lse=True)
 
     def plan(self, p: Problem, auto: bool = True):
         return MATERIALISES if auto else None
@@ -28,4 +30,4 @@ class MathBackend:
         return "plain matmul + float32 softmax + matmul" + extras
 
     def run(self, p: Problem, plan=None) -> torch.Tensor:
-        return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale, p.softcap, p.sinks)
+        return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale, p.softcap, p.sinks, p.lse)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import reference_on_grid, score_variants_unsupported
+from multihead.backends.common import flash_lse_unsupported, reference_on_grid, score_variants_unsupported
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import Reason, empty_sequences
-from multihead.backends.sdpa_args import SdpaArgs, describe_args, kept_keys, run_sdpa, scored_note, sdpa_args
+from multihead.backends.capabilities import Capabilities
+from multihead.backends.reasons import Reason, declines
+from multihead.backends.sdpa_args import (SdpaArgs, describe_args, kept_keys, run_sdpa, run_sdpa_with_lse, scored_note,
+                                          sdpa_args)
 from multihead.backends.sdpa_kernel import sdpa_kernel_report
 
-EMPTY = empty_sequences("sdpa.empty", "the fused kernels")
+SCORED_REFERENCE = declines("sdpa.scored", "no fused kernel takes a score function (Mask.score_mod); it would run "
+                                          "the reference math")
 SCORED = "reference math on the whole grid"  # the plan for a mask with a score function (no fused kernel)
 
 
@@ -21,18 +24,21 @@ class SdpaBackend:
     """Plan: the SdpaArgs of the whole grid (SCORED for a mask with a score function)."""
 
     name = "sdpa"
+    capabilities = Capabilities(empty=False, lse=True)
 
     def plan(self, p: Problem, auto: bool = True) -> SdpaArgs | str | Reason:
-        B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
         why = score_variants_unsupported(p)
         if why is not None:
             return why
-        if p.form.scored:
-            return SCORED
-        # a softmax without sinks ignores per-row constants; with sinks (sink_rescale.py) they count
-        return sdpa_args(p.form, p.index(rows_may_shift=p.sinks is None), p.q.dtype, p.sinks is not None)
+        if p.form.scored:  # no fused kernel takes a score function: said once, by the math backend, in "auto"
+            return SCORED_REFERENCE if auto else SCORED
+        if p.lse:
+            why = flash_lse_unsupported(p)
+            if why is not None:
+                return why
+        # a softmax without sinks ignores per-row constants; with sinks or the log-sum-exp they count
+        own_rows = p.sinks is not None or p.lse
+        return sdpa_args(p.form, p.index(rows_may_shift=not own_rows), p.q.dtype, own_rows)
 
     def describe(self, p: Problem, args: SdpaArgs | str) -> str:
         if args is SCORED:
@@ -49,5 +55,8 @@ class SdpaBackend:
 
     def run(self, p: Problem, args: SdpaArgs | str) -> torch.Tensor:
         if args is SCORED:
-            return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale, sinks=p.sinks)
+            return reference_on_grid(p.q, p.k, p.v, p.form, p.index(), p.dropout, p.scale, sinks=p.sinks,
+                                     with_lse=p.lse)
+        if p.lse:
+            return run_sdpa_with_lse(p.q, p.k, p.v, args, p.scale, p.sinks)
         return run_sdpa(p.q, p.k, p.v, args, p.dropout, p.scale, p.gqa, p.sinks)

@@ -28,9 +28,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.common import keep_nan_rows, reference_on_grid, zero_where
+from multihead.backends.graphs import building_graph
+from multihead.backends.common import keep_nan_rows, reference_on_grid, sink_alone, zero_where
 from multihead.backends.problem import Problem
-from multihead.backends.sink_rescale import flash_with_sinks
+from multihead.backends.sink_rescale import flash_with_lse, flash_with_sinks
 from multihead.masks import Index, NormalForm
 from multihead.masks.values import values_checkable
 
@@ -104,7 +105,7 @@ def _kept_keys(keep: torch.Tensor, ix: Index) -> int | torch.Tensor | None:
     """The keys a key-only keep (B or 1, 1, 1, Lk) keeps, when every sequence keeps the same ones and reading
     them is free (the whole grid on the CPU, eager): their count when they are a prefix, else their indices.
     None when that does not hold, or no key is kept (the general form makes those rows exact zeros)."""
-    if (not ix.whole or keep.device.type != "cpu" or torch.compiler.is_compiling() or torch.jit.is_tracing()
+    if (not ix.whole or keep.device.type != "cpu" or building_graph()
             or keep.dim() != 4 or keep.shape[0] != 1 and ix.B != 1):
         return None
     kept = keep.reshape(-1)  # (Lk,)
@@ -162,6 +163,23 @@ def run_sdpa(q, k, v, args: SdpaArgs, dropout: float, scale: float, gqa: bool, s
     if attn_mask is None and q.is_cpu:  # a NaN query row stays NaN, as in torch
         out = keep_nan_rows(out, q)
     return out if args.dead is None else zero_where(args.dead, out)
+
+
+def run_sdpa_with_lse(q, k, v, args: SdpaArgs, scale: float, sinks=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """run_sdpa's output and its log-sum-exp (B, H, Lq) float32 (a row that keeps no key: -inf, or its sink), from
+    torch's CPU flash kernel; no dropout, no gradient. `args` made with sinks=True (each row's shift recorded)."""
+    if args.keys is not None:
+        k, v = kept_keys(k, args.keys), kept_keys(v, args.keys)
+    if args.hidden is not None:
+        k, v = zero_where(args.hidden, k), zero_where(args.hidden, v)
+    out, lse = flash_with_lse(q, k, v, sinks, args.attn_mask, args.is_causal, scale, args.shift)
+    if args.attn_mask is None:  # a NaN query row stays NaN, as in torch
+        out = keep_nan_rows(out, q)
+    # a row that keeps no key: dead, or every key at the dtype's minimum (a mask that blocks whole keys)
+    empty = lse <= torch.finfo(q.dtype).min / 2
+    if args.dead is not None:
+        out, empty = zero_where(args.dead, out), empty | args.dead.squeeze(-1)
+    return out, sink_alone(lse.masked_fill(empty, float("-inf")), sinks)  # its sink alone, or nothing
 
 
 def run_on_grid(q, k, v, form: NormalForm, ix: Index, dropout: float, scale: float, gqa: bool,

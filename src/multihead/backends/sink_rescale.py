@@ -76,12 +76,36 @@ def flash_with_sinks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: t
     (B, H, Lq, Lk); a mask that needs grad is not supported (its gradient is not computed). shift: (.., Lq, 1),
     a constant per row already subtracted from attn_mask (so that the kernel's scores stay small), which the
     sinks' comparison adds back."""
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros((), dtype=q.dtype, device=q.device).expand_as(attn_mask).masked_fill(
-            ~attn_mask, float("-inf"))
-    elif attn_mask is not None and attn_mask.dtype != q.dtype:
-        attn_mask = attn_mask.to(q.dtype)
+    attn_mask = _additive(attn_mask, q)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or sinks.requires_grad):
         return _FlashWithSinks.apply(q, k, v, sinks, attn_mask, is_causal, scale, shift)
     return _rescaled(q, k, v, sinks, attn_mask, is_causal, scale, shift)[0]  # nothing to differentiate: nothing saved
+
+
+def flash_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None,
+                   attn_mask: torch.Tensor | None, is_causal: bool, scale: float,
+                   shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, H, Lq, D), lse (B, H, Lq) float32) from torch's CPU flash kernel, sinks (H,) or None joining each
+    row's denominator; lse over the kept scores and the sinks, in the scores' own frame (`shift` added back).
+    No gradient (the kernel's log-sum-exp has no backward); attn_mask as in `flash_with_sinks`."""
+    attn_mask = _additive(attn_mask, q)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if sinks is not None:
+        out, lse, _, sink = _rescaled(q, k, v, sinks, attn_mask, is_causal, scale, shift)
+        lse = torch.logaddexp(lse, sink)
+    else:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                              attn_mask=attn_mask, scale=scale)
+    lse = lse.float()
+    return out, lse if shift is None else lse + shift.squeeze(-1).float()
+
+
+def _additive(attn_mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+    """A bool keep mask as an additive one (-inf where blocked), in q's dtype; None stays None."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        return torch.zeros((), dtype=q.dtype, device=q.device).expand_as(attn_mask).masked_fill(~attn_mask,
+                                                                                                float("-inf"))
+    if attn_mask is not None and attn_mask.dtype != q.dtype:
+        return attn_mask.to(q.dtype)
+    return attn_mask

@@ -29,18 +29,20 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from multihead.backends.common import masked_softmax, needs_grad, recorded_graph, zero_where
+from multihead.backends.capabilities import Capabilities, needs_grad
+from multihead.backends.common import masked_softmax, scored, zero_where
+from multihead.backends.graphs import recorded_graph
 from multihead.backends.cpu.build import kernel
 from multihead.backends.decode_step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reasons import cannot, declines
 from multihead.masks import Index
 from multihead.masks.intervals import bounds
 
 # (torch CPU capability, dtype) -> the most listed keys per query at which a sparse prefill beat the dense keep
 # mask at every length measured (benchmarks/sparse-prefill-boundary.json)
 PREFILL_UP_TO: dict[tuple[str, torch.dtype], int] = {
-    ("AVX512", torch.float32): 32,
+    ("AVX512", torch.float32): 16,
     ("AVX512", torch.bfloat16): 64,
 }
 CAPABILITY = torch.backends.cpu.get_cpu_capability()
@@ -48,8 +50,7 @@ GATHER_BUDGET = 1 << 24  # elements of one block's gathered rows, B · N · Lb �
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_ROWS = 4  # query rows per sequence up to which a call is a decode step (the C++ kernel's case)
 
-NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part")
-EMPTY = empty_sequences("sparse.empty", "the sparse backend's gathers")
+NOT_SPARSE = cannot("sparse.no-lists", "the sparse backend runs masks with a Mask.sparse part", any_length=True)
 SCORED = cannot("sparse.scored", "a score function (Mask.score_mod) needs the whole grid's positions")
 LISTS_NOT_SMALLER = declines("sparse.lists-not-smaller", lambda p: f"each query lists K={_listed(p)} slots for "
                                                                    f"Lk={p.dims[3]} keys: the dense grid is no larger")
@@ -61,7 +62,7 @@ DENSER = declines("sparse.prefill-dense-faster", lambda p: f"a prefill listing K
 
 def prefill_up_to(dtype: torch.dtype) -> int:
     """The most listed keys per query at which "auto" runs a prefill (more than KERNEL_ROWS queries) sparse."""
-    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 32))
+    return PREFILL_UP_TO.get((CAPABILITY, dtype), PREFILL_UP_TO.get(("AVX512", dtype), 16))
 
 
 def _listed(p: Problem) -> int:
@@ -80,13 +81,13 @@ class SparseBackend:
     """Plan: SparsePlan."""
 
     name = "sparse"
+    reads_values = False  # its plan reads shapes and the form's structure; run reads the mask's values
+    capabilities = Capabilities(empty=False)
 
     def plan(self, p: Problem, auto: bool = True):
         if p.form.sparse is None:
             return NOT_SPARSE
         B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
         if p.form.scored:
             return SCORED
         K = _listed(p)
@@ -102,6 +103,11 @@ class SparseBackend:
                   and lists.shape[1] == 1 and p.form.slopes is None and not needs_grad(p)
                   and not recorded_graph() and p.k.stride(-1) == 1 and p.v.stride(-1) == 1)
         return SparsePlan(block, kernel)
+
+    def keys_from(self, p: Problem, plan: SparsePlan, auto: bool) -> int:
+        """The fewest keys from which `plan` serves this call: its block and kernel read no key length; "auto"
+        leaves lists as long as the keys to the dense backends."""
+        return _listed(p) + 1 if auto else 0
 
     def describe(self, p: Problem, plan: SparsePlan) -> str:
         K = _listed(p)
@@ -278,11 +284,8 @@ def _torch_block(p: Problem, start: int, stop: int, pos, keep, bias) -> torch.Te
     keep5 = _grouped(keep, N)
     vs = zero_where(~keep5.any(2)[..., None], vs)  # slots no head keeps: NaN stored there stays out
     q = p.q[:, :, start:stop].reshape(B, N, H // N, stop - start, D)  # (B, N, G, Lb, D)
-    scores = torch.einsum("bngld,bnlkd->bnglk", q, ks).to(p.softmax_dtype) * p.scale
-    if p.softcap is not None:
-        scores = p.softcap * torch.tanh(scores / p.softcap)
-    if bias is not None:
-        scores = scores + _grouped(bias.expand(bias.shape[0], bias.shape[1], *keep.shape[2:]), N)
+    bias = None if bias is None else _grouped(bias.expand(bias.shape[0], bias.shape[1], *keep.shape[2:]), N)
+    scores = scored(torch.einsum("bngld,bnlkd->bnglk", q, ks), p.scale, p.softcap, bias)
     sink = None if p.sinks is None else p.sinks.to(scores.dtype).view(1, N, H // N, 1, 1)
     weights = masked_softmax(scores, keep5, sink)  # (B, N, G, Lb, K); a row with no slot is all 0
     if p.dropout:

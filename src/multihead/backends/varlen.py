@@ -19,9 +19,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import connected_zeros, score_variants_unsupported
 from multihead.backends.problem import Problem
-from multihead.backends.reasons import cannot, declines, empty_sequences
+from multihead.backends.reasons import cannot, declines
 from multihead.backends.sdpa_args import run_on_grid, scored_note
 from multihead.masks import Index, NormalForm
 
@@ -87,9 +88,6 @@ def _slices_of(p: Problem) -> list:
 
 NO_SLICER = cannot("varlen.no-slicer", "needs one part that cuts rows into slices: Mask.lengths with valid_lens "
                                        "of shape (B,), or Mask.segments")
-COMPILING = cannot("varlen.compiling", "cuts slices at host-side values, which torch.compile and tracing cannot "
-                                       "follow")
-EMPTY = empty_sequences("varlen.empty", "the fused kernels")
 DEVICE_STALL = declines("varlen.device-stall", "reading the lengths on the host would stall the device; the dense "
                                                "path stays on it")
 LITTLE_PADDING = declines("varlen.little-padding", lambda p: (
@@ -109,16 +107,13 @@ class VarlenBackend:
     """Plan: VarlenPlan (the slicing parts and their slices, read on the host once per planned call)."""
 
     name = "varlen"
+    capabilities = Capabilities(empty=False, recorded=False, compiled=False)  # it cuts slices at host values
 
     def plan(self, p: Problem, auto: bool = True):
         parts = p.form.slicer()
         if parts is None:
             return NO_SLICER
-        if torch.compiler.is_compiling() or torch.jit.is_tracing():
-            return COMPILING
         B, H, Lq, Lk = p.dims
-        if Lq == 0 or Lk == 0:
-            return EMPTY
         variants = score_variants_unsupported(p)
         if variants is not None:
             return variants

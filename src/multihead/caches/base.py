@@ -18,8 +18,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from multihead.caches.codec import Codec
-from multihead.caches.pages import PagedRead, Paging
+from multihead.backends.kv_forms import Paged
+from multihead.caches.codec import Codec, Quantized
+from multihead.caches.pages import Paging
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 from multihead.masks.values import values_checkable
@@ -96,6 +97,7 @@ class Cache(Paging, nn.Module):
         return self.codec.dtype
 
     paged = property(lambda self: self.page_size is not None)
+    pages_in_place = False  # a layout whose layer hands its views to attention whole: paged views stay pages
 
     def positions(self, Lq: int) -> torch.Tensor:
         """(B, Lq) absolute positions of the next Lq tokens of each sequence (for RoPE)."""
@@ -189,6 +191,7 @@ class Cache(Paging, nn.Module):
         and the Mask that makes the attention causal within each sequence's own length."""
         self._check_new(new, new_tokens)
         Lq = new[0].shape[2]
+        first = self._filled == 0 and not torch.compiler.is_compiling()  # every slot read will be one of these
         plan = self._plan_pages(Lq, new_tokens) if self.paged else None  # may refuse: nothing written yet
         coded = [(i, p) for i, p in enumerate(self.parts) if p.coded and self.codec.quantized]
         encoded = list(zip(new, [None] * len(new)))
@@ -212,10 +215,21 @@ class Cache(Paging, nn.Module):
         else:
             self._filled += Lq
             self._same_lengths = self._same_lengths and new_tokens is None
-        mask = self._mask(new_tokens)
-        if self.paged:  # read later: in place by the paged decode op, or gathered
-            return [PagedRead(self, p, self._filled, mask if new_tokens is None else None) for p in self.parts], mask
-        return [self.read(p) for p in self.parts], mask
+        views = [self._attended(p) for p in self.parts]
+        if first:  # a prompt into an empty cache: attention reads its float numbers (kv_forms.py: fresh)
+            views = [v._replace(fresh=t) if isinstance(v, Quantized) else t if isinstance(v, Paged) and v.kv_dtype
+                     else v for v, t in zip(views, new)]
+        return views, self._mask(new_tokens)
+
+    def _attended(self, part: Part):
+        """What `store` hands attention of one part: `read`, or (eager, paged, a layout whose layer reads its views
+        whole: `pages_in_place`) a Paged view of the pages and the block table, which dispatch reads in place in
+        a decode step (backends/paged.py) or gathers."""
+        if not (self.paged and self.pages_in_place and part.split is None) or torch.compiler.is_compiling():
+            return self.read(part)
+        scales = getattr(self, part.scales) if part.coded and self.codec.quantized else None
+        return Paged(getattr(self, part.pages), self.block_table, self._filled, scales,
+                     self.codec.kv_dtype if scales is not None else None)
 
     def read(self, part: Part, stop: int | None = None):
         """What attention reads of one part over slots [0, stop) (default: the held ones): a tensor, or Quantized."""

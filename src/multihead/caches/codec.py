@@ -17,32 +17,13 @@ from typing import NamedTuple
 
 import torch
 
+from multihead.backends.kv_forms import Quantized, dequantized
 from multihead.errors import AttentionError
 
 KV_DTYPES = (torch.int8, torch.float8_e4m3fn)  # what a quantized cache holds
 LARGEST = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}  # the largest code magnitude
 STORED = {torch.int8: torch.int8, torch.float8_e4m3fn: torch.uint8}  # the buffers' dtype
 FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # a float cache's dtypes
-
-
-class Quantized(NamedTuple):
-    """Codes (B, Hkv, L, D) with fp32 scales (B, Hkv, L), or (B, Hkv, L, 2) with split=S, and what the codes are."""
-    codes: torch.Tensor
-    scales: torch.Tensor
-    kv_dtype: torch.dtype
-    split: int | None = None
-
-    def slots(self, start: int, stop: int) -> Quantized:
-        """The slots start <= j < stop (views)."""
-        return self._replace(codes=self.codes[:, :, start:stop], scales=self.scales[:, :, start:stop])
-
-    def numbers(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The numbers the codes stand for, (B, Hkv, L, D) in dtype."""
-        if self.split is None:
-            return dequantized(self.codes, self.scales, self.kv_dtype, dtype)
-        S = self.split
-        return torch.cat((dequantized(self.codes[..., :S], self.scales[..., 0], self.kv_dtype, dtype),
-                          dequantized(self.codes[..., S:], self.scales[..., 1], self.kv_dtype, dtype)), dim=-1)
 
 
 def check_kv_dtype(kv_dtype) -> None:
@@ -57,19 +38,12 @@ def quantize(x: torch.Tensor, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torc
     wide = x.float()
     scales = wide.abs().amax(dim=-1) / LARGEST[kv_dtype]  # (...), NaN where the vector holds NaN
     safe = torch.where(scales > 0, scales, 1.0)[..., None]  # zero vectors: codes 0
+    codes = torch.div(wide, safe)  # one new tensor, rounded and clamped in place (a prompt's cost, halved)
     if kv_dtype is torch.int8:
-        codes = (wide / safe).round().clamp(-127, 127).to(torch.int8)
+        codes = codes.round_().clamp_(-127, 127).to(torch.int8)
     else:
-        codes = (wide / safe).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
+        codes = codes.clamp_(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
     return codes, scales
-
-
-def dequantized(codes: torch.Tensor, scales: torch.Tensor, kv_dtype: torch.dtype,
-                dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """codes (..., D) and scales (...) -> the numbers they stand for, (..., D) in dtype."""
-    if kv_dtype is torch.float8_e4m3fn:
-        codes = codes.view(torch.float8_e4m3fn)
-    return (codes.float() * scales[..., None]).to(dtype)
 
 
 class Codec(NamedTuple):

@@ -30,6 +30,8 @@ class KVCache(Cache):
     """Keys (B, Hkv, M, D), values (B, Hkv, M, Dv) and lengths (B,): buffers, not parameters. kv_dtype: int8 or
     float8_e4m3fn codes with fp32 scales (or a float dtype, as dtype=); page_size: paged storage."""
 
+    pages_in_place = True  # append hands keys and values to attention as they are: paged, they stay pages
+
     def __init__(self, batch_size: int, max_len: int, num_kv_heads: int, head_dim: int, *,
                  value_dim: int | None = None, kv_dtype: torch.dtype | None = None, page_size: int | None = None,
                  num_pages: int | None = None, device=None, dtype=None):

@@ -16,29 +16,19 @@ accelerator that is a sync per step; the block-table bookkeeping of a serving en
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
+from multihead.backends.kv_forms import Paged
 from multihead.errors import AttentionError
 
 
-class PagedRead(NamedTuple):
-    """What a paged cache's write hands its layer for one part: read later, in place by the paged decode op when
-    the step allows it (caches/read.py), else gathered (`materialized`). mask: the cache's own mask for a step
-    where every sequence's Lq newest tokens are real (None after a right-padded prompt)."""
-    cache: object
-    part: object
-    stop: int
-    mask: object
-
-    def materialized(self):
+def materialized(self):
         return self.cache.read(self.part, self.stop)
 
 
 def materialized(view):
-    """A tensor (or Quantized) for any view a cache hands out."""
-    return view.materialized() if isinstance(view, PagedRead) else view
+    """A tensor (or Quantized) for any view a cache hands out (a Paged view gathered)."""
+    return view.gathered() if isinstance(view, Paged) else view
 
 
 class Paging:

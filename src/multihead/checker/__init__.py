@@ -52,6 +52,15 @@ tell, and every trial verifies the output shape, so a trial that does not fit is
    whole width, a window or a rotary size other than the constructor's) is named. Then the mask as
    callers pass it (``behaviour/mask_meaning.py``): a mask added with the wrong sign, a convention that breaks the
    caller's ``--call mask=...`` claim.
+   When no catalogue form, scale or option explains a FAIL (or no projection roles fit), the core is judged
+   on the learner's own tensors (``core/``): ``core/trace.py`` records, during one forward, the scores
+   product, the softmax and the weights-times-values product (or one SDPA call) and what the output
+   projection reads; ``core/stages.py`` names the first stage that differs (scores, masked scores, weights,
+   per-head output, merged heads) with one row of numbers next to the expected ones, and the bug when it is
+   a known one (a triu causal mask, a merge without transpose, tiled kv heads...); ``core/judge.py`` passes
+   a module whose core is right when every part around it is recognised (q, k, v affine maps of the inputs,
+   an output gate sigmoid(g) * attention before the output projection, every Linear used, a new last token
+   changing no earlier output of a causal module), and says what it did not compare.
 9. Report (``bugs/report.py``, ``bugs/sentences.py``, ``wrap.py``): the verdict, for a PASS what its mask means to a
    caller, the bug in words with its id, its explain topic, the conventions and roles found, in English
    or Chinese. An exception is matched

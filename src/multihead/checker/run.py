@@ -231,9 +231,11 @@ def _input_dims(module, kwargs) -> tuple[int, int, int]:
     """(Eq, Ek, Ev): the query's from a size argument (query_size, d_model...), else the first projection;
     the key's and value's from key_size/kdim and value_size/vdim (arguments or attributes), else Eq."""
     first = next(iter(linear_layers(module).values()), None)
-    query = _size(QUERY_SIZE_NAMES + EMBED_NAMES, kwargs) or (first.in_features if first else EMBED)
-    key = _size(KEY_SIZE_NAMES, kwargs, module) or query
-    value = _size(VALUE_SIZE_NAMES, kwargs, module) or query
+    named = named_values(type(module), kwargs)  # defaults too: cross_attention_dim=12 left as it is
+    query = _size(QUERY_SIZE_NAMES + EMBED_NAMES, kwargs) or _size(QUERY_SIZE_NAMES + EMBED_NAMES, named) or \
+        (first.in_features if first else EMBED)
+    key = _size(KEY_SIZE_NAMES, kwargs, module) or _size(KEY_SIZE_NAMES, named) or query
+    value = _size(VALUE_SIZE_NAMES, kwargs, module) or _size(VALUE_SIZE_NAMES, named) or query
     return query, key, value
 
 

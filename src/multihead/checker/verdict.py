@@ -28,6 +28,7 @@ from multihead.checker.behaviour import layout as conv
 from multihead.checker.loading.calling import CallSpec, LearnerError, invoke
 from multihead.checker.bugs.catalogue import MASK_BUGS, forms_to_try
 from multihead.checker.compare import compare_with_reference
+from multihead.checker.core.judge import judge_unknown, stage_lines
 from multihead.checker.bugs.diagnose import Match, closest
 from multihead.checker.loading.call_hints import Hints
 from multihead.checker.targets.kv_cache import check_cached
@@ -86,11 +87,20 @@ def check_in_layout(module, spec: CallSpec, setup: Setup, report):
         spec.encoding, spec.mask_ignored = encoding_by_agreement(
             module, spec, fitting, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk), tol)
     report.conventions = conventions(spec, dtype)
-    if not assignments:
-        report.reason = say("no-roles", report.lang, seen=seen)
+    if not assignments:  # no projection roles: the core on its own tensors may still judge it
+        report.verdict = "fail"
+        judge_unknown(module, spec, dims, dtype, report, heads=setup.heads)
+        if report.verdict == "pass":
+            report.conventions.append(("heads", {"heads": report.bug_values.pop("heads"),
+                                                 "head_dim": report.bug_values.pop("head_dim")}))
+            report.notes.append(say("no-roles-core", report.lang))
+        elif report.stage is None or report.stage.stage is None:  # nothing in the core differs: cannot judge
+            right = [] if report.stage is None else stage_lines(report.stage, report.lang)
+            report.verdict, report.stage, report.notes = "error", None, []
+            report.reason = " ".join([say("no-roles", report.lang, seen=seen)] + right)
         return report
     return _verdict(module, spec, assignments, plain, lambda trial: masked_cases(trial, dims, dtype, L, Lk),
-                    setup.tol, report, setup.rope_bases)
+                    setup.tol, report, setup.rope_bases, setup.heads)
 
 
 def _fitting(module, spec: CallSpec, assignments, plain, setup: Setup) -> tuple[list, float]:
@@ -163,7 +173,7 @@ def _role_candidates(module, spec: CallSpec, heads: int | None, case) -> tuple[l
 
 
 def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float, report,
-             rope_bases: tuple[float, ...] = (DEFAULT_BASE,)):
+             rope_bases: tuple[float, ...] = (DEFAULT_BASE,), heads: int | None = None):
     """PASS when some roles reproduce the outputs and gradients with the correct maths; else FAIL, naming
     the bug whose variant reproduces them (if one does, ``bugs/name_the_bug.py``). See the module docstring for the order."""
     cases = plain + make_masked(spec)
@@ -200,11 +210,16 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         if report.bug and spec.mask_param and (spec.encoding is None or spec.encoding.family != "causal"):
             mask_under_bug(module, spec, match, plain, make_masked, tol, report)
     judge_mask(module, spec, plain[0][:3], report)  # a mask added with the wrong sign, the caller's claim
-    if report.verdict == "pass":
+    if report.verdict == "fail" and not report.bug and not report.reason:  # the core, on its own tensors
+        found = judge_unknown(module, spec, tuple(t.shape[-1] for t in plain[0][:3]), plain[0][0].dtype, report,
+                              assignments, heads)
+        if found is not None:  # the roles the core read, not the reading that came closest under the bug
+            match = Match(match.form, found, match.fill, match.error, match.scale)
+    if report.verdict == "pass" and report.kind != "core":
         _check_longer(module, spec, match.roles, plain, tol, report)
-    if report.verdict == "pass":  # a module with a KV cache: a prompt, then one token at a time
+    if report.verdict == "pass" and report.kind != "core":  # a module with a KV cache: a prompt, then one token at a time
         check_cached(module, spec, match.roles, tol, report)
-    if report.verdict == "pass" and not spec.causal and spec.inputs == "x":  # a causal mask built, then lost?
+    if report.verdict == "pass" and report.kind != "core" and not spec.causal and spec.inputs == "x":  # a causal mask built, then lost?
         built = unused_causal_mask(module, spec, plain[0][0])
         if built is not None:
             report.verdict, report.bug = "fail", "causal-mask-unused"
@@ -217,6 +232,10 @@ def _verdict(module, spec: CallSpec, assignments, plain, make_masked, tol: float
         report.notes.append(say("mask-unverified", report.lang, param=spec.mask_param, tried=tried_text(report.lang)))
     if report.verdict == "fail" and not report.bug:  # no variant fits: behaviour cannot order the roles
         match = Match(match.form, by_names(assignments, match.roles), match.fill, match.error, match.scale)
+    if report.kind == "core":  # passed on its own tensors: the role search's reading does not hold
+        report.conventions.append(("heads", {"heads": report.bug_values.pop("heads"),
+                                             "head_dim": report.bug_values.pop("head_dim")}))
+        return report
     report.roles = match.roles.describe()
     weights = match.roles.weights(module)
     report.conventions.append(("heads", {"heads": weights.num_heads, "head_dim": weights.head_dim}))

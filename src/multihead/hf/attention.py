@@ -19,7 +19,7 @@ The mask arrives in one of three forms:
   module's own `is_causal` (and `sliding_window`) decide, bottom-right aligned for decoding.
 
 key and value may also be a quantized cache's codes and scales (`Quantized`, from hf/quantized.py's
-cache layer): they go to the quantized read (backends/decode_quant.py), which mh.trace() shows as
+cache layer): mh.attention reads them (dispatch's quantized backend), which mh.trace() shows as
 backend "quantized".
 
 With output_attentions=True the weights are computed on the reference path and the output from
@@ -32,13 +32,8 @@ from typing import Any
 import torch
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
-from multihead import capture
 from multihead.attention import attention
-from multihead.backends.cpu.build import kernel
-from multihead.backends.decode import MAX_ROWS
-from multihead.backends.decode_quant import quantized_attention
 from multihead.backends.with_weights import attention_with_weights
-from multihead.caches.quantized import Quantized
 from multihead.errors import AttentionError, shape_str
 from multihead.masks import Mask
 
@@ -66,30 +61,16 @@ def hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
         mask = Mask.sparse(indices) if mask is None else mask & Mask.sparse(indices)
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
     weights = None
-    if isinstance(key, Quantized):
-        return _quantized(query, key, value, mask, scaling, softcap, sinks, kwargs), None
     if weights_requested(kwargs):
+        if not isinstance(key, torch.Tensor):  # a quantized cache's codes: dispatch reads them, weights are not made
+            raise AttentionError("attention weights are not computed over a quantized cache; generate with a float "
+                                 "cache for output_attentions=True.")
         out, weights = attention_with_weights(query, key, value, mask, scale=scaling, softcap=softcap, sinks=sinks,
                                               dropout=float(dropout))  # (B, H, Lq, D), (B, H, Lq, Lk)
         weights = weights.to(query.dtype)
     else:
         out = attention(query, key, value, mask, scale=scaling, softcap=softcap, sinks=sinks, dropout=float(dropout))
     return out.transpose(1, 2).contiguous(), weights
-
-
-def _quantized(query, key: Quantized, value: Quantized, mask, scaling, softcap, sinks, kwargs) -> torch.Tensor:
-    """Attention over a quantized cache's codes; (B, Lq, H, Dv)."""
-    if weights_requested(kwargs):
-        raise AttentionError("attention weights are not computed over a quantized cache; generate with a float "
-                             "cache for output_attentions=True.")
-    if capture.ACTIVE:
-        B, H, Lq, _ = query.shape
-        step = Lq <= MAX_ROWS and query.device.type == "cpu" and kernel() is not None
-        form = "the decode kernel's quantized build" if step else "dequantized block by block (1024 keys at a time)"
-        capture.traced("quantized", f"{key.kv_dtype} codes + fp32 scales per token and kv head: {form}",
-                       (B, H, Lq, key.codes.shape[2]))
-    out = quantized_attention(query, key, value, mask, scale=scaling, softcap=softcap, sinks=sinks)
-    return out.transpose(1, 2).contiguous()
 
 
 def as_mask(module, attention_mask, is_causal: bool | None, sliding_window: int | None) -> Mask | None:

@@ -9,7 +9,7 @@ Each token's key (and value) vector of each kv head is stored as codes with one 
 absmax, multihead's quantized cache format: caches/quantized.py), about half the bytes of a bf16 cache.
 
 How it meets transformers: the model still owns its Cache (the DynamicCache generate makes, or one you
-pass). A forward pre-hook on each attention layer puts a `QuantizedLayer` in that layer's slot the first
+pass). A forward pre-hook on each attention layer puts a `CodedCacheLayer` in that layer's slot the first
 time the layer sees the cache (the slot must still be empty; a sliding-window layer's slot keeps its
 float keys, which are few). Its `update` quantizes the new keys and
 values and returns
@@ -35,7 +35,7 @@ FIRST_CAPACITY = 64  # tokens per sequence in a new layer; doubled whenever a ca
 _HOOKS = "_multihead_quantized_hooks"
 
 
-class QuantizedLayer(DynamicLayer):
+class CodedCacheLayer(DynamicLayer):
     """One layer's slot in a transformers Cache: codes (B, Hkv, M, D|Dv) and fp32 scales (B, Hkv, M)."""
 
     def __init__(self, kv_dtype: torch.dtype) -> None:
@@ -111,7 +111,7 @@ class QuantizedLayer(DynamicLayer):
 
 
 def _slot_hook(layer_idx: int, kv_dtype: torch.dtype):
-    """A forward pre-hook that puts a QuantizedLayer in the cache's slot `layer_idx` on first use."""
+    """A forward pre-hook that puts a CodedCacheLayer in the cache's slot `layer_idx` on first use."""
     def hook(module, args, kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         if not isinstance(cache, Cache):
@@ -120,13 +120,13 @@ def _slot_hook(layer_idx: int, kv_dtype: torch.dtype):
         while len(layers) <= layer_idx:
             layers.append(DynamicLayer())
         layer = layers[layer_idx]
-        if isinstance(layer, QuantizedLayer) and layer.kv_dtype == kv_dtype or \
+        if isinstance(layer, CodedCacheLayer) and layer.kv_dtype == kv_dtype or \
                 type(layer) is DynamicSlidingWindowLayer:  # a sliding window's few tokens stay in float
             return None
         if type(layer) is not DynamicLayer or layer.get_seq_length():
             raise AttentionError(f"layer {layer_idx}'s cache already holds {type(layer).__name__} states; a quantized "
                                  "cache starts empty in a DynamicCache (generate again, or pass a new DynamicCache).")
-        layers[layer_idx] = QuantizedLayer(kv_dtype)
+        layers[layer_idx] = CodedCacheLayer(kv_dtype)
         return None
     return hook
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from multihead.attention import attention
 from multihead.errors import AttentionError, check_flag, check_hidden, check_number
 from multihead.layers.indexer import LightningIndexer, allowed_keys
 from multihead.caches.base import as_cache
 from multihead.caches.latent import LatentCache
 from multihead.caches.new import new_cache
-from multihead.caches.read import attend_cached
 from multihead.backends.cpu.latent_products import fold, unfold
 from multihead.masks import Mask
 from multihead.positions import RoPE
@@ -275,7 +275,7 @@ class MultiHeadLatentAttention(nn.Module):
         options = {"scale": self.scale, "dropout": self.dropout if self.training else 0.0, "backend": self.backend}
         if indices is not None:
             return attend_selected(q, k, v, indices, **options)
-        return attend_cached(q, k, v, mask, causal=causal, **options)
+        return attention(q, k, v, mask, causal=causal, **options)
 
     def _naive(self, q_nope, q_rope, keys, mask, causal, indices) -> torch.Tensor:
         """Decompress every head's keys and values from keys (B, 1, Lk, C + R), then attend: (B, H, Lq, Dv)."""

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from multihead.attention import attention
 from multihead.caches.base import as_cache
 from multihead.caches.codec import KV_DTYPES
 from multihead.caches.kv import KVCache
 from multihead.caches.new import new_cache
 from multihead.caches.pages import materialized
-from multihead.caches.read import attend_cached
 from multihead.backends.dispatch import backend_names
 from multihead.errors import AttentionError, check_flag, check_number, shape_str, torch_keyword_error
 from multihead.masks import Mask
@@ -195,10 +195,10 @@ class MultiHeadAttention(nn.Module):
         """Attention over the heads: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> (B, H, Lq, D).
 
         Variants that combine the heads' attention differently (mh.DifferentialAttention) override this.
-        k and v are `Quantized` codes and scales when the cache is quantized.
+        k and v are a quantized cache's codes and scales (its kv form) when the cache is quantized.
         """
-        return attend_cached(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
-                             dropout=self.dropout if self.training else 0.0, backend=self.backend)
+        return attention(q, k, v, mask, causal=causal, scale=self.scale, softcap=self.softcap, sinks=self.sinks,
+                         dropout=self.dropout if self.training else 0.0, backend=self.backend)
 
     def gate_heads(self, merged: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
         """The merged heads (B, Lq, H*D) on their way to out_proj, given the query (B, Lq, E): unchanged.

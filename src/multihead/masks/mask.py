@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from multihead.errors import AttentionError
 from multihead.masks.additive import additive_part
 from multihead.masks.alibi import alibi_part
 from multihead.masks.causal import causal_part
@@ -48,6 +49,18 @@ class Mask:
         self._form = None  # (value_key, its normal form), eager only
 
     # ---------------------------------------------------------------- constructors
+    @classmethod
+    def of(cls, *parts: Part) -> Mask:
+        """A mask of one's own parts (subclasses of multihead.masks.Part: a new mask kind), kept where every part
+        keeps a key: Mask.of(Band(3)) & Mask.causal(). A part says what it keeps or adds and how it folds
+        (masks/part.py); every backend then takes it."""
+        for part in parts:
+            if not isinstance(part, Part):
+                raise AttentionError(f"Mask.of takes mask parts (subclasses of multihead.masks.Part); got "
+                                     f"{type(part).__name__}. For a tensor, say what it means: Mask.keep(t), "
+                                     "Mask.additive(t), ...")
+        return cls(parts)
+
     @classmethod
     def keep(cls, t: TensorLike) -> Mask:
         """True / 1 = the query may attend to the key. Bool or 0/1 numbers, broadcastable to (B, H, Lq, Lk)."""

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from multihead.backends.common import masked_softmax
+from multihead.backends.common import masked_softmax, scored
+from multihead.backends.merge import merge_states
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -51,9 +52,10 @@ def _finite(t: torch.Tensor) -> torch.Tensor:
 
 
 def _scores(q, k, keep, scale: float) -> torch.Tensor:
-    """(B, Hkv, G, Tq, Tk) scaled scores in the compute dtype, blocked entries -inf."""
+    """(B, Hkv, G, Tq, Tk) scaled scores in the compute dtype (the core's score pipeline), blocked entries -inf
+    (with keep)."""
     acc = compute_dtype(q.dtype)
-    s = grouped(q.to(acc) * scale, k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2)
+    s = scored(grouped(q.to(acc), k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2), scale)
     if keep is not None:
         s.masked_fill_(~keep.unsqueeze(1), float("-inf"))  # keep (B|1, 1, Tq|1, Tk) -> 5 dims
     return s
@@ -63,20 +65,19 @@ def tile_forward(q, k, v, keep, scale: float) -> tuple[torch.Tensor, torch.Tenso
     """(out (B, H, Tq, Dv), lse (B, H, Tq)) of attention over this tile's keys alone: the reference masked
     softmax (backends/common.py) with its log-sum-exp."""
     acc = compute_dtype(q.dtype)
-    s = grouped(q.to(acc) * scale, k.shape[1]) @ k.to(acc).unsqueeze(2).transpose(-1, -2)  # (B, Hkv, G, Tq, Tk)
+    s = _scores(q, k, None, scale)  # (B, Hkv, G, Tq, Tk)
     weights, lse = masked_softmax(s, None if keep is None else keep.unsqueeze(1), with_lse=True)
     out = weights @ v.to(acc).unsqueeze(2)  # (B, Hkv, G, Tq, Dv); a row that keeps no key stays 0
     return out.flatten(1, 2), lse.flatten(1, 2)
 
 
 def merge(out: torch.Tensor, lse: torch.Tensor, tile_out: torch.Tensor, tile_lse: torch.Tensor) -> None:
-    """Fold a tile's (tile_out, tile_lse) into the running (out, lse) in place (tile_out is overwritten).
+    """Fold a tile's (tile_out, tile_lse) into the running (out, lse) in place, by the core's merge_states.
 
     out (B, H, T, Dv), lse (B, H, T).
     """
-    total = torch.logaddexp(lse, tile_lse)
-    ref = _finite(total)
-    out.mul_(torch.exp(lse - ref).unsqueeze(-1)).add_(tile_out.mul_(torch.exp(tile_lse - ref).unsqueeze(-1)))
+    merged, total = merge_states([(out, lse), (tile_out, tile_lse)])
+    out.copy_(merged)
     lse.copy_(total)
 
 

@@ -33,7 +33,7 @@ HERE = Path(__file__).parent
 SOURCES = tuple(HERE / name for name in ("decode_kernel.cpp",))  # the extension's C++ sources (one module)
 HEADERS = tuple(HERE / name for name in ("decode_head.h", "decode_listed.h", "decode_rows.h", "decode_simd.h",
                                          "decode_tiles.h", "latent_products.h", "nan_rows.h", "decode_quant.h",
-                                         "decode_paged.h"))  # in the key with the sources
+                                         "decode_paged.h", "decode_pass.h"))  # in the key with the sources
 COMMON_FLAGS = ["-O3", "-fopenmp-simd", "-fno-math-errno", "-std=c++20"]
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 BUILDS = {  # build name -> its target flags

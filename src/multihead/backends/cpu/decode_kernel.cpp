@@ -25,6 +25,7 @@
 #include <string>
 
 #include "decode_head.h"
+#include "decode_pass.h"
 #include "decode_listed.h"
 #include "decode_paged.h"
 #include "latent_products.h"

@@ -44,8 +44,8 @@ class Sizes:
     compiled: bool = True
     batch_requests: tuple[int, ...] = (8, 32)
     batch_new: int = 16
-    latent_prompt: int = 4096
-    attention: loops_attention.Sizes = loops_attention.Sizes()
+    latent_prompt: int = 4096  # 0: no DeepSeek part
+    attention: loops_attention.Sizes | None = loops_attention.Sizes()  # None: no attention loops
 
     @classmethod
     def full(cls) -> Sizes:
@@ -66,8 +66,8 @@ def run(ctx: Context, sizes: Sizes) -> SuiteResult:
              for d in sizes.dtypes for n in sizes.prompts]
     parts += [(f"continuous batching R={r}", lambda r=r: batching(ctx, sizes, r, result))
               for r in sizes.batch_requests]
-    parts += [("DeepSeek V3 step", lambda: latent_step(ctx, sizes, result))]
-    parts += loops_attention.parts(ctx, sizes.attention, result)
+    parts += [("DeepSeek V3 step", lambda: latent_step(ctx, sizes, result))] if sizes.latent_prompt else []
+    parts += loops_attention.parts(ctx, sizes.attention, result) if sizes.attention is not None else []
     loads = []
     with ctx.bars.task("loops", total=len(parts)) as steps, torch.no_grad():
         for name, part in parts:

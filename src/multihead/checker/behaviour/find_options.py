@@ -29,7 +29,7 @@ from multihead.checker.compare import relative_error
 from multihead.checker.behaviour.layout import bumped
 from multihead.checker.bugs.diagnose import Match, closest
 from multihead.checker.loading.constructor_args import WINDOW_NAMES
-from multihead.checker.behaviour.options import Options, QKNorm
+from multihead.checker.behaviour.options import OFFSET, Options, QKNorm
 from multihead.checker.behaviour.rotary import ROPE_TOLERANCE, Rotary, rotary_dims
 from multihead.convert.model_attributes import spellings
 
@@ -247,8 +247,9 @@ def _choices(module, spec: CallSpec, assignments, case, bases, extras) -> tuple[
         choices.update(rope=turns + [False], base=list(bases), float32=[True, False])  # False: no RoPE
     if norm_kind:
         width = {"q": H * D, "k": weights.num_kv_heads * D} if norm_kind == "width" else {"q": D, "k": D}
-        q_side = [None] + [n for n in extras if n[1].numel() == width["q"]]
-        k_side = [None] + [n for n in extras if n[1].numel() == width["k"]]
+        offsets = [(OFFSET + name, t) for name, t in extras if name.endswith("weight")]  # Gemma: x * (1 + w)
+        q_side = [None] + [n for n in extras + offsets if n[1].numel() == width["q"]]
+        k_side = [None] + [n for n in extras + offsets if n[1].numel() == width["k"]]
         pairs = [(a, b) for a in q_side for b in k_side if a is None or b is None or a[0] != b[0]]
         pairs = sorted(pairs, key=lambda pair: pair.count(None))  # weighted first: a weight of ones ties
         choices.update(norm=[(pair, after) for pair in pairs for after in (False, True)],  # (weights, after RoPE)
@@ -348,8 +349,9 @@ def intended_bug(options: Options, rope, head_dim: int) -> tuple[str, dict] | No
     one key off what the constructor says, partial RoPE turning other features than the first rotary_dim;
     None otherwise."""
     meant = options.intended
-    if options.qk_norm is not None and options.qk_norm.whole_width:
-        return "qk-norm-wrong-axis", {}
+    norm = options.qk_norm
+    if norm is not None and norm.whole_width and norm.q_weight is None and norm.k_weight is None:
+        return "qk-norm-wrong-axis", {}  # weighted over the whole width is OLMo 2's design, not a mistake
     window, name = meant.get("window"), meant.get("window_name", "window")
     if window and options.window and abs(options.window - int(window)) == 1:
         return "window-off-by-one", {"got": options.window, "want": int(window), "name": name}

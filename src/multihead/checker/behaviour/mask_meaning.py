@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from multihead.checker.loading.calling import CallSpec, LearnerError, invoke
 from multihead.checker.compare import agree
@@ -100,6 +101,21 @@ def claim_broken(claim: str | None, encoding, param: str) -> tuple[str | None, d
     return None, {"param": param, "claim": claim}
 
 
+class FillValues(TorchFunctionMode):
+    """The numbers the learner's code passes to ``masked_fill`` during a call (``values``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: list[float] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.masked_fill, torch.Tensor.masked_fill_, torch.masked_fill) and len(args) > 2 \
+                and isinstance(args[2], (int, float)):
+            self.values.append(float(args[2]))
+        return func(*args, **kwargs)
+
+
 def judge_mask(module, spec: CallSpec, inputs, report) -> None:
     """After the verdict (``inputs`` = (xq, xk, xv), batch first): kept scores shifted fail as
     ``mask-sign-flipped`` and a convention that breaks the caller's claim fails (unless another bug was
@@ -110,8 +126,13 @@ def judge_mask(module, spec: CallSpec, inputs, report) -> None:
             report.notes.append(say("claim-no-mask", lang, claim=spec.mask_claim))
         return
     open_verdict = report.passed or not report.bug
-    if open_verdict and keep_shifts_scores(module, spec, inputs):
+    with FillValues() as fills:
+        shifted_scores = open_verdict and keep_shifts_scores(module, spec, inputs)
+    if shifted_scores:
         report.verdict, report.bug, report.bug_values = "fail", "mask-sign-flipped", {"param": spec.mask_param}
+        positive = [value for value in fills.values if value > 0]
+        if positive:  # masked_fill(mask == 0, 1e9): the advice speaks of the fill value, not of adding
+            report.bug_values.update(text="mask-fill-positive", fill=f"{positive[0]:g}")
         shifted = {"keep": "keep-shifted", "block": "block-shifted", "block01": "block-shifted"}
         report.conventions = [(shifted.get(key, key), values) for key, values in report.conventions]
         return

@@ -33,6 +33,9 @@ def rms_norm(t: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     return normed if weight is None else normed * weight
 
 
+OFFSET = "1 + "  # a norm weight stored as an offset from one (Gemma's RMSNorm: x * (1 + w)), named "1 + <name>"
+
+
 @dataclass(eq=False)
 class QKNorm:
     """RMSNorm of q and k: over each head's D features (``whole_width``: over all H*D before the split, the
@@ -46,7 +49,9 @@ class QKNorm:
 
     @property
     def weights(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        return tuple(None if named is None else named[1] for named in (self.q_weight, self.k_weight))
+        """The weights the norm multiplies by: the learner's, or 1 + theirs (a name starting with OFFSET)."""
+        return tuple(None if named is None else 1.0 + named[1] if named[0].startswith(OFFSET) else named[1]
+                     for named in (self.q_weight, self.k_weight))
 
 
 @dataclass(eq=False)

@@ -22,6 +22,7 @@ BUG_TITLE = {
     "no-output-projection": ("output projection never applied", "没有使用输出投影层"),
     "causal-off-by-one": ("causal mask off by one", "因果掩码错了一位"),
     "causal-mask-unused": ("causal mask built but never applied", "构造了因果掩码，却没有用上"),
+    "causal-mask-reversed": ("causal mask reversed (triu where tril was meant)", "因果掩码方向反了（该用 tril 却用了 triu）"),
     "keys-used-as-values": ("weights multiply the keys, not the values", "注意力权重乘的是键而不是值"),
     "scores-without-key-transpose": ("scores without transposing the keys", "计算分数时没有转置 K"),
     "view-on-non-contiguous": ("view() on a non-contiguous tensor", "在内存不连续的张量上调用 view()"),
@@ -137,6 +138,14 @@ BUG_TEXT = {
         "The class has no forward method (nn.Module calls forward); '{method}' looks like a misspelling "
         "of it.",
         "这个类没有 forward 方法（nn.Module 调用的是 forward）；'{method}' 像是 forward 的拼写错误。"),
+    "causal-mask-reversed": (
+        "Each query sees itself and the tokens after it, never the ones before: the causal mask keeps the upper "
+        "triangle. torch.triu(ones(L, L)) marks the keys j >= i; a causal mask keeps j <= i: build it with "
+        "torch.tril(ones(L, L)) (1 = keep) and masked_fill(mask == 0, -inf), or mark the blocked keys with "
+        "torch.triu(ones(L, L, dtype=bool), diagonal=1) and masked_fill(mask, -inf).",
+        "每个查询只看到自己和后面的词，看不到前面的词：因果掩码保留的是上三角。torch.triu(ones(L, L)) 标出的是 j >= i "
+        "的键，而因果掩码应保留 j <= i：用 torch.tril(ones(L, L))（1 表示保留）再 masked_fill(mask == 0, -inf)；"
+        "或者用 torch.triu(ones(L, L, dtype=bool), diagonal=1) 标出要屏蔽的键，再 masked_fill(mask, -inf)。"),
     "mask-sign-flipped": (
         "The mask is added to the scores with the wrong sign: a large positive number (such as {param} * 1e9, or "
         "(1 - {param}) * 1e4) lifts the keys it marks instead of pushing the blocked ones down. The outputs only come "

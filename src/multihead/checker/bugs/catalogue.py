@@ -46,6 +46,7 @@ BUGS: tuple[Bug, ...] = (
     Bug("no-output-projection", "linear-d-model", ("skip-output-projection",)),
     Bug("causal-off-by-one", "masked-fill", ("causal-blocks-diagonal", "causal-sees-next-token")),
     Bug("causal-mask-unused", "masked-fill", ()),  # a causal pattern built in forward never reaches the output
+    Bug("causal-mask-reversed", "masked-fill", ()),  # triu kept, not tril: found on the learner's own scores (core/)
     Bug("keys-used-as-values", "keys-vs-values", ("weights-times-keys",)),
     Bug("scores-without-key-transpose", "k-transpose", ("scores-q-times-k",)),
     Bug("view-on-non-contiguous", "view-vs-contiguous", ("merge-by-view",)),

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from multihead.checker.bugs.catalogue import BUG_BY_ID
+from multihead.checker.bugs.role_words import role_text
 from multihead.checker.bugs.sentences import bug_name, say
+from multihead.checker.core.judge import stage_lines
 
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
 # mask convention (masks.Encoding.kind) -> the sentence a PASS says about it (text.MEANING_TEXT "meaning:...")
@@ -34,7 +36,8 @@ class CheckReport:
     roles: dict[str, str] = field(default_factory=dict)  # role -> where it lives
     notes: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list, repr=False)  # scale ids one head count cannot tell apart
-    kind: str = "attention"  # "latent": judged as multi-head latent attention (targets/latent.py); "latent-naive": the
+    stage: object = field(default=None, repr=False)  # core.stages.StageFinding: the first stage that differs
+    kind: str = "attention"  # "core": passed on its core judged on its own tensors (core/judge.py); "latent": judged as multi-head latent attention (targets/latent.py); "latent-naive": the
     # same, for a module without an absorbed path (its forward alone); "sparse" / "topk": a sparse-attention or
     # top-k selection function (sparse.py)
 
@@ -53,7 +56,7 @@ class CheckReport:
 
     def explanation(self) -> str | None:
         """The bug's one-line explanation in the report's language."""
-        return say(self.bug, self.lang, **self.bug_values) if self.bug else None
+        return say(self.bug_values.get("text", self.bug), self.lang, **self.bug_values) if self.bug else None
 
     def headline(self) -> str:
         """One line: PASS / FAIL / ERROR and why."""
@@ -61,7 +64,7 @@ class CheckReport:
         if self.verdict == "error":
             return say("error", lang, target=target, reason=self.reason)
         if self.verdict == "pass":
-            key = {"latent": "pass-latent", "latent-naive": "pass-latent-naive", "sparse": "pass-sparse",
+            key = {"core": "pass-core", "latent": "pass-latent", "latent-naive": "pass-latent-naive", "sparse": "pass-sparse",
                    "topk": "pass-topk"}.get(self.kind, "pass")
             return say(key, lang, target=target, error=max(self.error or 0.0, self.grad_error or 0.0))
         if self.bug:
@@ -81,7 +84,7 @@ class CheckReport:
 
     def role_lines(self) -> list[str]:
         colon = "：" if self.lang == "zh" else ": "
-        return [f"{say(role, self.lang)}{colon}{where if where != '(none)' else say('no-out', self.lang)}"
+        return [f"{say(role, self.lang)}{colon}{role_text(where, self.lang) if where != '(none)' else say('no-out', self.lang)}"
                 for role, where in self.roles.items()]
 
     def mask_lines(self) -> list[str]:
@@ -104,6 +107,10 @@ class CheckReport:
         if self.bug:
             lines.append(self.explanation())
             lines.append(say("explain", self.lang, topic=self.topic))
+        if self.stage is not None:
+            lines += stage_lines(self.stage, self.lang)
+            if self.stage.topic and not self.bug:
+                lines.append(say("explain", self.lang, topic=self.stage.topic))
         if self.exception and self.bug:
             lines.append(self.exception)
         if self.exception and self.where:
@@ -117,7 +124,8 @@ class CheckReport:
                 "error": self.error, "grad_error": self.grad_error, "exception": self.exception,
                 "where": self.where or None,
                 "reason": self.reason or None, "conventions": self.convention_lines(),
-                "roles": dict(self.roles), "notes": list(self.notes)}
+                "roles": dict(self.roles), "notes": list(self.notes),
+                "stage": getattr(self.stage, "stage", None) if self.stage is not None else None}
 
     def _repr_pretty_(self, printer, cycle) -> None:  # IPython / Jupyter show the text report
         printer.text(str(self))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from multihead.checker.bugs.bug_words import BUG_TEXT, BUG_TITLE, LANGS, bug_name  # noqa: F401 (re-exported)
+from multihead.checker.core.stage_words import STAGE_TEXT
 from multihead.errors import AttentionError
 
 # convention key -> (English, Chinese)
@@ -49,6 +50,8 @@ CONVENTION_TEXT = {
                    "{name} = RoPE 角度的正弦，形状为 (L, {size})，前后两半相同 (i, i + {half})"),
     "filled:cos_sin": ("{name} = (cos, sin), each (1, L, {size}), the halves repeated (i, i + {half})",
                        "{name} = (cos, sin)，形状都是 (1, L, {size})，前后两半相同 (i, i + {half})"),
+    "filled:sinusoidal": ("{name} = RoFormer's sinusoidal table (1, 1, L, {size}): [sin | cos] of t * 10000^(-2i/{size})",
+                          "{name} = RoFormer 的正弦位置表 (1, 1, L, {size})：t * 10000^(-2i/{size}) 的 [sin | cos]"),
     "layout:batch": ("batch first (B, L, E)", "批量维在前 (B, L, E)"),
     "layout:seq": ("sequence first (L, B, E)", "序列维在前 (L, B, E)"),
     "causal:yes": ("causal inside the module (it masks future tokens)", "模块内部带因果掩码（屏蔽后面的词）"),
@@ -221,6 +224,13 @@ MESSAGES = {
                            "在因果的分数上（每个查询之后的键为 -inf），最前面几个查询可选的键不足 k 个，它们的列表里"
                            "就混进了分数为 -inf 的键，也就是未来的键，交给 mh.Mask.sparse 之后它们会被看到："
                            "应把这些位置标成 -1（torch.where(values == -inf, -1, indices)）"),
+    "mask-fill-positive": ("masked_fill gives the blocked scores {fill}, a large positive number: after the softmax "
+                           "those keys take all the weight instead of none. Keep your masked_fill and its condition, "
+                           "and fill with a large negative number: masked_fill(<your condition>, float('-inf')) "
+                           "(or -1e9).",
+                           "masked_fill 把被屏蔽的分数填成了 {fill}，这是一个很大的正数：softmax 之后这些键会拿走"
+                           "全部权重，而不是一点也拿不到。masked_fill 和它的条件都不用改，只要把填充值换成一个很大的负数："
+                           "masked_fill(原来的条件, float('-inf'))（或 -1e9）。"),
     "fail-bug": ("FAIL: {target}: {bug}", "未通过：{target}：{bug}"),
     "fail-unknown": ("FAIL: {target} differs from the reference (max error {error:.2e}) in a way the "
                      "catalogue does not know", "未通过：{target} 与参考实现不一致（最大误差 {error:.2e}），"
@@ -342,7 +352,7 @@ MESSAGES = {
 
 def say(key: str, lang: str = "en", **values) -> str:
     """The message ``key`` in ``lang``, formatted with ``values``."""
-    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, MEANING_TEXT, ROLE_TEXT):
+    for table in (MESSAGES, CONVENTION_TEXT, BUG_TEXT, MASK_TEXT, MEANING_TEXT, ROLE_TEXT, STAGE_TEXT):
         if key in table:
             return table[key][LANGS.index(lang)].format(**values)
     raise KeyError(key)

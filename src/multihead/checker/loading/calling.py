@@ -95,7 +95,8 @@ def read_signature(forward) -> CallSpec:
         elif p.default is p.empty:
             extras.append(p.name)
         elif len(tensors) < 3 and p.kind != p.KEYWORD_ONLY and low in ("key", "value", "k", "v", "keys",
-                                                                        "values", "context", "kv"):
+                                                                        "values", "context", "kv", "encoder_hidden_states",
+                                                                        "encoder_states", "memory", "cond"):
             tensors.append(p.name)  # forward(query, key=None, value=None): we pass them all
     if not tensors and any(p.kind == p.VAR_POSITIONAL for p in params):
         tensors = ["*args"]

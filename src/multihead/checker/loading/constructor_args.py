@@ -14,8 +14,9 @@ EMBED, HEADS, LENGTH = 16, 4, 64  # sizes used when the learner gives none
 HEAD_DIM = EMBED // HEADS
 
 QUERY_SIZE_NAMES = ("query_size", "query_dim", "dim_in", "d_in", "in_dim", "input_dim")  # the query input's width
-KEY_SIZE_NAMES = ("key_size", "kdim", "context_dim", "kv_dim", "encoder_dim")
-VALUE_SIZE_NAMES = ("value_size", "vdim", "context_dim", "kv_dim", "encoder_dim")
+KEY_SIZE_NAMES = ("key_size", "kdim", "context_dim", "kv_dim", "encoder_dim", "cross_attention_dim", "encoder_hidden_size")
+VALUE_SIZE_NAMES = ("value_size", "vdim", "context_dim", "kv_dim", "encoder_dim", "cross_attention_dim",
+                    "encoder_hidden_size")
 EMBED_NAMES = ("d_model", "hidden_size", "embed_dim", "num_hiddens", "dim", "d_embed", "n_embd", "emb_dim",
                "embed_size", "hidden_dim", "hid_dim", "model_dim", "embedding_dim", "dim_out", "d_out", "d",
                "width", "features", "n_embed", "embedding_size", "size", "hidden", "n_hidden", "d_hidden", "emb",
@@ -92,6 +93,15 @@ def is_config_name(name: str, annotation: object = None) -> bool:
     """Does a constructor parameter look like it takes a config object (``config``, ``cfg``...)?"""
     low = name.lower()
     return low in CONFIG_NAMES or low.endswith(("config", "cfg")) or "Config" in str(annotation or "")
+
+
+def short_tried_text(lang: str = "en") -> str:
+    """The groups of names the checker recognises, two examples each, on one line (``tried_text``: all of them)."""
+    zh = lang == "zh"
+    groups = [(("sizes", "宽度"), EMBED_NAMES), (("heads", "头数"), HEAD_NAMES), (("head sizes", "每个头的维度"),
+              HEAD_DIM_NAMES), (("lengths", "长度"), LENGTH_NAMES), (("windows", "窗口"), WINDOW_NAMES)]
+    listed = ("；" if zh else "; ").join(f"{label[zh]} {', '.join(names[:2])}..." for label, names in groups)
+    return listed + ("；以及 dropout、bias 之类的开关" if zh else "; dropout and bias flags")
 
 
 def tried_text(lang: str = "en") -> str:

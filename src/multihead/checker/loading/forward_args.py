@@ -6,7 +6,8 @@ the layer besides the hidden states.
 * a complex rotary table (``freqs_cis``, DeepSeek-V3's and Llama's reference code): (L, R/2) complex,
   position t turned by t * 10000^(-2i/R), R the rotary size the module runs with (``choose_sizes``);
 * HF's ``position_embeddings`` = (cos, sin), each (1, L, D) in the half-split layout ``cat(f, f)``;
-* ``cos`` and ``sin`` as two arguments (``rotate_half`` code): each (L, R), the same half-split layout.
+* ``cos`` and ``sin`` as two arguments (``rotate_half`` code): each (L, R), the same half-split layout;
+* RoFormer's ``sinusoidal_pos``: (1, 1, L, R) = [sin | cos] of the angles, each half (L, R/2).
 
 The checker then finds the rotation by behaviour as for any module (``rotary.py``): the table it hands over
 is one of the RoPE variants it tries.
@@ -27,18 +28,20 @@ TABLE_NAMES = ("freqs_cis", "freq_cis", "pos_cis", "freqs_complex", "freqs")
 COS_SIN_NAMES = ("position_embeddings", "cos_sin", "rotary_pos_emb")
 COS_NAMES = ("cos", "freqs_cos", "rope_cos")
 SIN_NAMES = ("sin", "freqs_sin", "rope_sin")
-TABLE_KINDS = ("table", "cos_sin", "cos", "sin")  # the kinds whose rotary size is chosen (choose_sizes)
+SINUSOIDAL_NAMES = ("sinusoidal_pos", "sinusoidal_pos_emb", "sinusoidal_position_embeddings")
+TABLE_KINDS = ("table", "cos_sin", "cos", "sin", "sinusoidal")  # the kinds whose rotary size is chosen (choose_sizes)
 KINDS = {**{n: "start" for n in START_NAMES}, **{n: "positions" for n in POSITION_NAMES},
          **{n: "table" for n in TABLE_NAMES}, **{n: "cos_sin" for n in COS_SIN_NAMES},
-         **{n: "cos" for n in COS_NAMES}, **{n: "sin" for n in SIN_NAMES}}
+         **{n: "cos" for n in COS_NAMES}, **{n: "sin" for n in SIN_NAMES},
+         **{n: "sinusoidal" for n in SINUSOIDAL_NAMES}}
 ROTARY_SIZE_NAMES = ("qk_rope_head_dim", "rope_head_dim", "qk_rope_dim", "rotary_dim", "rope_dim", "rotary_ndims",
                      "head_dim", "d_head", "head_size", "dim_head", "d_k")
 
 
 @dataclass
 class Filler:
-    """One forward argument the checker fills in: ``kind`` "start", "positions", "table", "cos_sin", "cos" or
-    "sin"; ``size``: the table's rotary size R (the TABLE_KINDS), None until chosen."""
+    """One forward argument the checker fills in: ``kind`` "start", "positions", "table", "cos_sin", "cos",
+    "sin" or "sinusoidal"; ``size``: the table's rotary size R (the TABLE_KINDS), None until chosen."""
 
     name: str
     kind: str
@@ -58,6 +61,8 @@ class Filler:
         if self.kind == "table":
             complex_dtype = torch.complex128 if x.dtype == torch.float64 else torch.complex64
             return torch.polar(torch.ones_like(angles), angles).to(complex_dtype)  # (L, R/2)
+        if self.kind == "sinusoidal":
+            return torch.cat((angles.sin(), angles.cos()), dim=-1)[None, None].to(x.dtype)  # (1, 1, L, R)
         table = torch.cat((angles, angles), dim=-1)  # (L, R)
         if self.kind == "cos":
             return table.cos().to(x.dtype)

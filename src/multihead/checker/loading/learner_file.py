@@ -30,6 +30,7 @@ from multihead.checker.loading.constructor_args import (
     is_dropout,
     is_head_count_name,
     is_head_size_name,
+    short_tried_text,
     tried_text,
 )
 
@@ -167,10 +168,10 @@ def guess_init(cls: type, given: dict, config: dict | None = None) -> dict:
     _refuse_short_lengths(kwargs)
     if missing:
         example = "--init '{" + ", ".join(f'"{m}": ...' for m in missing) + "}'"
-        raise LoadError(f"cannot guess {cls.__name__}'s constructor argument(s) {', '.join(missing)}; "
-                        f"pass them with --init, e.g. {example} (names it recognises: {tried_text()})",
-                        f"无法猜出 {cls.__name__} 的构造参数 {', '.join(missing)}；请用 --init 传入，例如 {example}"
-                        f"（能识别的参数名：{tried_text('zh')}）")
+        raise LoadError(f"pass {example}: {cls.__name__}'s constructor argument(s) {', '.join(missing)} cannot be "
+                        f"guessed (names it guesses: {short_tried_text()})",
+                        f"请用 {example} 传入：{cls.__name__} 的构造参数 {', '.join(missing)} 猜不出来"
+                        f"（能猜出的名字：{short_tried_text('zh')}）")
     return kwargs
 
 

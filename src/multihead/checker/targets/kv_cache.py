@@ -7,7 +7,9 @@ How the checker drives a learner's cache (the smallest protocol that covers the 
   passed back as the next call's past;
 - ``new_cache(B, max_len)`` (or ``new_cache()``) giving an object that ``forward(x, cache=...)`` fills in
   place;
-- ``reset_cache()`` with ``forward(x, use_cache=True)``: the module keeps its cache itself.
+- ``reset_cache()`` with ``forward(x, use_cache=True)``: the module keeps its cache itself;
+- ``forward(x, cache=None)`` returning only the output: the checker passes one empty dict, which the forward
+  fills in place (``cache["k"] = k``) and reads on the next call.
 
 After a PASS of the full causal forward, the checker runs a prompt of ``PROMPT`` tokens, then ``STEPS``
 single tokens, and compares the rows with the full forward's. When they differ, the catalogue's cached
@@ -76,24 +78,27 @@ def _new_state(driver: CacheDriver, batch: int, max_len: int):
         return driver.new()
 
 
-def run_cached(module, driver: CacheDriver, x: torch.Tensor, prompt: int) -> torch.Tensor | None:
+def run_cached(module, driver: CacheDriver, x: torch.Tensor, prompt: int, in_place: bool = False):
     """x (B, L, E): the prompt x[:, :prompt], then one token at a time through the cache; rows (B, L, O).
-    None when the forward hands nothing back to continue from (no cache object, no present)."""
+    None when the forward hands nothing back to continue from (no cache object, no present). ``in_place``:
+    the forward is given one empty dict that it fills itself (``cache["k"] = k``), the same dict every call."""
     if driver.reset is not None:
         driver.reset()
-    state = _new_state(driver, x.shape[0], x.shape[1])
+    state = {} if in_place else _new_state(driver, x.shape[0], x.shape[1])
     rows = []
     for chunk in _chunks(x, prompt):
         kwargs = {driver.flag: True} if driver.flag else {}
         if driver.past:
             kwargs[driver.past] = state
         out = module(chunk, **kwargs)
-        if driver.past and driver.new is None:  # (y, present) or (y, weights or None, present): it continues
+        if driver.past and driver.new is None and not in_place:  # (y, present) or (y, weights, present)
             handed = [item for item in out[1:] if item is not None] if isinstance(out, (tuple, list)) else []
             if not handed:
                 return None
             state = handed[-1]
         rows.append(first_tensor(out))
+        if in_place and not state:  # the forward left the dict empty: it keeps no cache there
+            return None
     if driver.reset is not None:
         driver.reset()
     return torch.cat(rows, dim=1)
@@ -138,6 +143,8 @@ def check_cached(module, spec: CallSpec, roles, tol: float, report) -> None:
             return
         try:
             got = run_cached(module, driver, x, PROMPT)
+            if got is None and driver.past and driver.new is None:  # a dict the forward fills in place?
+                got = run_cached(module, driver, x, PROMPT, in_place=True)
         except Exception as error:  # the learner's cached call raised
             report.verdict, report.error = "fail", None
             report.reason = say("cache-raises", report.lang, protocol=driver.name,
