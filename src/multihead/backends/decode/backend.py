@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.capabilities import Capabilities
-from multihead.backends.decode_ranges import RowsAtLength
+from multihead.backends.decode.ranges import RowsAtLength
 from multihead.backends.common import sink_alone
-from multihead.backends.decode_step import decode_step, describe_step
+from multihead.backends.decode.step import decode_step, describe_step
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
