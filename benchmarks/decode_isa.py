@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from multihead.backends.cpu import build as decode_build
-from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import plain_decode_step
+from multihead.backends.decode.ranges import key_ranges
+from multihead.backends.decode.step import plain_decode_step
 from multihead.bench import machine
 from multihead.bench.suites.decode import DTYPES, Rotation, Sizes, copies_for, filled_cache, kv_bytes
 from multihead.bench.timing import compare, ratio, set_clock

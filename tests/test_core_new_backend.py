@@ -1,30 +1,33 @@
-"""A new backend is one object registered through multihead.backends.dispatch.register_backend; it reads the mask's normal
-form and the shared helpers (backends/common.py), and nothing in masks/ changes for it. This file is the whole of
-one: a backend that takes the masks whose normal form is one interval of keys per query row."""
+"""A new backend is one object registered with mh.register_backend; it declares what it takes as data (its
+capabilities, checked by dispatch before its plan), reads the mask's normal form and the shared helpers
+(backends/common.py), and nothing in masks/ changes for it. This file is the whole of one: a backend that takes
+the masks whose normal form is one interval of keys per query row (the recipe of docs/extending.md)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import multihead as mh
+from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import masked_softmax, repeat_kv
+from multihead.backends.dispatch import backend_names, remove_backend
 from multihead.backends.reasons import cannot
-from multihead.backends.dispatch import backend_names, register_backend, remove_backend
 from multihead.errors import CannotRunError
 
 NOT_INTERVALS = cannot("rows.mask", "takes masks that keep one interval of keys per query row")
-VARIANTS = cannot("rows.variants", "has no softcap, sinks, ALiBi or dropout")
+VARIANTS = cannot("rows.variants", "has no softcap, sinks or ALiBi")
 
 
 class RowIntervals:
     """Attention over each query row's interval [lo, hi) of keys, read from the normal form."""
 
     name = "rows"
+    capabilities = Capabilities(dropout=False)  # dispatch refuses a call with dropout before asking plan
 
     def plan(self, p, auto=True):
         if not p.form.intervals_only:
             return NOT_INTERVALS
-        if p.softcap is not None or p.sinks is not None or p.form.slopes is not None or p.dropout:
+        if p.softcap is not None or p.sinks is not None or p.form.slopes is not None:
             return VARIANTS
         return p.form.row_intervals(p.index())  # (lo, hi), (B, Lq) each
 
@@ -41,7 +44,7 @@ class RowIntervals:
 
 @pytest.fixture
 def rows_backend():
-    register_backend(RowIntervals(), before="decode")  # first in line for "auto"
+    mh.register_backend(RowIntervals(), before="decode")  # first in line for "auto"
     yield
     remove_backend("rows")
 
@@ -67,16 +70,17 @@ def test_a_registered_backend_refuses_with_its_own_code(rows_backend):
     with pytest.raises(CannotRunError) as refused:
         mh.attention(q, k, v, keep, backend="rows")
     assert refused.value.code == "rows.mask" and refused.value.backend == "rows"
+    assert mh.dispatch(q, k, v, dropout=0.1).codes["rows"] == "rows.dropout"  # from its capabilities
 
 
 def test_registration_is_checked_and_undone():
     with pytest.raises(mh.AttentionError, match="new name"):
-        register_backend(type("Twin", (RowIntervals,), {"name": "sdpa"})())
+        mh.register_backend(type("Twin", (RowIntervals,), {"name": "sdpa"})())
     with pytest.raises(mh.AttentionError, match="no run"):
-        register_backend(type("Half", (), {"name": "half", "plan": lambda self, p, auto: None})())
+        mh.register_backend(type("Half", (), {"name": "half", "plan": lambda self, p, auto: None})())
     with pytest.raises(mh.AttentionError, match="only a registered backend"):
         remove_backend("sdpa")
-    register_backend(RowIntervals())
+    mh.register_backend(RowIntervals())
     assert backend_names()[-2:] == ["rows", "math"]  # by default just before the reference math
     remove_backend("rows")
     assert "rows" not in backend_names()

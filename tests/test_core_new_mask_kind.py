@@ -53,7 +53,7 @@ def dense_reference(q, k, v, keep):
 def test_a_folding_kind_runs_on_every_backend_as_its_dense_keep(backend):
     Lq, Lk = (2, 80) if backend == "decode" else (9, 9)
     q, k, v = _qkv(Lq, Lk)
-    mask = Mask((Band(2),)) & Mask.lengths(torch.tensor([Lk, Lk - 3]))
+    mask = Mask.of(Band(2)) & Mask.lengths(torch.tensor([Lk, Lk - 3]))
     keep, _ = mask.materialize(2, 4, Lq, Lk)
     with torch.no_grad():
         torch.testing.assert_close(mh.attention(q, k, v, mask, backend=backend), dense_reference(q, k, v, keep))
@@ -63,7 +63,7 @@ def test_a_folding_kind_runs_on_every_backend_as_its_dense_keep(backend):
 
 def test_a_kind_no_slot_takes_runs_densely_and_interval_kernels_refuse_it_with_their_code():
     q, k, v = _qkv(2, 80)
-    mask = Mask((Parity(),)) & Mask.causal("bottom_right")
+    mask = Mask.of(Parity()) & Mask.causal("bottom_right")
     keep, _ = mask.materialize(2, 4, 2, 80)
     with torch.no_grad():
         for backend in ("auto", "sdpa", "math", "flex"):

@@ -8,7 +8,7 @@ import multihead as mh
 from multihead.attention import make_problem
 from multihead.backends import BUILTIN
 from multihead.backends.banded import TOO_FEW_KEYS, min_keys
-from multihead.backends.decode import MIN_KEYS as DECODE_MIN_KEYS
+from multihead.backends.decode.backend import MIN_KEYS as DECODE_MIN_KEYS
 from multihead.backends.dispatch import PLAN_LIMIT, cache_info, plan_call, register_backend, remove_backend
 
 

@@ -8,9 +8,9 @@ import multihead as mh
 from multihead.errors import CannotRunError
 from multihead.attention import make_problem
 from multihead.backends.cpu import build as decode_build
-from multihead.backends.decode import MASK, DecodeBackend
-from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import decode_step
+from multihead.backends.decode.backend import MASK, DecodeBackend
+from multihead.backends.decode.ranges import key_ranges
+from multihead.backends.decode.step import decode_step
 
 H, D, N = 8, 32, 200
 LENS = torch.tensor([0, 37, 200])  # ragged, one empty sequence

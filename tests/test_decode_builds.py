@@ -15,9 +15,9 @@ import torch
 
 import multihead as mh
 from multihead.backends.cpu import build as decode_build, choice as decode_choice
-from multihead.backends.decode_quant import kernel_step
-from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import describe_step
+from multihead.backends.decode.quantized_numerics import kernel_step
+from multihead.backends.decode.ranges import key_ranges
+from multihead.backends.decode.step import describe_step
 from multihead.bench import machine
 from multihead.bench.suites import read_share
 from multihead.caches.quantized import Quantized, quantize

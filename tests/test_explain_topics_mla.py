@@ -6,7 +6,7 @@ import torch
 
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
-from multihead.explain.topics import latent as mla_topic
+from multihead.explain.topics.models import latent as mla_topic
 from multihead.layers.latent import MultiHeadLatentAttention
 
 

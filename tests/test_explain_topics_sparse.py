@@ -10,8 +10,8 @@ import multihead as mh
 from multihead.explain import words
 from multihead.explain.story import Story
 from multihead.explain.topics import TOPICS
-from multihead.explain.topics import shared_kv_head as v4
-from multihead.explain.topics import sparse_attention as dsa
+from multihead.explain.topics.models import shared_kv_head as v4
+from multihead.explain.topics.models import sparse_attention as dsa
 from multihead.explain.topics.decoding import flop_counts
 from multihead.layers.indexer import select_keys
 from multihead.positions.rotary import apply_rotary

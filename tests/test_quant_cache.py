@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import multihead as mh
-from multihead.backends.decode_quant import blockwise
-from multihead.backends.decode_ranges import key_ranges
+from multihead.backends.decode.quantized_numerics import blockwise
+from multihead.backends.decode.ranges import key_ranges
 from multihead.caches.kv import BOTTOM_RIGHT
 from multihead.caches.quantized import Quantized, QuantizedKVCache, dequantized, quantize
 

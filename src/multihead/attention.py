@@ -17,18 +17,26 @@ once per value (multihead.dispatch), then remembered.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from multihead import capture
 from multihead.backends.dispatch import plan_call
 from multihead.backends.problem import heads_first, make_problem
 
+if TYPE_CHECKING:
+    from multihead.backends.kv_forms import Paged, Quantized
+    from multihead.masks import Mask
+
 __all__ = ["attention", "make_problem"]
 
 
-def attention(q: torch.Tensor, k, v, mask=None, *, causal: bool = False,
+def attention(q: torch.Tensor, k: torch.Tensor | Quantized | Paged, v: torch.Tensor | Quantized | Paged,
+              mask: Mask | None = None, *, causal: bool = False,
               scale: float | None = None, softcap: float | None = None, sinks: torch.Tensor | None = None,
-              dropout: float = 0.0, backend: str = "auto", return_lse: bool = False, layout: str = "bhsd"):
+              dropout: float = 0.0, backend: str = "auto", return_lse: bool = False,
+              layout: str = "bhsd") -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention over heads: softmax(cap(q k^T * scale) + mask) v.
 
     mask: a `Mask` (True in Mask.keep = may attend; see the Mask constructors for each convention),

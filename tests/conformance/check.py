@@ -13,11 +13,15 @@ import torch
 
 import multihead as mh
 from multihead.errors import CannotRunError
-from multihead.backends.dispatch import backend_names
+from multihead.backends import BUILTIN
+from multihead.backends.capabilities import DEFAULT
 from tests.conformance.cases import Case
 from tests.conformance.reference import build_mask, dense_terms, reference_attention
 
-BACKENDS = ("auto", *backend_names())  # every backend the package has, by name, and its own choice
+# every backend the package has that reads key and value tensors (the cases are tensors; the quantized and paged
+# backends read a cache's codes or pages, tested against float64 in tests/test_core_lse.py, test_decode_paged.py and
+# test_cache_pages.py), by name, and "auto", its own choice
+BACKENDS = ("auto", *(b.name for b in BUILTIN if "dense" in getattr(b, "capabilities", DEFAULT).kv_forms))
 MODES = ("grad", "no_grad", "inference_mode")
 FLOOR = 1e-6
 GRAD_STEPS = 4  # rounding steps of slack for gradients (see tolerance)

@@ -40,11 +40,11 @@ first, the reference math last; `mh.register_backend(backend, before=...)` adds 
 from __future__ import annotations
 
 from multihead.backends.banded import BandedBackend
-from multihead.backends.decode import DecodeBackend
+from multihead.backends.decode.backend import DecodeBackend
 from multihead.backends.flex import FlexBackend
-from multihead.backends.paged import PagedBackend
+from multihead.backends.decode.paged import PagedBackend
 from multihead.backends.problem import Problem
-from multihead.backends.quantized import QuantizedBackend
+from multihead.backends.decode.quantized import QuantizedBackend
 from multihead.backends.reasons import Reason
 from multihead.backends.reference import MathBackend
 from multihead.backends.sdpa import SdpaBackend

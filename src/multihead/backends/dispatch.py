@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from multihead.backends import BUILTIN, Problem, Reason
 from multihead.backends.capabilities import refusals, unsupported
 from multihead.backends.graphs import building_graph
-from multihead.backends.kv_forms import resolved
+from multihead.backends.kv_forms import Paged, Quantized, resolved
 from multihead.backends.problem import fold, heads_first, make_problem
 from multihead.errors import AttentionError, CannotRunError
 from multihead.masks import Mask
@@ -378,7 +378,8 @@ def decide(problem: Problem, chosen, plan, backend: str = "auto") -> Decision:
     return Decision(chosen.name, chosen.describe(problem, plan), reasons, codes, problem.kv_form)
 
 
-def dispatch(q: torch.Tensor, k, v, mask: Mask | None = None, *, causal: bool = False,
+def dispatch(q: torch.Tensor, k: torch.Tensor | Quantized | Paged, v: torch.Tensor | Quantized | Paged,
+             mask: Mask | None = None, *, causal: bool = False,
              scale: float | None = None, softcap: float | None = None, sinks: torch.Tensor | None = None,
              dropout: float = 0.0, backend: str = "auto", return_lse: bool = False, layout: str = "bhsd") -> Decision:
     """Which backend `attention(q, k, v, mask, ...)` would run, with the reasons; computes nothing."""

@@ -33,7 +33,7 @@ from multihead.backends.capabilities import Capabilities, needs_grad
 from multihead.backends.common import masked_softmax, scored, zero_where
 from multihead.backends.graphs import recorded_graph
 from multihead.backends.cpu.build import kernel
-from multihead.backends.decode_step import decode_step, describe_step, kernel_build
+from multihead.backends.decode.step import decode_step, describe_step, kernel_build
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 from multihead.masks import Index

@@ -224,7 +224,7 @@ class Cache(Paging, nn.Module):
     def _attended(self, part: Part):
         """What `store` hands attention of one part: `read`, or (eager, paged, a layout whose layer reads its views
         whole: `pages_in_place`) a Paged view of the pages and the block table, which dispatch reads in place in
-        a decode step (backends/paged.py) or gathers."""
+        a decode step (backends/decode/paged.py) or gathers."""
         if not (self.paged and self.pages_in_place and part.split is None) or torch.compiler.is_compiling():
             return self.read(part)
         scales = getattr(self, part.scales) if part.coded and self.codec.quantized else None

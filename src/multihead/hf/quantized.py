@@ -16,7 +16,7 @@ values and returns
 - on the first call (the prompt, into an empty cache), the float keys and values as they came: the
   prompt attends to them through the usual path (the fastest exact prefill), as a float cache would;
 - afterwards, the codes and scales of every cached token (`Quantized`), which the "multihead" attention
-  function hands to the quantized read (backends/decode_quant.py): the decode kernel's int8/fp8 build for
+  function hands to the quantized read (backends/decode/quantized_numerics.py): the decode kernel's int8/fp8 build for
   a step, dequantized block by block otherwise.
 The model's attention implementation becomes "multihead" (the read of codes needs it). `mh.trace()`
 shows the reads as backend "quantized".

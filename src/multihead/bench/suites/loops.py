@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+import multihead.hf as mhf  # registers multihead's names with transformers, which only this suite needs
 from multihead.bench.machine import load_average
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites import loops_attention
@@ -58,8 +59,6 @@ class Sizes:
 
 
 def run(ctx: Context, sizes: Sizes) -> SuiteResult:
-    import multihead.hf  # noqa: F401  (registers the names; transformers is only needed by this suite)
-
     result = SuiteResult("loops", "The loops users run: whole HF models with each cache, continuous batching, "
                          "sparse decode with fresh lists, sparse prefill, quantized caches, DeepSeek V3", COLUMNS)
     parts = [(f"model step N={n} {d}", lambda n=n, d=d: model_step(ctx, sizes, n, d, result))
@@ -156,7 +155,6 @@ def batching(ctx: Context, s: Sizes, R: int, result: SuiteResult) -> None:
     """generate_batch over R requests of mixed lengths: tokens/s for PAGED, sdpa and paged|eager."""
     import transformers as tf
 
-    import multihead.hf as mhf
 
     model = llama(Sizes(layers=s.layers), torch.float32, 4096)
     g = torch.Generator().manual_seed(3)
@@ -198,7 +196,6 @@ def latent_step(ctx: Context, s: Sizes, result: SuiteResult) -> None:
     import transformers as tf
     from transformers import DynamicCache, StaticCache
 
-    import multihead.hf as mhf
 
     N = s.latent_prompt
     config = tf.DeepseekV3Config(vocab_size=1024, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 import multihead as mh
-from multihead.backends.decode_step import kernel_build
+from multihead.backends.decode.step import kernel_build
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import compare, ratio, ratio_range

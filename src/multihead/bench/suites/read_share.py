@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 import multihead as mh
-from multihead.backends.decode_ranges import key_ranges
-from multihead.backends.decode_step import decode_step, kernel_build, plain_decode_step
+from multihead.backends.decode.ranges import key_ranges
+from multihead.backends.decode.step import decode_step, kernel_build, plain_decode_step
 from multihead.bench.results import SuiteResult, Target
 from multihead.bench.suites.context import Context
 from multihead.bench.timing import Timing, clock_name, compare, ratio, set_clock

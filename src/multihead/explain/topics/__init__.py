@@ -3,7 +3,8 @@
 Every module in this package that defines topics (with the `@topic` decorator) is found by itself;
 TOPICS lists them in the order the words files give (the documents' own question order, document
 000 first, then the project's own questions). Adding a topic is writing its function in a module
-here and its words under its name in words/en.json and words/zh.json.
+here (or in models/, for the topics on particular models) and its words under its name in words/en.json
+and words/zh.json.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from multihead.explain.topics.base import Topic
 
 def _collect() -> dict[str, Topic]:
     found: dict[str, Topic] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, f"{__name__}."):
+        module = importlib.import_module(info.name)
         for value in vars(module).values():
             if isinstance(value, Topic) and found.setdefault(value.name, value) is not value:
                 raise RuntimeError(f"two topics are named {value.name!r}")

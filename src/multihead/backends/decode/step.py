@@ -27,8 +27,9 @@ from multihead.backends.cpu.choice import KERNEL, faster_form
 
 def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
                 qpos: torch.Tensor, scale: float, softcap: float | None = None, slopes: torch.Tensor | None = None,
-                sinks: torch.Tensor | None = None, use_kernel: bool = True) -> torch.Tensor:
-    """One decode step (see the module docstring); the C++ kernel when built and `use_kernel`.
+                sinks: torch.Tensor | None = None, use_kernel: bool = True, with_lse: bool = False):
+    """One decode step (see the module docstring); the C++ kernel when built and `use_kernel`. with_lse:
+    (out, lse (B, H, Lq) float32), -inf for a row that keeps no key.
 
     Under torch.compile the kernel runs (as the custom op) if an eager call loaded it already (loading
     reads files). Eager calls go to the compiled module directly: the custom op's dispatch costs about
@@ -36,13 +37,13 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: torch.Ten
     compiling = torch.compiler.is_compiling()
     module = loaded() if compiling else kernel()
     if not use_kernel or module is None or faster_form(module.isa(), q.dtype) != KERNEL:
-        return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks)
+        return plain_decode_step(q, k, v, lo, hi, qpos, scale, softcap, slopes, sinks, with_lse)
     empty = q.new_empty(0, dtype=torch.float32)
     kept = q.dtype in (torch.float32, torch.bfloat16)  # the kernel takes a bf16 query as it is
-    out, _ = ops.call("decode_step", (q if kept else q.float()).contiguous(), k, v, lo, hi, qpos,
-                      empty if slopes is None else slopes.float().contiguous(),
-                      empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0, False)
-    return out.to(q.dtype)
+    out, lse = ops.call("decode_step", (q if kept else q.float()).contiguous(), k, v, lo, hi, qpos,
+                        empty if slopes is None else slopes.float().contiguous(),
+                        empty if sinks is None else sinks.float().contiguous(), scale, softcap or 0.0, with_lse)
+    return (out.to(q.dtype), lse) if with_lse else out.to(q.dtype)
 
 
 def kernel_build(dtype: torch.dtype) -> str | None:

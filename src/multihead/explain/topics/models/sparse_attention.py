@@ -17,7 +17,7 @@ import multihead as mh
 from multihead.explain.story import Story
 from multihead.explain.topics.base import Say, diff_text, max_diff, topic
 from multihead.explain.topics.decoding import flop_counts, nbytes
-from multihead.explain.topics.shared_kv_head import tell_shared_kv
+from multihead.explain.topics.models.shared_kv_head import tell_shared_kv
 from multihead.layers.indexer import select_keys
 from multihead.caches.latent import LatentCache
 from multihead.layers.selected_attention import attend_selected

@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 from multihead.backends.capabilities import Capabilities
-from multihead.backends.decode_ranges import RowsAtLength
-from multihead.backends.decode_step import decode_step, describe_step, plain_decode_step
+from multihead.backends.decode.ranges import RowsAtLength
+from multihead.backends.common import sink_alone
+from multihead.backends.decode.step import decode_step, describe_step
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot, declines
 
@@ -65,6 +66,8 @@ class DecodeBackend:
     def run(self, p: Problem, plan: DecodePlan) -> torch.Tensor:
         contiguous = p.k.stride(-1) == 1 and p.v.stride(-1) == 1
         lo, hi, qpos, slopes = plan.rows(p)
-        if p.lse:  # the kernel keeps its log-sum-exp to itself: the plain form of the same step gives it
-            return plain_decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, with_lse=True)
+        if p.lse:  # the kernel's log-sum-exp; a row with no key but a sink reports its sink (common.sink_alone)
+            out, lse = decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks,
+                                   use_kernel=contiguous, with_lse=True)
+            return out, sink_alone(lse, p.sinks)
         return decode_step(p.q, p.k, p.v, lo, hi, qpos, p.scale, p.softcap, slopes, p.sinks, use_kernel=contiguous)

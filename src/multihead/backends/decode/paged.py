@@ -16,7 +16,7 @@ from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import sink_alone
 from multihead.backends.cpu import ops
 from multihead.backends.cpu.build import kernel
-from multihead.backends.decode_ranges import RowsAtLength
+from multihead.backends.decode.ranges import RowsAtLength
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
 

@@ -16,8 +16,8 @@ import torch
 from multihead.backends.capabilities import Capabilities
 from multihead.backends.common import sink_alone
 from multihead.backends.cpu.build import kernel, loaded
-from multihead.backends.decode_quant import BLOCK, blockwise, kernel_step
-from multihead.backends.decode_ranges import RowsAtLength, rows_of
+from multihead.backends.decode.quantized_numerics import BLOCK, blockwise, kernel_step
+from multihead.backends.decode.ranges import RowsAtLength, rows_of
 from multihead.backends.graphs import recorded_graph
 from multihead.backends.problem import Problem
 from multihead.backends.reasons import cannot
