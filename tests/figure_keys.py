@@ -31,7 +31,7 @@ RESULT_FILES = ("results.json", "decode.json", "latent.json", "parallel.json", "
                 "sparse-decode.json", "loops.json", "loops-16384.json", "loops-fp32.json", "loops-quick.json",
                 "decode-goals.json", "quant-prompt.json", "cache-cascade.json", "merge-split.json",
                 "sparse-prefill-boundary.json", "check_cli_time.json", "check_heldout_2026-blind.json",
-                "check_heldout_2026-after.json")
+                "check_heldout_2026-after.json", "core-seam-avx512.json", "core-seam-avx2.json")
 SAME_UNIT = {"×": "x", "µs": "us"}
 UNITS = "ms|us|µs|s|MiB|GiB|KiB|MB|GB/s|GB|GFLOP/s|TFLOP/s|%"
 # One number as the docs and the notes write it, not inside a word or a decimal (fp32, H100 and 1.5's 5
