@@ -11,6 +11,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 
 def _import_with_stub_torchvision(name: str):
@@ -69,3 +70,13 @@ def minilm():
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = transformers.AutoModel.from_pretrained(model_dir, local_files_only=True)
     return tokenizer, model.eval()
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny float64 products: one intra-op thread avoids spinning workers (far less CPU on 2 cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

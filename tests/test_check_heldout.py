@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from multihead.bench.machine import cpu_model
 
@@ -32,15 +31,6 @@ verify = _load("check_heldout_verify", BENCHMARKS / "check_heldout" / "verify.py
 zoo_files = sys.modules["zoo_files"]  # imported by both, from the zoo's folder
 
 IDS = {"mask-sign-flipped", "scale-halved", "causal-off-by-one"}
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny float64 products: one thread avoids spinning workers (20x less CPU on 2 cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_every_case_is_what_its_manifest_says(tmp_path, one_thread):

@@ -32,14 +32,6 @@ zoo_files = sys.modules["zoo_files"]
 calls = sys.modules["calls"]
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_every_case_is_what_its_manifest_says(tmp_path, one_thread):
     cases = verify.load_manifest()
     assert len(cases) >= 70 and len({c["name"] for c in cases}) == len(cases)
